@@ -1,0 +1,58 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Roles of the messages a provider sees.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// ChatMessage is one message of the context handed to a model.
+type ChatMessage struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Name is the agent that wrote an assistant message, for swarm context.
+	Name string `json:"name,omitempty"`
+}
+
+// ToolCall is a model's request to run a tool.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolSpec describes a tool offered to the model; Parameters is a JSON Schema object.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// CompletionRequest is one step of a turn: the context so far and the tools on offer.
+type CompletionRequest struct {
+	Model    string
+	Messages []ChatMessage // the system prompt, when any, is the first message
+	Tools    []ToolSpec
+}
+
+// Completion is the model's answer for one step: text, tool calls, or both.
+type Completion struct {
+	Content   string
+	ToolCalls []ToolCall
+}
+
+// Provider is an LLM behind one interface. Complete runs one step; onDelta receives
+// text tokens as they stream (it may be called zero times by a provider that does not
+// stream). The turn loop, not the provider, runs tools and calls Complete again.
+type Provider interface {
+	Complete(ctx context.Context, req CompletionRequest, onDelta func(string)) (Completion, error)
+}

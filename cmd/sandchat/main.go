@@ -1,0 +1,321 @@
+// Command sandchat is the sandchat server and its operator tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat"
+	agentstore "github.com/sandchat/sandchat/agents/pgstore"
+	convstore "github.com/sandchat/sandchat/conversations/pgstore"
+	"github.com/sandchat/sandchat/conversations/redisbus"
+	frontendapi "github.com/sandchat/sandchat/frontend-api"
+	"github.com/sandchat/sandchat/migrations"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+const usage = `sandchat — the backend of a chat product whose assistant runs Python.
+
+Usage:
+  sandchat [serve] [flags]            run the server (the default)
+  sandchat migrate [flags]            apply database migrations and exit
+  sandchat user create --name N [--admin]
+                                      create a user; prints its API token, alone, on stdout
+
+Every command takes --help. Flags mirror SANDCHAT_* environment variables.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "sandchat:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		cmd = "help"
+	} else if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return runServe(ctx, args, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args, stdout, stderr)
+	case "user":
+		if len(args) == 0 || args[0] != "create" {
+			fmt.Fprint(stderr, "Usage: sandchat user create --name N [--admin]\n")
+			return errors.New("unknown user subcommand")
+		}
+		return runUserCreate(ctx, args[1:], stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sandchat %s\n\n%s\n\nFlags:\n", name, help)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
+	fs := newFlagSet("serve [flags]", "Runs the HTTP and WebSocket server, after applying migrations.", stderr)
+	finish := cfg.bindServe(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	m := NewMain(cfg, newLogger(cfg, stderr))
+	if err := m.Run(ctx); err != nil {
+		m.Close()
+		return err
+	}
+	if cfg.AdminTokenFile != "" {
+		token, err := m.adminToken(ctx, cfg.AdminTokenFile)
+		if err != nil {
+			m.Close()
+			return err
+		}
+		fmt.Fprintf(stdout, "sandchat listening on http://%s\nadmin token: %s\n", m.Addr(), token)
+	}
+	<-ctx.Done()
+	return m.Close()
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
+	fs := newFlagSet("migrate [flags]", "Applies pending database migrations (safe to run twice or from several nodes at once).", stderr)
+	finish := cfg.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	if err := migrations.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	from, to, err := migrations.Migrate(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "database at version %d (was %d)\n", to, from)
+	return nil
+}
+
+func runUserCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
+	fs := newFlagSet("user create --name N [--admin]", "Creates a user and prints its API token, alone, on stdout. The token is shown once.", stderr)
+	finish := cfg.bind(fs)
+	name := fs.String("name", "", "the user's name (required)")
+	admin := fs.Bool("admin", false, "make the user an admin (can create users)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*name) == "" {
+		fs.Usage()
+		return errors.New("--name is required")
+	}
+	db, err := openDB(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, token, err := agentstore.NewUsers(db).CreateUser(ctx, *name, *admin)
+	if err != nil {
+		return errors.New(sandchat.ErrorMessage(err))
+	}
+	fmt.Fprintln(stdout, token)
+	return nil
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// openDB creates the database if needed, migrates it and opens a pool.
+func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	if err := migrations.EnsureDatabase(ctx, url); err != nil {
+		return nil, fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
+	}
+	if _, _, err := migrations.Migrate(ctx, url); err != nil {
+		return nil, err
+	}
+	return pgxpool.New(ctx, url)
+}
+
+// Main is the wired server: main builds it from Config, tests too.
+type Main struct {
+	Config Config
+	Log    *slog.Logger
+
+	DB    *pgxpool.Pool
+	Redis redis.UniversalClient
+	Users *agentstore.Users
+	Store *convstore.Store
+	HTTP  *frontendapi.Server
+	Hub   *frontendapi.Hub
+
+	ln     net.Listener
+	served chan error
+	cancel context.CancelFunc
+}
+
+// NewMain returns an unstarted server.
+func NewMain(cfg Config, log *slog.Logger) *Main { return &Main{Config: cfg, Log: log} }
+
+// Run opens the stores, migrates, and starts serving in the background.
+func (m *Main) Run(ctx context.Context) (err error) {
+	cfg := m.Config
+	if m.DB, err = openDB(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(ropts)
+	m.Redis = rdb
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", ropts.Addr, err)
+	}
+
+	catalogue := toolkits.NewCatalogue(map[string]toolkits.Probe{}, cfg.ToolsDisabled)
+	m.Users = agentstore.NewUsers(m.DB)
+	m.Store = convstore.New(m.DB, cfg.EventRetention)
+	bus := redisbus.New(rdb, cfg.RedisPrefix)
+
+	srv := frontendapi.New(frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, m.Log)
+	srv.Users = m.Users
+	srv.Agents = agentstore.NewAgents(m.DB, catalogue.Has)
+	srv.Conversations = m.Store
+	srv.Tools = &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
+	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{}, m.Log)
+	srv.Hub = m.Hub
+	srv.Registry().MustRegister(m.Hub.Collectors()...)
+	srv.Ready = []frontendapi.Check{
+		{Name: "postgres", Fn: func(ctx context.Context) error { return m.DB.Ping(ctx) }},
+		{Name: "redis", Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+	}
+	m.HTTP = srv
+
+	if m.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return err
+	}
+	m.served = make(chan error, 1)
+	go func() { m.served <- srv.Serve(m.ln) }()
+
+	bg, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go m.pruneEvents(bg)
+	m.Log.Info("sandchat listening", "addr", m.ln.Addr().String())
+	return nil
+}
+
+// Addr is where the server listens (useful with :0).
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+func (m *Main) pruneEvents(ctx context.Context) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := m.Store.Prune(ctx); err != nil {
+				m.Log.Warn("prune events", "err", err)
+			} else if n > 0 {
+				m.Log.Info("pruned events", "count", n)
+			}
+		}
+	}
+}
+
+// Close shuts down gracefully: sockets are told to reconnect, in-flight requests get
+// until the shutdown timeout, then the pools close.
+func (m *Main) Close() error {
+	timeout := m.Config.ShutdownTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errs []error
+	if m.cancel != nil {
+		m.cancel()
+	}
+	if m.HTTP != nil && m.ln != nil {
+		errs = append(errs, m.HTTP.Shutdown(ctx))
+		<-m.served
+	}
+	if m.Hub != nil {
+		errs = append(errs, m.Hub.Close())
+	}
+	if m.Redis != nil {
+		errs = append(errs, m.Redis.Close())
+	}
+	if m.DB != nil {
+		m.DB.Close()
+	}
+	m.Log.Info("sandchat stopped")
+	return errors.Join(errs...)
+}
+
+// adminToken returns the token kept in path if it still works, else creates an admin
+// and keeps its token there (readable by the owner only).
+func (m *Main) adminToken(ctx context.Context, path string) (string, error) {
+	if raw, err := os.ReadFile(path); err == nil {
+		token := strings.TrimSpace(string(raw))
+		if u, err := m.Users.Authenticate(ctx, token); err == nil && u.Admin {
+			return token, nil
+		}
+	}
+	_, token, err := m.Users.CreateUser(ctx, "admin", true)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin token file: %w", err)
+	}
+	return token, nil
+}

@@ -1,0 +1,56 @@
+// Package redisbus carries conversation and user events between nodes over Redis
+// pub/sub: whichever node commits an event publishes it, and every node with a socket
+// that wants it delivers it.
+package redisbus
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/conversations"
+)
+
+// Bus publishes events and opens subscriptions under a key prefix, so deployments that
+// share one Redis stay apart.
+type Bus struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns a bus on rdb; prefix is SANDCHAT_REDIS_PREFIX.
+func New(rdb redis.UniversalClient, prefix string) *Bus { return &Bus{rdb: rdb, prefix: prefix} }
+
+var _ conversations.Publisher = (*Bus)(nil)
+
+// ConversationChannel is where a conversation's events travel.
+func (b *Bus) ConversationChannel(id int64) string {
+	return b.prefix + "events:conv:" + strconv.FormatInt(id, 10)
+}
+
+// UserChannel is where events for every socket of one user travel.
+func (b *Bus) UserChannel(id int64) string {
+	return b.prefix + "events:user:" + strconv.FormatInt(id, 10)
+}
+
+func (b *Bus) PublishConversation(ctx context.Context, ev conversations.Event) error {
+	return b.publish(ctx, b.ConversationChannel(ev.ConversationID), ev)
+}
+
+func (b *Bus) PublishUser(ctx context.Context, userID int64, ev conversations.Event) error {
+	return b.publish(ctx, b.UserChannel(userID), ev)
+}
+
+func (b *Bus) publish(ctx context.Context, channel string, ev conversations.Event) error {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return b.rdb.Publish(ctx, channel, payload).Err()
+}
+
+// PubSub opens a subscription with no channels yet; the caller adds and removes them as
+// local sockets come and go.
+func (b *Bus) PubSub(ctx context.Context) *redis.PubSub { return b.rdb.Subscribe(ctx) }

@@ -1,0 +1,73 @@
+package frontendapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat"
+)
+
+var codeStatus = map[string]int{
+	sandchat.EINVALID:      http.StatusBadRequest,
+	sandchat.EUNAUTHORIZED: http.StatusUnauthorized,
+	sandchat.EFORBIDDEN:    http.StatusForbidden,
+	sandchat.ENOTFOUND:     http.StatusNotFound,
+	sandchat.ECONFLICT:     http.StatusConflict,
+	sandchat.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	sandchat.EBUSY:         http.StatusTooManyRequests,
+	sandchat.EUNAVAILABLE:  http.StatusServiceUnavailable,
+	sandchat.EINTERNAL:     http.StatusInternalServerError,
+}
+
+// statusCode is the reverse of codeStatus, for errors Fiber raises itself.
+func statusCode(status int) string {
+	for code, s := range codeStatus {
+		if s == status {
+			return code
+		}
+	}
+	if status >= 500 {
+		return sandchat.EINTERNAL
+	}
+	return sandchat.EINVALID
+}
+
+// Problem is an RFC 9457 problem document with the application error code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+}
+
+// errorHandler is the one place errors become responses. Application errors show their
+// message; anything else is logged here, once, and the client sees a generic message.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	code, msg := sandchat.ErrorCode(err), sandchat.ErrorMessage(err)
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code, msg = statusCode(fe.Code), fe.Message
+		if fe.Code == fiber.StatusRequestEntityTooLarge {
+			code = sandchat.ETOOLARGE
+		}
+	}
+	status := codeStatus[code]
+	if fe != nil {
+		status = fe.Code // 405 and friends have no application code of their own
+	}
+	if code == sandchat.EINTERNAL {
+		s.log.ErrorContext(c.UserContext(), "request failed", "method", c.Method(), "path", c.Path(), "err", err)
+	}
+	var ae *sandchat.Error
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ae.RetryAfter))
+	}
+	c.Set(fiber.HeaderContentType, "application/problem+json")
+	return c.Status(status).JSON(Problem{
+		Type: "urn:sandchat:problem:" + code, Title: http.StatusText(status), Status: status, Detail: msg, Code: code,
+	}, "application/problem+json")
+}

@@ -1,0 +1,211 @@
+package frontendapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/conversations"
+)
+
+// Bus is the Redis side of the fan-out.
+type Bus interface {
+	PubSub(ctx context.Context) *redis.PubSub
+	ConversationChannel(id int64) string
+	UserChannel(id int64) string
+}
+
+// EventSource is the event log clients replay from and the check that a user may
+// subscribe to a conversation.
+type EventSource interface {
+	FindConversationByID(ctx context.Context, id int64) (*conversations.Conversation, error)
+	EventsSince(ctx context.Context, id, since int64, limit int) ([]conversations.Event, bool, error)
+	LastSeq(ctx context.Context, id int64) (int64, error)
+}
+
+// Hub holds this node's WebSocket clients and one shared Redis subscription. A channel is
+// subscribed when its first local client joins and unsubscribed after the last leaves.
+// The dispatcher never blocks: it hands each message to each client's bounded queue.
+type Hub struct {
+	bus     Bus
+	events  EventSource
+	cfg     WSConfig
+	log     *slog.Logger
+	metrics *hubMetrics
+	ps      *redis.PubSub
+	done    chan struct{}
+
+	subMu    sync.Mutex // serializes SUBSCRIBE/UNSUBSCRIBE with the map changes they follow
+	mu       sync.RWMutex
+	channels map[string]*channel
+	clients  map[*client]struct{}
+}
+
+type channel struct {
+	convID  int64 // 0 for a user channel
+	clients map[*client]struct{}
+	ready   chan struct{} // closed when Redis confirms the subscription
+	isReady bool
+}
+
+// NewHub starts the hub's dispatcher; Close stops it.
+func NewHub(bus Bus, events EventSource, cfg WSConfig, log *slog.Logger) *Hub {
+	h := &Hub{
+		bus: bus, events: events, cfg: cfg.withDefaults(), log: log, metrics: newHubMetrics(),
+		ps:       bus.PubSub(context.Background()),
+		done:     make(chan struct{}),
+		channels: map[string]*channel{},
+		clients:  map[*client]struct{}{},
+	}
+	go h.dispatch(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(4096)))
+	return h
+}
+
+func (h *Hub) dispatch(ch <-chan any) {
+	defer close(h.done)
+	for msg := range ch {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.confirmed(m.Channel)
+			}
+		case *redis.Message:
+			h.deliver(m.Channel, []byte(m.Payload))
+		}
+	}
+}
+
+// confirmed runs on every SUBSCRIBE confirmation, including the ones go-redis sends
+// after it reconnects: messages published while the connection was down are lost, so
+// every conversation client on the channel replays from its last seq.
+func (h *Hub) confirmed(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.channels[name]
+	if c == nil {
+		return
+	}
+	if !c.isReady {
+		c.isReady = true
+		close(c.ready)
+		return
+	}
+	for cl := range c.clients {
+		cl.enqueue(outItem{op: opResync, conv: c.convID})
+	}
+}
+
+func (h *Hub) deliver(name string, payload []byte) {
+	var head struct {
+		ConversationID int64 `json:"conversation_id"`
+		Seq            int64 `json:"seq"`
+	}
+	if err := json.Unmarshal(payload, &head); err != nil {
+		h.metrics.dropped.Inc()
+		h.log.Warn("undecodable pub/sub message", "channel", name, "err", err)
+		return
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	c := h.channels[name]
+	if c == nil {
+		return
+	}
+	for cl := range c.clients {
+		cl.enqueue(outItem{op: opEvent, conv: head.ConversationID, seq: head.Seq, payload: payload})
+	}
+}
+
+// join adds cl to a channel and returns once Redis has confirmed the subscription, so
+// nothing published after join returns is missed.
+func (h *Hub) join(ctx context.Context, cl *client, name string, convID int64) error {
+	h.subMu.Lock()
+	h.mu.Lock()
+	c := h.channels[name]
+	first := c == nil
+	if first {
+		c = &channel{convID: convID, clients: map[*client]struct{}{}, ready: make(chan struct{})}
+		h.channels[name] = c
+	}
+	c.clients[cl] = struct{}{}
+	h.mu.Unlock()
+	var err error
+	if first {
+		err = h.ps.Subscribe(ctx, name)
+	}
+	h.subMu.Unlock()
+	if err != nil {
+		h.leave(cl, name)
+		return err
+	}
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		h.leave(cl, name)
+		return ctx.Err()
+	}
+}
+
+func (h *Hub) leave(cl *client, name string) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	c := h.channels[name]
+	if c == nil {
+		h.mu.Unlock()
+		return
+	}
+	delete(c.clients, cl)
+	last := len(c.clients) == 0
+	if last {
+		delete(h.channels, name)
+	}
+	h.mu.Unlock()
+	if last {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.ps.Unsubscribe(ctx, name); err != nil {
+			h.log.Warn("unsubscribe", "channel", name, "err", err)
+		}
+	}
+}
+
+func (h *Hub) add(cl *client) {
+	h.mu.Lock()
+	h.clients[cl] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *Hub) remove(cl *client) {
+	h.mu.Lock()
+	delete(h.clients, cl)
+	h.mu.Unlock()
+}
+
+// CloseAll tells every client to reconnect (to another node, during a deploy).
+func (h *Hub) CloseAll() {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for cl := range h.clients {
+		cl.shutdown(closeRestart, "server restarting, reconnect")
+	}
+}
+
+// Close ends the Redis subscription; call after CloseAll and the HTTP shutdown.
+func (h *Hub) Close() error {
+	err := h.ps.Close()
+	<-h.done
+	return err
+}
+
+// Clients is the number of open sockets on this node.
+func (h *Hub) Clients() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.clients)
+}

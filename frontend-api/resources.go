@@ -1,0 +1,219 @@
+package frontendapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/agents"
+)
+
+func (s *Server) listInternalTools(c *fiber.Ctx) error {
+	return c.JSON(s.Tools.Catalogue.List())
+}
+
+func (s *Server) createAgent(c *fiber.Ctx) error {
+	var in agents.AgentInput
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	a, err := s.Agents.CreateAgent(c.UserContext(), in)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(a)
+}
+
+func (s *Server) listAgents(c *fiber.Ctx) error {
+	list, err := s.Agents.FindAgents(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return c.JSON(list)
+}
+
+func (s *Server) getAgent(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	a, err := s.Agents.FindAgentByID(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(a)
+}
+
+func (s *Server) updateAgent(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	var in agents.AgentInput
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	a, err := s.Agents.UpdateAgent(c.UserContext(), id, in)
+	if err != nil {
+		return err
+	}
+	return c.JSON(a)
+}
+
+func (s *Server) deleteAgent(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	if err := s.Agents.DeleteAgent(c.UserContext(), id); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *Server) createConversation(c *fiber.Ctx) error {
+	var in struct {
+		AgentID *int64 `json:"agent_id"`
+		Title   string `json:"title"`
+	}
+	// An empty body is a conversation with no agent and no title.
+	if len(bytes.TrimSpace(c.Body())) > 0 {
+		if err := decode(c, &in); err != nil {
+			return err
+		}
+	}
+	conv, err := s.Conversations.CreateConversation(c.UserContext(), in.AgentID, in.Title)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(conv)
+}
+
+func (s *Server) listConversations(c *fiber.Ctx) error {
+	list, err := s.Conversations.FindConversations(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return c.JSON(list)
+}
+
+func (s *Server) getConversation(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	conv, err := s.Conversations.FindConversationByID(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(conv)
+}
+
+func (s *Server) deleteConversation(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	if err := s.Conversations.DeleteConversation(c.UserContext(), id); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *Server) getConversationTools(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	states, err := s.Tools.ConversationTools(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(states)
+}
+
+func (s *Server) putConversationTool(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	// "enabled" must be present: true or false sets the override, null clears it.
+	var in struct {
+		Enabled json.RawMessage `json:"enabled"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	var enabled *bool
+	switch string(bytes.TrimSpace(in.Enabled)) {
+	case "true":
+		enabled = new(bool)
+		*enabled = true
+	case "false":
+		enabled = new(bool)
+	case "null":
+	default:
+		return sandchat.Errorf(sandchat.EINVALID, `Body must be {"enabled": true|false|null} (null inherits from the agent).`)
+	}
+	st, err := s.Tools.SetConversationTool(c.UserContext(), id, c.Params("tool"), enabled)
+	if err != nil {
+		return err
+	}
+	return c.JSON(st)
+}
+
+// memberService is what agents and conversations share for their members.
+type memberService interface {
+	Members(ctx context.Context, id int64) ([]sandchat.Member, error)
+	SetMember(ctx context.Context, id, userID int64, role string) (sandchat.Member, error)
+	RemoveMember(ctx context.Context, id, userID int64) error
+}
+
+func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService) {
+	r.Get(path, func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		list, err := svc().Members(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(list)
+	})
+	r.Post(path, func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		var in struct {
+			UserID int64  `json:"user_id"`
+			Role   string `json:"role"`
+		}
+		if err := decode(c, &in); err != nil {
+			return err
+		}
+		m, err := svc().SetMember(c.UserContext(), id, in.UserID, in.Role)
+		if err != nil {
+			return err
+		}
+		return c.JSON(m)
+	})
+	r.Delete(path+"/:user_id", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		userID, err := paramID(c, "user_id")
+		if err != nil {
+			return err
+		}
+		if err := svc().RemoveMember(c.UserContext(), id, userID); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	})
+}

@@ -1,0 +1,184 @@
+// Package frontendapi is the HTTP and WebSocket face of sandchat: REST handlers, auth,
+// problem+json errors, the WebSocket hub with its Redis fan-out, health and metrics.
+package frontendapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/agents"
+	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+// Check is one dependency /readyz looks at.
+type Check struct {
+	Name string
+	Fn   func(ctx context.Context) error
+}
+
+// Config is what the HTTP layer needs from the process configuration.
+type Config struct {
+	// AllowedOrigins are the browser origins allowed to open WebSockets; requests with
+	// no Origin header (non-browser clients) are allowed, since they carry a token.
+	AllowedOrigins []string
+	RequestTimeout time.Duration
+	BodyLimit      int
+	WS             WSConfig
+}
+
+// Server is the Fiber app with everything its handlers call.
+type Server struct {
+	app     *fiber.App
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	Users         sandchat.UserService
+	Agents        agents.Service
+	Conversations conversations.Service
+	Tools         *toolkits.Service
+	Hub           *Hub
+	Ready         []Check
+}
+
+// New builds the app. Fields that hold services must be set before Serve.
+func New(cfg Config, log *slog.Logger) *Server {
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = time.Minute
+	}
+	if cfg.BodyLimit == 0 {
+		cfg.BodyLimit = 16 << 20
+	}
+	s := &Server{cfg: cfg, log: log, metrics: newMetrics()}
+	s.app = fiber.New(fiber.Config{
+		ErrorHandler:          s.errorHandler,
+		DisableStartupMessage: true,
+		BodyLimit:             cfg.BodyLimit,
+		ReadTimeout:           time.Minute,
+		IdleTimeout:           2 * time.Minute,
+		AppName:               "sandchat",
+	})
+	s.routes()
+	return s
+}
+
+// App exposes the Fiber app, for tests that call it in-process.
+func (s *Server) App() *fiber.App { return s.app }
+
+func (s *Server) routes() {
+	app := s.app
+	app.Use(recover.New(recover.Config{EnableStackTrace: true}))
+	app.Use(s.metrics.middleware)
+	app.Use(s.requestContext)
+
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	app.Get("/readyz", s.readyz)
+	app.Get("/metrics", s.metrics.handler())
+
+	v1 := app.Group("/api/v1", s.authenticate)
+	v1.Get("/me", s.me)
+	v1.Post("/users", s.createUser)
+	v1.Get("/internal-tools", s.listInternalTools)
+
+	v1.Post("/agents", s.createAgent)
+	v1.Get("/agents", s.listAgents)
+	v1.Get("/agents/:id", s.getAgent)
+	v1.Put("/agents/:id", s.updateAgent)
+	v1.Delete("/agents/:id", s.deleteAgent)
+	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents })
+
+	v1.Post("/conversations", s.createConversation)
+	v1.Get("/conversations", s.listConversations)
+	v1.Get("/conversations/:id", s.getConversation)
+	v1.Delete("/conversations/:id", s.deleteConversation)
+	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations })
+	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)
+	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
+
+	v1.Get("/ws", s.websocket())
+
+	app.Use(func(c *fiber.Ctx) error {
+		return sandchat.Errorf(sandchat.ENOTFOUND, "No route for %s %s.", c.Method(), c.Path())
+	})
+}
+
+// requestContext gives handlers a context with a deadline that does not hang on
+// fasthttp's, which only ends at shutdown. WebSockets make their own.
+func (s *Server) requestContext(c *fiber.Ctx) error {
+	if strings.HasSuffix(c.Path(), "/ws") {
+		return c.Next()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
+}
+
+// Serve answers on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown stops accepting, tells WebSocket clients to reconnect elsewhere and waits
+// for in-flight requests until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.Hub != nil {
+		s.Hub.CloseAll()
+	}
+	return s.app.ShutdownWithContext(ctx)
+}
+
+func (s *Server) readyz(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 3*time.Second)
+	defer cancel()
+	status := fiber.Map{}
+	ok := true
+	for _, ch := range s.Ready {
+		if err := ch.Fn(ctx); err != nil {
+			ok = false
+			status[ch.Name] = err.Error()
+		} else {
+			status[ch.Name] = "ok"
+		}
+	}
+	if !ok {
+		c.Status(fiber.StatusServiceUnavailable)
+	}
+	return c.JSON(fiber.Map{"ready": ok, "checks": status})
+}
+
+// paramID reads a numeric path parameter; anything else is a resource that cannot exist.
+func paramID(c *fiber.Ctx, name string) (int64, error) {
+	id, err := strconv.ParseInt(c.Params(name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, sandchat.Errorf(sandchat.ENOTFOUND, "Not found: %s %q is not an id.", name, c.Params(name))
+	}
+	return id, nil
+}
+
+// decode reads a JSON body strictly: unknown fields, trailing data and wrong types are
+// the client's error, said in words.
+func decode(c *fiber.Ctx, v any) error {
+	body := c.Body()
+	if len(bytes.TrimSpace(body)) == 0 {
+		return sandchat.Errorf(sandchat.EINVALID, "A JSON body is required.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return sandchat.Errorf(sandchat.EINVALID, "Malformed JSON body: %s.", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return sandchat.Errorf(sandchat.EINVALID, "Malformed JSON body: data after the JSON value.")
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package frontendapi
+
+import (
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat"
+)
+
+func codeOf(err error) string { return sandchat.ErrorCode(err) }
+
+// authenticate puts the token's user into the request context. WebSockets may carry the
+// token as ?access_token=, since browsers cannot set headers on them.
+func (s *Server) authenticate(c *fiber.Ctx) error {
+	token := ""
+	if h := c.Get(fiber.HeaderAuthorization); h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Use Authorization: Bearer <token>.")
+		}
+		token = strings.TrimSpace(rest)
+	} else if strings.HasSuffix(c.Path(), "/ws") {
+		token = c.Query("access_token")
+	}
+	if token == "" {
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat"`)
+		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "An API token is required: Authorization: Bearer <token>.")
+	}
+	ctx := c.UserContext()
+	u, err := s.Users.Authenticate(ctx, token)
+	if err != nil {
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat", error="invalid_token"`)
+		return err
+	}
+	c.SetUserContext(sandchat.WithUser(ctx, u))
+	c.Locals("user", u)
+	return c.Next()
+}
+
+func (s *Server) me(c *fiber.Ctx) error {
+	return c.JSON(sandchat.UserFromContext(c.UserContext()))
+}
+
+func (s *Server) createUser(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	if !sandchat.UserFromContext(ctx).Admin {
+		return sandchat.Errorf(sandchat.EFORBIDDEN, "Only admins can create users.")
+	}
+	var in struct {
+		Name  string `json:"name"`
+		Admin bool   `json:"admin"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	u, token, err := s.Users.CreateUser(ctx, in.Name, in.Admin)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"user": u, "token": token})
+}

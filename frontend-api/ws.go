@@ -1,0 +1,421 @@
+package frontendapi
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gofiber/contrib/websocket"
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
+)
+
+// WSConfig bounds what one socket may cost.
+type WSConfig struct {
+	// QueueBytes is how much may wait to be written to one client; past it the client is
+	// too slow and is disconnected, so it never holds back the others.
+	QueueBytes       int
+	WriteTimeout     time.Duration
+	PingInterval     time.Duration
+	PongWait         time.Duration
+	ReadLimit        int64
+	MaxSubscriptions int
+	// ReplayPage is how many events one query of a replay reads.
+	ReplayPage int
+}
+
+func (c WSConfig) withDefaults() WSConfig {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.QueueBytes, 4<<20)
+	def(&c.MaxSubscriptions, 100)
+	def(&c.ReplayPage, 500)
+	defDur(&c.WriteTimeout, 10*time.Second)
+	defDur(&c.PingInterval, 25*time.Second)
+	defDur(&c.PongWait, 60*time.Second)
+	if c.ReadLimit <= 0 {
+		c.ReadLimit = 64 << 10
+	}
+	return c
+}
+
+// Close codes: 1012 asks the client to reconnect (a deploy); 1013 says it fell behind.
+const (
+	closeRestart = websocket.CloseServiceRestart
+	closeSlow    = websocket.CloseTryAgainLater
+)
+
+const (
+	opFrame       = iota // a server frame, written as is
+	opEvent              // a conversation or user event from the bus
+	opSubscribe          // start delivering a conversation, replaying after since
+	opUnsubscribe        // stop delivering a conversation
+	opResync             // replay what may have been missed (the bus reconnected)
+)
+
+type outItem struct {
+	op      int
+	conv    int64
+	seq     int64
+	since   *int64
+	payload []byte
+}
+
+// client is one socket: the reader runs in the handler's goroutine, the writer in its
+// own, and everything the writer sends goes through queue.
+type client struct {
+	hub    *Hub
+	conn   *websocket.Conn
+	user   *sandchat.User
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	queue     []outItem
+	queued    int
+	closeCode int
+	closeMsg  string
+	wake      chan struct{}
+
+	// Touched only by the reader.
+	channels []string
+	// Touched only by the writer: per conversation, whether events flow and the last
+	// seq written.
+	convs map[int64]*convState
+}
+
+type convState struct {
+	active bool
+	last   int64
+}
+
+func (cl *client) enqueue(it outItem) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closeCode != 0 {
+		return
+	}
+	if cl.queued+len(it.payload) > cl.hub.cfg.QueueBytes {
+		cl.closeCode, cl.closeMsg = closeSlow, "client too slow, reconnect with since"
+		cl.hub.metrics.slowClosed.Inc()
+		cl.cancel()
+		return
+	}
+	cl.queue = append(cl.queue, it)
+	cl.queued += len(it.payload)
+	select {
+	case cl.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (cl *client) shutdown(code int, msg string) {
+	cl.mu.Lock()
+	if cl.closeCode == 0 {
+		cl.closeCode, cl.closeMsg = code, msg
+	}
+	cl.mu.Unlock()
+	cl.cancel()
+}
+
+func (cl *client) frame(typ string, conv int64, data any) {
+	raw, _ := json.Marshal(data)
+	payload, _ := json.Marshal(conversations.Event{Type: typ, ConversationID: conv, Data: raw})
+	cl.enqueue(outItem{op: opFrame, payload: payload})
+}
+
+func (cl *client) errorFrame(conv int64, err error) {
+	cl.frame("error", conv, map[string]string{"code": sandchat.ErrorCode(err), "message": sandchat.ErrorMessage(err)})
+}
+
+// websocket returns the /api/v1/ws handler. The user's channel is joined before the
+// upgrade completes, so a client whose dial returned already receives its toasts.
+func (s *Server) websocket() fiber.Handler {
+	upgrade := websocket.New(func(conn *websocket.Conn) {
+		cl := conn.Locals("client").(*client)
+		cl.conn = conn
+		cl.run()
+	}, websocket.Config{Origins: []string{"*"}, ReadBufferSize: 4096, WriteBufferSize: 4096})
+	return func(c *fiber.Ctx) error {
+		if !websocket.IsWebSocketUpgrade(c) {
+			return fiber.NewError(fiber.StatusUpgradeRequired, "This endpoint speaks WebSocket only.")
+		}
+		if origin := c.Get(fiber.HeaderOrigin); origin != "" && !slices.Contains(s.cfg.AllowedOrigins, origin) {
+			return sandchat.Errorf(sandchat.EFORBIDDEN, "Origin %q is not allowed (SANDCHAT_ALLOWED_ORIGINS).", origin)
+		}
+		h := s.Hub
+		user := sandchat.UserFromContext(c.UserContext())
+		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
+		cl := &client{hub: h, user: user, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer jcancel()
+		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
+			cancel()
+			return sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again.")
+		}
+		cl.channels = append(cl.channels, h.bus.UserChannel(user.ID))
+		c.Locals("client", cl)
+		if err := upgrade(c); err != nil {
+			h.leave(cl, h.bus.UserChannel(user.ID))
+			cancel()
+			return err
+		}
+		return nil
+	}
+}
+
+func (cl *client) run() {
+	h := cl.hub
+	h.add(cl)
+	h.metrics.clients.Inc()
+	defer func() {
+		for _, name := range cl.channels {
+			h.leave(cl, name)
+		}
+		h.remove(cl)
+		h.metrics.clients.Dec()
+	}()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		cl.writeLoop()
+	}()
+	cl.readLoop()
+	cl.cancel()
+	<-writerDone
+}
+
+type clientFrame struct {
+	Type           string `json:"type"`
+	ConversationID int64  `json:"conversation_id"`
+	Since          *int64 `json:"since"`
+}
+
+func (cl *client) readLoop() {
+	conn, cfg := cl.conn, cl.hub.cfg
+	conn.SetReadLimit(cfg.ReadLimit)
+	_ = conn.SetReadDeadline(time.Now().Add(cfg.PongWait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(cfg.PongWait)) })
+	for {
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(cfg.PongWait))
+		var f clientFrame
+		if err := json.Unmarshal(data, &f); err != nil {
+			cl.errorFrame(0, sandchat.Errorf(sandchat.EINVALID, "Frames are JSON objects with a type."))
+			continue
+		}
+		switch f.Type {
+		case "ping":
+			cl.frame("pong", 0, struct{}{})
+		case "subscribe":
+			cl.subscribe(f)
+		case "unsubscribe":
+			name := cl.hub.bus.ConversationChannel(f.ConversationID)
+			if i := slices.Index(cl.channels, name); i >= 0 {
+				cl.channels = slices.Delete(cl.channels, i, i+1)
+				cl.hub.leave(cl, name)
+				cl.enqueue(outItem{op: opUnsubscribe, conv: f.ConversationID})
+			}
+		default:
+			cl.errorFrame(0, sandchat.Errorf(sandchat.EINVALID, "Unknown frame type %q (subscribe, unsubscribe, ping).", f.Type))
+		}
+	}
+}
+
+func (cl *client) subscribe(f clientFrame) {
+	name := cl.hub.bus.ConversationChannel(f.ConversationID)
+	if slices.Contains(cl.channels, name) {
+		cl.enqueue(outItem{op: opSubscribe, conv: f.ConversationID, since: f.Since})
+		return
+	}
+	if len(cl.channels) > cl.hub.cfg.MaxSubscriptions {
+		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EINVALID, "At most %d subscriptions per socket.", cl.hub.cfg.MaxSubscriptions))
+		return
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cl.hub.events.FindConversationByID(ctx, f.ConversationID); err != nil {
+		cl.errorFrame(f.ConversationID, err)
+		return
+	}
+	if err := cl.hub.join(ctx, cl, name, f.ConversationID); err != nil {
+		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again."))
+		return
+	}
+	cl.channels = append(cl.channels, name)
+	cl.enqueue(outItem{op: opSubscribe, conv: f.ConversationID, since: f.Since})
+}
+
+func (cl *client) writeLoop() {
+	cfg := cl.hub.cfg
+	ping := time.NewTicker(cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-cl.ctx.Done():
+			cl.mu.Lock()
+			code, msg := cl.closeCode, cl.closeMsg
+			cl.mu.Unlock()
+			if code == 0 {
+				code, msg = websocket.CloseNormalClosure, ""
+			}
+			_ = cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
+			_ = cl.conn.Close()
+			return
+		case <-ping.C:
+			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
+				cl.cancel()
+			}
+		case <-cl.wake:
+			cl.mu.Lock()
+			items := cl.queue
+			cl.queue, cl.queued = nil, 0
+			cl.mu.Unlock()
+			for _, it := range items {
+				if err := cl.handle(it); err != nil {
+					cl.cancel()
+					break
+				}
+			}
+		}
+	}
+}
+
+func (cl *client) write(payload []byte) error {
+	_ = cl.conn.SetWriteDeadline(time.Now().Add(cl.hub.cfg.WriteTimeout))
+	return cl.conn.WriteMessage(websocket.TextMessage, payload)
+}
+
+// handle writes one item. Conversation events pass only while the conversation is
+// active and only in seq order: a seq already written is dropped (it came twice, by
+// replay and live), a seq past the next one makes the writer fetch the gap first.
+func (cl *client) handle(it outItem) error {
+	switch it.op {
+	case opFrame:
+		return cl.write(it.payload)
+	case opEvent:
+		if it.conv == 0 {
+			return cl.write(it.payload)
+		}
+		st := cl.convs[it.conv]
+		if st == nil || !st.active || it.seq <= st.last {
+			return nil
+		}
+		if it.seq > st.last+1 {
+			if err := cl.replay(it.conv, st); err != nil || it.seq <= st.last {
+				return err
+			}
+		}
+		st.last = it.seq
+		return cl.write(it.payload)
+	case opSubscribe:
+		st := &convState{active: true}
+		cl.convs[it.conv] = st
+		if it.since == nil {
+			// Live only: start after the newest event there is now.
+			last, err := cl.hub.events.LastSeq(cl.ctx, it.conv)
+			if err != nil {
+				cl.errorFrame(it.conv, err)
+				return nil
+			}
+			st.last = last
+			return cl.subscribed(it.conv, true)
+		}
+		st.last = *it.since
+		return cl.replayWithStatus(it.conv, st)
+	case opUnsubscribe:
+		delete(cl.convs, it.conv)
+	case opResync:
+		if st := cl.convs[it.conv]; st != nil && st.active {
+			return cl.replay(it.conv, st)
+		}
+	}
+	return nil
+}
+
+func (cl *client) subscribed(conv int64, recovered bool) error {
+	raw, _ := json.Marshal(map[string]bool{"recovered": recovered})
+	payload, _ := json.Marshal(conversations.Event{Type: "subscribed", ConversationID: conv, Data: raw})
+	return cl.write(payload)
+}
+
+// replayWithStatus answers a subscribe with since: "subscribed" with recovered true and
+// the missed events, or recovered false when they were pruned (the client refetches
+// over REST and continues live from the newest seq).
+func (cl *client) replayWithStatus(conv int64, st *convState) error {
+	evs, recovered, err := cl.hub.events.EventsSince(cl.ctx, conv, st.last, cl.hub.cfg.ReplayPage)
+	if err != nil {
+		cl.errorFrame(conv, err)
+		return nil
+	}
+	if !recovered {
+		if st.last, err = cl.hub.events.LastSeq(cl.ctx, conv); err != nil {
+			cl.errorFrame(conv, err)
+			return nil
+		}
+		return cl.subscribed(conv, false)
+	}
+	if err := cl.subscribed(conv, true); err != nil {
+		return err
+	}
+	if err := cl.writeEvents(st, evs); err != nil {
+		return err
+	}
+	if len(evs) < cl.hub.cfg.ReplayPage {
+		return nil
+	}
+	return cl.replay(conv, st)
+}
+
+// replay writes every stored event after st.last.
+func (cl *client) replay(conv int64, st *convState) error {
+	for {
+		evs, recovered, err := cl.hub.events.EventsSince(cl.ctx, conv, st.last, cl.hub.cfg.ReplayPage)
+		if err != nil {
+			cl.errorFrame(conv, err)
+			return nil
+		}
+		if !recovered {
+			if st.last, err = cl.hub.events.LastSeq(cl.ctx, conv); err != nil {
+				cl.errorFrame(conv, err)
+				return nil
+			}
+			return cl.subscribed(conv, false)
+		}
+		if err := cl.writeEvents(st, evs); err != nil {
+			return err
+		}
+		if len(evs) < cl.hub.cfg.ReplayPage {
+			return nil
+		}
+	}
+}
+
+func (cl *client) writeEvents(st *convState, evs []conversations.Event) error {
+	for _, ev := range evs {
+		payload, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if err := cl.write(payload); err != nil {
+			return err
+		}
+		st.last = ev.Seq
+	}
+	return nil
+}

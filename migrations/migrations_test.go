@@ -1,0 +1,62 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sandchat/sandchat/migrations"
+	"github.com/sandchat/sandchat/migrations/testenv"
+)
+
+func TestMigrate(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t) // already migrated once
+
+	t.Run("second run changes nothing", func(t *testing.T) {
+		from, to, err := migrations.Migrate(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from != migrations.Latest() || to != migrations.Latest() {
+			t.Fatalf("from %d to %d, want both %d", from, to, migrations.Latest())
+		}
+	})
+
+	t.Run("concurrent nodes do not race", func(t *testing.T) {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		// Back to an empty schema, then let four "nodes" migrate it at once.
+		if _, err := conn.Exec(ctx, `drop table conversation_events, conversation_internal_tools,
+			conversation_members, conversations, agent_internal_tools, agent_children, agent_members,
+			agents, api_tokens, users cascade; update schema_version set version = 0`); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, err := migrations.Migrate(ctx, url)
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("concurrent migrate: %v", err)
+			}
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "select count(*) from users").Scan(&n); err != nil {
+			t.Fatalf("schema not usable after concurrent migrate: %v", err)
+		}
+	})
+}

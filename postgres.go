@@ -1,0 +1,156 @@
+package sandchat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is what the Postgres adapters need of a pool or a transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PgError translates a driver error into the application vocabulary at the adapter
+// boundary: no rows is "not found" (worded with noun), constraint violations are
+// invalid input, anything else passes through as internal.
+func PgError(err error, noun string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return Errorf(ENOTFOUND, "%s not found.", noun)
+	case errors.As(err, &pgErr):
+		switch pgErr.Code {
+		case "23503": // foreign_key_violation
+			return Errorf(EINVALID, "A referenced %s does not exist.", noun)
+		case "23505": // unique_violation
+			return Errorf(ECONFLICT, "The %s already exists.", noun)
+		case "23514", "22001": // check_violation, string_data_right_truncation
+			return Errorf(EINVALID, "Invalid %s.", noun)
+		}
+	}
+	return err
+}
+
+// Shared is a resource that has an owner and members with roles: agents and
+// conversations.
+type Shared struct {
+	Noun        string // "Agent", for messages
+	Table       string // "agents"
+	MemberTable string // "agent_members"
+	ForeignKey  string // "agent_id"
+}
+
+// Role returns the user's role on the resource: owner, editor or viewer. A resource that
+// does not exist and one the user has no role on are both "not found", so existence never
+// leaks across users.
+func (s Shared) Role(ctx context.Context, q Querier, id, userID int64) (string, error) {
+	var owner int64
+	var role *string
+	err := q.QueryRow(ctx, fmt.Sprintf(
+		`select r.owner_id, m.role from %s r left join %s m on m.%s = r.id and m.user_id = $2 where r.id = $1`,
+		s.Table, s.MemberTable, s.ForeignKey), id, userID).Scan(&owner, &role)
+	switch {
+	case err != nil:
+		return "", PgError(err, s.Noun)
+	case owner == userID:
+		return RoleOwner, nil
+	case role != nil:
+		return *role, nil
+	}
+	return "", Errorf(ENOTFOUND, "%s not found.", s.Noun)
+}
+
+// Authorize returns the caller's role and fails unless it is one of want. A viewer
+// asking to edit is forbidden; a stranger gets not found.
+func (s Shared) Authorize(ctx context.Context, q Querier, id int64, want ...string) (string, error) {
+	role, err := s.Role(ctx, q, id, UserIDFromContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	for _, w := range want {
+		if role == w {
+			return role, nil
+		}
+	}
+	return role, Errorf(EFORBIDDEN, "Your role (%s) does not allow this on the %s.", role, lower(s.Noun))
+}
+
+// Editors and Anyone are the role sets for writes and reads.
+var (
+	Editors = []string{RoleOwner, RoleEditor}
+	Anyone  = []string{RoleOwner, RoleEditor, RoleViewer}
+)
+
+// Members lists the resource's members; any role may read them.
+func (s Shared) Members(ctx context.Context, q Querier, id int64) ([]Member, error) {
+	if _, err := s.Authorize(ctx, q, id, Anyone...); err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, fmt.Sprintf(
+		`select m.user_id, u.name, m.role from %s m join users u on u.id = m.user_id where m.%s = $1 order by m.user_id`,
+		s.MemberTable, s.ForeignKey), id)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
+		var m Member
+		return m, r.Scan(&m.UserID, &m.Name, &m.Role)
+	})
+}
+
+// SetMember grants or changes a member's role; only the owner manages members.
+func (s Shared) SetMember(ctx context.Context, q Querier, id, userID int64, role string) (Member, error) {
+	if !ValidRole(role) {
+		return Member{}, Errorf(EINVALID, "role must be %q or %q.", RoleEditor, RoleViewer)
+	}
+	if _, err := s.Authorize(ctx, q, id, RoleOwner); err != nil {
+		return Member{}, err
+	}
+	if userID == UserIDFromContext(ctx) {
+		return Member{}, Errorf(EINVALID, "The owner cannot also be a member.")
+	}
+	m := Member{UserID: userID, Role: role}
+	err := q.QueryRow(ctx, fmt.Sprintf(
+		`with up as (insert into %s (%s, user_id, role) values ($1, $2, $3)
+		   on conflict (%s, user_id) do update set role = excluded.role returning user_id)
+		 select u.name from up join users u on u.id = up.user_id`,
+		s.MemberTable, s.ForeignKey, s.ForeignKey), id, userID, role).Scan(&m.Name)
+	if err != nil {
+		return Member{}, PgError(err, "user")
+	}
+	return m, nil
+}
+
+// RemoveMember revokes a member's role; only the owner manages members.
+func (s Shared) RemoveMember(ctx context.Context, q Querier, id, userID int64) error {
+	if _, err := s.Authorize(ctx, q, id, RoleOwner); err != nil {
+		return err
+	}
+	tag, err := q.Exec(ctx, fmt.Sprintf(`delete from %s where %s = $1 and user_id = $2`, s.MemberTable, s.ForeignKey), id, userID)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return Errorf(ENOTFOUND, "Member not found.")
+	}
+	return nil
+}
+
+func lower(s string) string {
+	if s == "" {
+		return s
+	}
+	b := []byte(s)
+	if b[0] >= 'A' && b[0] <= 'Z' {
+		b[0] += 'a' - 'A'
+	}
+	return string(b)
+}

@@ -1,0 +1,143 @@
+// Package toolkits owns the catalogue of internal tools and the rule that decides whether
+// a tool is on for an agent in a conversation.
+package toolkits
+
+import (
+	"sort"
+)
+
+// Tool ids. They are stored in Postgres and sent to models; never rename one.
+const (
+	PyodideSandbox = "pyodide_sandbox"
+	SwarmMode      = "swarm_mode"
+)
+
+// Tool is one entry of the catalogue as clients see it.
+type Tool struct {
+	ID                string `json:"id"`
+	Name              string `json:"name"`
+	Description       string `json:"description"`
+	Featured          bool   `json:"featured"`
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailable_reason,omitempty"`
+}
+
+// Probe reports whether the engine behind a tool can serve it now, and if not, why.
+type Probe func() (ok bool, reason string)
+
+// Catalogue is the fixed list of internal tools with the deployment's policy applied.
+type Catalogue struct {
+	tools    []Tool
+	probes   map[string]Probe
+	disabled map[string]bool
+}
+
+// NewCatalogue returns the catalogue. probes tell, per tool id, whether its engine runs;
+// a tool with no probe is reported unavailable as not yet built, so it is never offered
+// by accident. disabled lists tools the deployment switched off.
+func NewCatalogue(probes map[string]Probe, disabled []string) *Catalogue {
+	c := &Catalogue{
+		tools: []Tool{
+			{ID: PyodideSandbox, Name: "Python sandbox", Featured: true,
+				Description: "Runs Python (Pyodide) for the assistant; variables, imports and files persist across the turns of a conversation."},
+			{ID: SwarmMode, Name: "Swarm mode",
+				Description: "Lets the agent hand work to its child agents, which share the conversation and its Python session."},
+		},
+		probes:   probes,
+		disabled: map[string]bool{},
+	}
+	for _, id := range disabled {
+		c.disabled[id] = true
+	}
+	return c
+}
+
+// Has reports whether id names a catalogue tool.
+func (c *Catalogue) Has(id string) bool {
+	for _, t := range c.tools {
+		if t.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// List returns the tools, featured first, with their availability now.
+func (c *Catalogue) List() []Tool {
+	out := make([]Tool, len(c.tools))
+	for i, t := range c.tools {
+		t.Available, t.UnavailableReason = c.availability(t.ID)
+		out[i] = t
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Featured && !out[j].Featured })
+	return out
+}
+
+func (c *Catalogue) availability(id string) (bool, string) {
+	if c.disabled[id] {
+		return false, "Disabled by the deployment's policy (SANDCHAT_TOOLS_DISABLED)."
+	}
+	probe, ok := c.probes[id]
+	if !ok {
+		return false, "Not available in this version of the server."
+	}
+	return probe()
+}
+
+// Sources of a tool's effective state, from strongest to weakest.
+const (
+	SourcePolicy       = "policy"
+	SourceConversation = "conversation"
+	SourceAgent        = "agent"
+	SourceDefault      = "default"
+)
+
+// State is a tool's effective setting for one agent in one conversation.
+type State struct {
+	Tool
+	Enabled bool   `json:"enabled"`
+	Source  string `json:"source"`
+	// Override is the conversation's own setting: nil means it inherits.
+	Override *bool `json:"override"`
+	// AgentSetting is the agent's saved setting: nil when the agent has none.
+	AgentSetting *bool `json:"agent_setting"`
+}
+
+// Resolve applies, for every catalogue tool: the deployment policy, then the
+// conversation's override, then the agent's saved setting, then the default (off).
+// overrides only apply to the conversation's primary agent; callers resolving for a
+// swarm child pass nil.
+func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
+	tools := c.List()
+	out := make([]State, 0, len(tools))
+	for _, t := range tools {
+		s := State{Tool: t, Source: SourceDefault}
+		if v, ok := overrides[t.ID]; ok {
+			s.Override = &v
+		}
+		if v, ok := agent[t.ID]; ok {
+			s.AgentSetting = &v
+		}
+		switch {
+		case !t.Available:
+			s.Source = SourcePolicy
+		case s.Override != nil:
+			s.Enabled, s.Source = *s.Override, SourceConversation
+		case s.AgentSetting != nil:
+			s.Enabled, s.Source = *s.AgentSetting, SourceAgent
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Enabled returns the ids of the tools that are on in states.
+func Enabled(states []State) map[string]bool {
+	on := map[string]bool{}
+	for _, s := range states {
+		if s.Enabled {
+			on[s.ID] = true
+		}
+	}
+	return on
+}

@@ -1,0 +1,62 @@
+package sandchat
+
+import (
+	"context"
+	"time"
+)
+
+// User is a person or a service account that holds API tokens.
+type User struct {
+	ID        int64     `json:"id"`
+	Name      string    `json:"name"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Member roles on agents and conversations. The owner is not a member row: ownership
+// is a column on the resource and implies every right.
+const (
+	RoleOwner  = "owner"
+	RoleEditor = "editor"
+	RoleViewer = "viewer"
+)
+
+// ValidRole reports whether r can be granted to a member.
+func ValidRole(r string) bool { return r == RoleEditor || r == RoleViewer }
+
+type userKey struct{}
+
+// WithUser returns a context that carries the acting user.
+func WithUser(ctx context.Context, u *User) context.Context {
+	return context.WithValue(ctx, userKey{}, u)
+}
+
+// UserFromContext returns the acting user, or nil for a context with none.
+func UserFromContext(ctx context.Context) *User {
+	u, _ := ctx.Value(userKey{}).(*User)
+	return u
+}
+
+// UserIDFromContext returns the acting user's id, or 0.
+func UserIDFromContext(ctx context.Context) int64 {
+	if u := UserFromContext(ctx); u != nil {
+		return u.ID
+	}
+	return 0
+}
+
+// Member is a user granted a role on an agent or a conversation.
+type Member struct {
+	UserID int64  `json:"user_id"`
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+}
+
+// UserService creates users and resolves API tokens to them.
+type UserService interface {
+	// CreateUser makes a user and a first API token for it; the token is returned once
+	// and only its hash is kept. Callers other than the bootstrap path must be admins.
+	CreateUser(ctx context.Context, name string, admin bool) (*User, string, error)
+	// Authenticate returns the user a token belongs to, or EUNAUTHORIZED.
+	Authenticate(ctx context.Context, token string) (*User, error)
+}
