@@ -1,0 +1,228 @@
+// Package sandbox runs Python for the assistant: Pyodide (CPython in WebAssembly) in
+// Deno Workers, one Worker per live session, with each session's interpreter state made
+// durable in Redis after every successful run so any node can pick it up.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config holds the engine's limits and locations. The zero value is not usable: start
+// from DefaultConfig.
+type Config struct {
+	// DenoPath, RuntimeDir and PyodideDir are found by Locate when empty.
+	DenoPath   string
+	RuntimeDir string // holds host.ts and worker.ts
+	PyodideDir string // the pyodide npm package (pyodide.mjs, pyodide.asm.wasm, …)
+
+	Hosts    int // Deno host processes
+	WarmPool int // Workers kept restored from the base snapshot, across all hosts
+	MaxLive  int // live sessions kept in memory; the least recently used is evicted
+
+	Timeout    time.Duration // default per run
+	MaxTimeout time.Duration // the most a caller may ask for
+	Grace      time.Duration // how long code may ignore the interrupt before its Worker is stopped
+
+	MemoryBytes     int64 // WebAssembly heap per session
+	HostMemoryBytes int64 // RSS of one host process; over it the host is killed
+
+	MaxOutput        int   // bytes of stdout and of stderr per run
+	MaxCode          int   // bytes of code per run
+	MaxArtifacts     int   // files returned per run
+	MaxArtifactBytes int64 // size of one returned file
+	MaxDataBytes     int64 // total of Request.Data per run
+
+	NetworkAllow []string // host or host:port; empty means no network
+
+	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
+	PackageCDN string // optional base URL tried for packages not in PackageDir's lock file
+
+	SessionTTL  time.Duration
+	ForceReplay bool // persist every session as packages + cell replay, as compiled-extension sessions are
+	QueueDepth  int  // runs that may wait for one session, across nodes
+	RedisPrefix string
+}
+
+// DefaultConfig returns the limits of DESIGN §4; locations are left for Locate.
+func DefaultConfig() Config {
+	return Config{
+		Hosts:            2,
+		WarmPool:         2,
+		MaxLive:          16,
+		Timeout:          30 * time.Second,
+		MaxTimeout:       300 * time.Second,
+		Grace:            3 * time.Second,
+		MemoryBytes:      512 << 20,
+		HostMemoryBytes:  6 << 30,
+		MaxOutput:        1 << 20,
+		MaxCode:          256 << 10,
+		MaxArtifacts:     20,
+		MaxArtifactBytes: 10 << 20,
+		MaxDataBytes:     64 << 20,
+		SessionTTL:       24 * time.Hour,
+		QueueDepth:       8,
+		RedisPrefix:      "sandchat:",
+	}
+}
+
+// Validate refuses values the engine cannot honour, with a message naming the setting.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Hosts < 1 || c.Hosts > 64 {
+		bad("sandbox hosts must be between 1 and 64, got %d", c.Hosts)
+	}
+	if c.WarmPool < 0 || c.WarmPool > 256 {
+		bad("sandbox warm pool must be between 0 and 256, got %d", c.WarmPool)
+	}
+	if c.MaxLive < 1 {
+		bad("sandbox max live sessions must be at least 1, got %d", c.MaxLive)
+	}
+	if c.Timeout <= 0 {
+		bad("sandbox timeout must be positive, got %s", c.Timeout)
+	}
+	if c.MaxTimeout < c.Timeout {
+		bad("sandbox max timeout (%s) must not be below the timeout (%s)", c.MaxTimeout, c.Timeout)
+	}
+	if c.Grace < 100*time.Millisecond || c.Grace > time.Minute {
+		bad("sandbox grace must be between 100ms and 1m, got %s", c.Grace)
+	}
+	if c.MemoryBytes < 64<<20 || c.MemoryBytes > 4<<30 {
+		bad("sandbox memory must be between 64 MiB and 4 GiB (wasm32), got %d bytes", c.MemoryBytes)
+	}
+	if c.HostMemoryBytes < c.MemoryBytes+256<<20 {
+		bad("sandbox host memory (%d bytes) must exceed the session memory by at least 256 MiB", c.HostMemoryBytes)
+	}
+	if c.MaxOutput < 1024 {
+		bad("sandbox max output must be at least 1024 bytes, got %d", c.MaxOutput)
+	}
+	if c.MaxCode < 1024 {
+		bad("sandbox max code must be at least 1024 bytes, got %d", c.MaxCode)
+	}
+	if c.MaxArtifacts < 0 || c.MaxArtifactBytes < 0 || c.MaxDataBytes < 0 {
+		bad("sandbox artifact and data limits must not be negative")
+	}
+	for _, h := range c.NetworkAllow {
+		if err := validHost(h); err != nil {
+			bad("sandbox network allowlist entry %q: %v", h, err)
+		}
+	}
+	if c.PackageCDN != "" {
+		u, err := url.Parse(c.PackageCDN)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad("sandbox package CDN must be an http(s) URL, got %q", c.PackageCDN)
+		}
+	}
+	if c.SessionTTL < time.Minute {
+		bad("sandbox session TTL must be at least 1m, got %s", c.SessionTTL)
+	}
+	if c.QueueDepth < 0 || c.QueueDepth > 1000 {
+		bad("sandbox queue depth must be between 0 and 1000, got %d", c.QueueDepth)
+	}
+	return errors.Join(errs...)
+}
+
+func validHost(h string) error {
+	if h == "" || strings.ContainsAny(h, "/ ,*@") {
+		return errors.New("want host or host:port, without scheme or path")
+	}
+	host := h
+	if hh, port, err := net.SplitHostPort(h); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return errors.New("bad port")
+		}
+		host = hh
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	return nil
+}
+
+// Locate fills DenoPath, RuntimeDir and PyodideDir when they are empty, looking for
+// sandbox/runtime next to the executable and above the working directory, so both an
+// installed binary and `go test` find an `npm ci`-ed runtime without configuration.
+// Whatever it cannot find stays empty; Start then reports why.
+func Locate(c Config) Config {
+	if c.RuntimeDir == "" {
+		c.RuntimeDir = findRuntimeDir()
+	}
+	if c.PyodideDir == "" && c.RuntimeDir != "" {
+		if p := filepath.Join(c.RuntimeDir, "node_modules", "pyodide"); fileExists(filepath.Join(p, "pyodide.mjs")) {
+			c.PyodideDir = p
+		}
+	}
+	if c.DenoPath == "" {
+		c.DenoPath = findDeno(c.RuntimeDir)
+	}
+	if c.PackageDir == "" {
+		c.PackageDir = c.PyodideDir
+	}
+	return c
+}
+
+func findRuntimeDir() string {
+	var starts []string
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			starts = append(starts, filepath.Dir(exe))
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, s := range starts {
+		d := s
+		for range 6 {
+			for _, c := range []string{filepath.Join(d, "sandbox", "runtime"), filepath.Join(d, "runtime"), d} {
+				if fileExists(filepath.Join(c, "host.ts")) && fileExists(filepath.Join(c, "worker.ts")) {
+					return c
+				}
+			}
+			p := filepath.Dir(d)
+			if p == d {
+				break
+			}
+			d = p
+		}
+	}
+	return ""
+}
+
+func findDeno(runtimeDir string) string {
+	if runtimeDir != "" {
+		if p := filepath.Join(runtimeDir, "node_modules", "deno", "deno"); isExecutable(p) {
+			return p
+		}
+		if m, _ := filepath.Glob(filepath.Join(runtimeDir, "node_modules", "@deno", "*", "deno")); len(m) > 0 {
+			for _, p := range m {
+				if isExecutable(p) {
+					return p
+				}
+			}
+		}
+	}
+	if p, err := exec.LookPath("deno"); err == nil {
+		return p
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}

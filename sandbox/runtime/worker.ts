@@ -1,0 +1,492 @@
+// One Pyodide interpreter per Worker, one Worker per live session. Everything a message
+// from this Worker says is untrusted by the host: user code shares this realm, so it can
+// call postMessage itself. Deno permissions (set by the host) are the real boundary.
+
+// deno-lint-ignore-file no-explicit-any
+
+const PAGE = 4096;
+const WORKDIR = "/home/pyodide";
+const DATADIR = "/data";
+
+// Kept in closures so user code, which can reach globalThis through Python's `js`
+// module, cannot undo the cap or forge the host's view of this worker.
+const realGrow = WebAssembly.Memory.prototype.grow;
+const post = globalThis.postMessage.bind(globalThis);
+let memoryCap = 512 * 1024 * 1024;
+WebAssembly.Memory.prototype.grow = function (this: WebAssembly.Memory, pages: number) {
+  // Refusing growth makes malloc fail inside the interpreter: Python raises MemoryError
+  // and the session lives on.
+  if (this.buffer.byteLength + pages * 65536 > memoryCap) {
+    throw new RangeError("sandbox memory limit reached");
+  }
+  return realGrow.call(this, pages);
+};
+
+// The driver lives in its own module so that user globals stay clean, and is installed
+// before the base snapshot is taken, so every restored session already has it.
+const DRIVER = String.raw`
+import sys, types, traceback, linecache, os, random, importlib.abc, importlib.util
+
+_m = types.ModuleType("_sandchat")
+sys.modules["_sandchat"] = _m
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+def _install():
+    from pyodide.code import eval_code_async
+    import __main__
+    INTERNAL = ("/_pyodide/", "/pyodide/", "<sandchat>")
+
+    def strip(e, seen=None):
+        # Tracebacks keep only frames the user can act on.
+        seen = seen if seen is not None else set()
+        if e is None or id(e) in seen:
+            return
+        seen.add(id(e))
+        tbs = []
+        tb = e.__traceback__
+        while tb is not None:
+            if not any(s in tb.tb_frame.f_code.co_filename for s in INTERNAL):
+                tbs.append(tb)
+            tb = tb.tb_next
+        for a, b in zip(tbs, tbs[1:] + [None]):
+            a.tb_next = b
+        e.__traceback__ = tbs[0] if tbs else None
+        strip(e.__cause__, seen)
+        strip(e.__context__, seen)
+
+    def hint(e):
+        if isinstance(e, ModuleNotFoundError) and e.name and "." not in e.name:
+            return (" (the sandbox has the Python standard library and the packages of its"
+                    " Pyodide package mirror; pip install is not available)")
+        return ""
+
+    async def run(code, filename, limit):
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        try:
+            value = await eval_code_async(code, __main__.__dict__, filename=filename)
+            if value is None:
+                return ("success", None, None)
+            r = repr(value)
+            if len(r) > limit:
+                r = r[:limit] + "\n[... repr truncated ...]"
+            return ("success", r, None)
+        except BaseException as e:
+            strip(e)
+            msg = str(e) + hint(e)
+            tb = "".join(traceback.format_exception(e))
+            if hint(e):
+                tb = tb.rstrip("\n") + hint(e) + "\n"
+            return ("error", None, (type(e).__name__, msg, tb))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+    def reseed():
+        # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
+        random.seed()
+
+    def patch_pyplot(plt):
+        def show(*args, **kwargs):
+            for num in plt.get_fignums():
+                fig = plt.figure(num)
+                i = 1
+                while os.path.exists(f"${WORKDIR}/figure-{i}.png"):
+                    i += 1
+                fig.savefig(f"${WORKDIR}/figure-{i}.png", format="png")
+            plt.close("all")
+        plt.show = show
+
+    class PyplotHook(importlib.abc.MetaPathFinder):
+        # plt.show() has no display here: it saves open figures as PNG artifacts instead.
+        def find_spec(self, name, path, target=None):
+            if name != "matplotlib.pyplot":
+                return None
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(name)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None:
+                return spec
+            loader = spec.loader
+            class Loader(importlib.abc.Loader):
+                def create_module(self, spec):
+                    return loader.create_module(spec)
+                def exec_module(self, module):
+                    loader.exec_module(module)
+                    patch_pyplot(module)
+            spec.loader = Loader()
+            return spec
+
+    sys.meta_path.insert(0, PyplotHook())
+    def compiled():
+        return [n for n, m in list(sys.modules.items())
+                if str(getattr(m, "__file__", None) or "").endswith(".so")]
+
+    _m.run = run
+    _m.reseed = reseed
+    _m.compiled = compiled
+
+_install()
+del _install, _m
+`;
+
+let py: any;
+let interrupt: Uint8Array;
+let base: Uint8Array; // this session's base snapshot, shared by every worker of the host
+let files = new Map<string, string>(); // path -> "mtime:size" of the working dir after the last run
+
+function heapOffset(s: Uint8Array): number {
+  return new DataView(s.buffer, s.byteOffset, s.byteLength).getUint32(4, true);
+}
+
+// The session's state travels as the heap XOR the base heap, as a list of differing
+// pages; the Go side compresses it. Layout: u32 heap length, u32 page count, u32 page
+// indexes, then the XOR-ed pages.
+function diff(snap: Uint8Array): { header: Uint8Array; delta: Uint8Array } {
+  const ho = heapOffset(snap), bo = heapOffset(base);
+  const heap = snap.subarray(ho), bheap = base.subarray(bo);
+  const n = Math.ceil(heap.length / PAGE);
+  const changed: number[] = [];
+  const h32 = new Int32Array(heap.buffer, heap.byteOffset, heap.length >> 2);
+  const b32 = new Int32Array(bheap.buffer, bheap.byteOffset, bheap.length >> 2);
+  const aligned = (heap.byteOffset & 3) === 0 && (bheap.byteOffset & 3) === 0;
+  for (let p = 0; p < n; p++) {
+    const start = p * PAGE, end = Math.min(start + PAGE, heap.length);
+    if (end > bheap.length || !aligned) {
+      changed.push(p);
+      continue;
+    }
+    for (let i = start >> 2; i < end >> 2; i++) {
+      if (h32[i] !== b32[i]) {
+        changed.push(p);
+        break;
+      }
+    }
+  }
+  const out = new Uint8Array(8 + changed.length * 4 + changed.length * PAGE);
+  const dv = new DataView(out.buffer);
+  dv.setUint32(0, heap.length, true);
+  dv.setUint32(4, changed.length, true);
+  let o = 8;
+  for (const p of changed) {
+    dv.setUint32(o, p, true);
+    o += 4;
+  }
+  for (const p of changed) {
+    const start = p * PAGE;
+    for (let i = 0; i < PAGE; i++) {
+      const j = start + i;
+      out[o + i] = j < heap.length ? heap[j] ^ (j < bheap.length ? bheap[j] : 0) : 0;
+    }
+    o += PAGE;
+  }
+  return { header: snap.slice(0, ho), delta: out };
+}
+
+function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
+  const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
+  const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true);
+  const bheap = base.subarray(heapOffset(base));
+  const snap = new Uint8Array(header.length + heapLen);
+  snap.set(header);
+  const heap = snap.subarray(header.length);
+  heap.set(bheap.subarray(0, Math.min(bheap.length, heapLen)));
+  let o = 8 + count * 4;
+  for (let k = 0; k < count; k++) {
+    const start = dv.getUint32(8 + k * 4, true) * PAGE;
+    const end = Math.min(start + PAGE, heapLen);
+    for (let j = start; j < end; j++) heap[j] ^= delta[o + j - start];
+    o += PAGE;
+  }
+  return snap;
+}
+
+function walk(dir: string, out: Map<string, string>) {
+  const FS = py.FS;
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    const p = dir + "/" + name;
+    const st = FS.stat(p);
+    if (FS.isDir(st.mode)) walk(p, out);
+    else if (FS.isFile(st.mode)) out.set(p, `${new Date(st.mtime).getTime()}:${st.size}`);
+  }
+}
+
+function writeFile(path: string, data: Uint8Array) {
+  const FS = py.FS;
+  const parts = path.split("/").filter(Boolean);
+  let d = "";
+  for (const part of parts.slice(0, -1)) {
+    d += "/" + part;
+    try {
+      FS.mkdir(d);
+    } catch { /* exists */ }
+  }
+  FS.writeFile(path, data);
+}
+
+function rmTree(dir: string) {
+  const FS = py.FS;
+  let names: string[];
+  try {
+    names = FS.readdir(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (name === "." || name === "..") continue;
+    const p = dir + "/" + name;
+    if (FS.isDir(FS.stat(p).mode)) {
+      rmTree(p);
+      FS.rmdir(p);
+    } else FS.unlink(p);
+  }
+}
+
+function mountData(data: { name: string; data: Uint8Array }[]) {
+  const FS = py.FS;
+  try {
+    FS.chmod(DATADIR, 0o755);
+  } catch {
+    FS.mkdir(DATADIR);
+  }
+  rmTree(DATADIR);
+  for (const f of data) {
+    writeFile(DATADIR + "/" + f.name, f.data);
+    FS.chmod(DATADIR + "/" + f.name, 0o444);
+  }
+  FS.chmod(DATADIR, 0o555);
+}
+
+// Powers a session must not have. Permissions already deny processes, env, FFI and
+// writes; these are the ones permissions do not cover.
+function harden() {
+  const g = globalThis as any;
+  for (const name of ["Worker", "SharedWorker", "close"]) {
+    try {
+      delete g[name];
+    } catch { /* non-configurable */ }
+  }
+  const D = g.Deno;
+  for (const name of ["exit", "kill", "Command", "run", "dlopen", "openKv", "serve", "listen", "listenTls", "connect", "connectTls", "startTls", "upgradeWebSocket", "chmod", "chmodSync", "chown", "chownSync"]) {
+    try {
+      Object.defineProperty(D, name, {
+        value: () => {
+          throw new Error(`Deno.${name} is not available in the sandbox`);
+        },
+        writable: false,
+        configurable: false,
+      });
+    } catch { /* already locked */ }
+  }
+  try {
+    delete g.process; // node compatibility globals carry exit() and friends
+  } catch { /* ignore */ }
+}
+
+async function load(m: any, snapshot?: Uint8Array) {
+  const { loadPyodide } = await import(m.pyodideURL + "pyodide.mjs");
+  const opts: any = {
+    indexURL: m.pyodideDir,
+    _makeSnapshot: true,
+    stdout: () => {},
+    stderr: () => {},
+  };
+  if (m.lockFileURL) opts.lockFileURL = m.lockFileURL;
+  if (m.packageBaseURL) opts.packageBaseUrl = m.packageBaseURL;
+  if (snapshot) opts._loadSnapshot = snapshot;
+  return await loadPyodide(opts);
+}
+
+let outLimit = 1 << 20;
+let runId = 0;
+
+function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }) {
+  const dec = new TextDecoder();
+  let pending = "";
+  let last = performance.now();
+  const flush = () => {
+    if (pending) post({ op: "out", run: runId, stream, chunk: pending });
+    pending = "";
+    last = performance.now();
+  };
+  const write = (buf: Uint8Array) => {
+    if (state.truncated) return buf.length;
+    let b = buf;
+    if (state.bytes + b.length > outLimit) {
+      b = b.subarray(0, Math.max(0, outLimit - state.bytes));
+      state.truncated = true;
+    }
+    state.bytes += b.length;
+    const s = dec.decode(b, { stream: !state.truncated });
+    state.text += s;
+    pending += s;
+    if (pending.length >= 8192 || performance.now() - last > 100 || state.truncated) flush();
+    return buf.length;
+  };
+  return { write, flush };
+}
+
+async function run(m: any) {
+  runId = m.run;
+  outLimit = m.maxOutput;
+  if (m.data) mountData(m.data);
+  const before = files;
+  const startMs = Date.now();
+  const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
+  const so = makeSink("stdout", out), se = makeSink("stderr", err);
+  py.setStdout({ write: so.write });
+  py.setStderr({ write: se.write });
+  let status = "success", result: string | null = null, error: any = null;
+  interrupt[0] = 0;
+  try {
+    try {
+      await py.loadPackagesFromImports(m.code, { messageCallback: () => {}, errorCallback: () => {} });
+    } catch { /* the import in user code reports the failure */ }
+    const mod = py.pyimport("_sandchat");
+    const fn = mod.run;
+    const r = await fn(m.code, m.filename, m.maxOutput);
+    fn.destroy();
+    mod.destroy();
+    const [s, v, e] = r.toJs();
+    r.destroy();
+    status = s;
+    result = v ?? null;
+    if (e) error = { type: e[0], message: e[1], traceback: e[2] };
+  } catch (e) {
+    status = "error";
+    error = { type: "SandboxError", message: String((e as Error)?.message ?? e), traceback: "" };
+  }
+  so.flush();
+  se.flush();
+  const interrupted = interrupt[1] === 1;
+  interrupt[0] = 0;
+  interrupt[1] = 0;
+  if (interrupted && error && error.type === "KeyboardInterrupt") status = "timeout";
+  py.setStdout({ write: (b: Uint8Array) => b.length });
+  py.setStderr({ write: (b: Uint8Array) => b.length });
+
+  const after = new Map<string, string>();
+  walk(WORKDIR, after);
+  files = after;
+  const changed: { path: string; data: Uint8Array }[] = [];
+  for (const [p, sig] of after) {
+    const mtime = Number(sig.split(":")[0]);
+    if (before.get(p) !== sig || mtime >= startMs) changed.push({ path: p.slice(WORKDIR.length + 1), data: py.FS.readFile(p) });
+  }
+  const deleted = [...before.keys()].filter((p) => !after.has(p)).map((p) => p.slice(WORKDIR.length + 1));
+  const packages = Object.keys(py.loadedPackages ?? {});
+  const reply: any = {
+    op: "done", run: runId, status, result, error,
+    stdout: out.text, stderr: err.text, stdoutTruncated: out.truncated, stderrTruncated: err.truncated,
+    changed, deleted, packages,
+  };
+  if (m.persist && status === "success") {
+    if (m.replay) {
+      reply.snapshot = null;
+    } else {
+      const compiled = compiledModules();
+      if (compiled.length) {
+        // Pyodide cannot restore a heap that loaded compiled extensions: the session
+        // persists as packages plus replay of its successful cells.
+        reply.snapshotError = `compiled extension modules loaded: ${compiled.slice(0, 5).join(", ")}`;
+      } else {
+        for (let attempt = 0; ; attempt++) {
+          // The driver's coroutine hands its last JS references back one macrotask later.
+          await new Promise((r) => setTimeout(r, 0));
+          try {
+            const d = diff(py.makeMemorySnapshot());
+            reply.header = d.header;
+            reply.delta = d.delta;
+            break;
+          } catch (e) {
+            // Still failing: user code holds JS objects, which a snapshot cannot carry.
+            if (attempt >= 2) {
+              reply.snapshotError = String((e as Error)?.message ?? e);
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+  post(reply);
+}
+
+function compiledModules(): string[] {
+  const r = py.runPython("__import__('_sandchat').compiled()", { filename: "<sandchat>" });
+  const names = r.toJs();
+  r.destroy();
+  return names;
+}
+
+async function quietRun(code: string, filename: string) {
+  const mod = py.pyimport("_sandchat");
+  const fn = mod.run;
+  const r = await fn(code, filename, 100);
+  fn.destroy();
+  mod.destroy();
+  const [s, , e] = r.toJs();
+  r.destroy();
+  return s === "success" ? null : `${e?.[0]}: ${e?.[1]}`;
+}
+
+self.onmessage = async ({ data: m }: MessageEvent) => {
+  try {
+    switch (m.op) {
+      case "boot": {
+        // A fresh interpreter whose heap becomes the base every session is diffed against.
+        py = await load(m);
+        py.runPython(DRIVER, { filename: "<sandchat>" });
+        const snap = py.makeMemorySnapshot();
+        post({ op: "booted", version: py.version, snapshot: snap }, [snap.buffer]);
+        return;
+      }
+      case "init": {
+        memoryCap = m.memory;
+        interrupt = new Uint8Array(m.interrupt);
+        base = new Uint8Array(m.base);
+        const snapshot = m.delta ? undiff(m.header, m.delta) : base;
+        py = await load(m, snapshot);
+        py.setInterruptBuffer(interrupt);
+        harden();
+        post({ op: "ready" });
+        return;
+      }
+      case "attach": {
+        // The session becomes live: a pool worker gets its own RNG and its saved files.
+        if (m.reseed) await quietRun("__import__(\"_sandchat\").reseed()", "<sandchat>");
+        rmTree(WORKDIR);
+        for (const f of m.files ?? []) writeFile(WORKDIR + "/" + f.path, f.data);
+        let failed: string | null = null;
+        if (m.packages?.length) {
+          try {
+            await py.loadPackage(m.packages, { messageCallback: () => {}, errorCallback: () => {} });
+          } catch (e) {
+            failed = String(e);
+          }
+        }
+        for (const [i, cell] of (m.cells ?? []).entries()) {
+          if (failed) break;
+          await py.loadPackagesFromImports(cell, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
+          const e = await quietRun(cell, `<replay-${i + 1}>`);
+          if (e) failed = `replay of cell ${i + 1} failed: ${e}`;
+        }
+        if (m.cells?.length) {
+          // Replay may have rewritten files: the saved ones are the truth.
+          for (const f of m.files ?? []) writeFile(WORKDIR + "/" + f.path, f.data);
+        }
+        files = new Map();
+        walk(WORKDIR, files);
+        post({ op: "attached", error: failed });
+        return;
+      }
+      case "run":
+        await run(m);
+        return;
+    }
+  } catch (e) {
+    post({ op: "failed", error: String((e as Error)?.stack ?? e) });
+  }
+};

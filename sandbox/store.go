@@ -1,0 +1,293 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/redis/go-redis/v9"
+)
+
+// store keeps session state, leases and the shared base snapshot in Redis. Every key of
+// one session shares a hash tag so the scripts below stay single-slot on Redis Cluster.
+type store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+	zenc   *zstd.Encoder
+	zdec   *zstd.Decoder
+}
+
+func newStore(rdb redis.UniversalClient, prefix string, ttl time.Duration) (*store, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(8<<30))
+	if err != nil {
+		return nil, err
+	}
+	return &store{rdb: rdb, prefix: prefix + "sandbox:", ttl: ttl, zenc: enc, zdec: dec}, nil
+}
+
+func (s *store) key(session, part string) string { return s.prefix + "{" + session + "}:" + part }
+
+// state is what survives a Worker, a server restart or a move to another node.
+type state struct {
+	Version  int64
+	Base     string // content hash of the base snapshot the delta is against
+	Build    string
+	Mode     string // modeSnapshot or modeReplay
+	Header   []byte // the snapshot's own header (its length varies between snapshots)
+	Delta    []byte // zstd of the heap pages that differ from the base, XOR-ed
+	Packages []string
+	Cells    []string
+	Files    map[string][]byte
+	Updated  time.Time
+}
+
+const (
+	modeSnapshot = "snapshot"
+	modeReplay   = "replay"
+)
+
+func (s *store) version(ctx context.Context, session string) (int64, error) {
+	v, err := s.rdb.HGet(ctx, s.key(session, "state"), "version").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// seen tells an expired session from one that never existed: the marker outlives the state.
+func (s *store) seen(ctx context.Context, session string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.key(session, "seen")).Result()
+	return n > 0, err
+}
+
+func (s *store) load(ctx context.Context, session string, withCells bool) (*state, error) {
+	pipe := s.rdb.Pipeline()
+	hs := pipe.HGetAll(ctx, s.key(session, "state"))
+	fs := pipe.HGetAll(ctx, s.key(session, "files"))
+	var cells *redis.StringSliceCmd
+	if withCells {
+		cells = pipe.LRange(ctx, s.key(session, "cells"), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	h := hs.Val()
+	if len(h) == 0 {
+		return nil, nil
+	}
+	st := &state{Base: h["base"], Build: h["build"], Mode: h["mode"], Header: []byte(h["header"]), Files: map[string][]byte{}}
+	st.Version, _ = strconv.ParseInt(h["version"], 10, 64)
+	if ms, err := strconv.ParseInt(h["updated"], 10, 64); err == nil {
+		st.Updated = time.UnixMilli(ms)
+	}
+	_ = json.Unmarshal([]byte(h["packages"]), &st.Packages)
+	if d := h["delta"]; d != "" {
+		raw, err := s.zdec.DecodeAll([]byte(d), nil)
+		if err != nil {
+			return nil, fmt.Errorf("decompress session state: %w", err)
+		}
+		st.Delta = raw
+	}
+	for k, v := range fs.Val() {
+		st.Files[k] = []byte(v)
+	}
+	if cells != nil {
+		st.Cells = cells.Val()
+	}
+	return st, nil
+}
+
+// saveScript writes a run's state only while the caller still holds the lease and the
+// stored version is the one its run started from: a stale node can never overwrite a
+// newer state (fencing).
+var saveScript = redis.NewScript(`
+local state, files, cells, lease, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if redis.call('GET', lease) ~= ARGV[1] then return -1 end
+local v = tonumber(redis.call('HGET', state, 'version') or '0')
+if v ~= tonumber(ARGV[2]) then return -2 end
+local ttl = tonumber(ARGV[4])
+local i = 5
+local nf = tonumber(ARGV[i]); i = i + 1
+for _ = 1, nf do redis.call('HSET', state, ARGV[i], ARGV[i+1]); i = i + 2 end
+local clear = ARGV[i]; i = i + 1
+if clear == '1' then redis.call('DEL', files, cells) end
+local nc = tonumber(ARGV[i]); i = i + 1
+for _ = 1, nc do redis.call('HSET', files, ARGV[i], ARGV[i+1]); i = i + 2 end
+local nd = tonumber(ARGV[i]); i = i + 1
+for _ = 1, nd do redis.call('HDEL', files, ARGV[i]); i = i + 1 end
+local cell = ARGV[i]
+if cell ~= '' then redis.call('RPUSH', cells, cell) end
+redis.call('HSET', state, 'version', ARGV[3])
+redis.call('PEXPIRE', state, ttl)
+redis.call('PEXPIRE', files, ttl)
+redis.call('PEXPIRE', cells, ttl)
+redis.call('SET', seen, '1', 'PX', ttl * 7)
+return tonumber(ARGV[3])
+`)
+
+type saveReq struct {
+	Token    string
+	From     int64 // version the run started from
+	Fresh    bool  // the session started over: forget old files and cells
+	Base     string
+	Build    string
+	Mode     string
+	Header   []byte
+	Delta    []byte // raw; compressed here
+	Packages []string
+	Changed  map[string][]byte
+	Deleted  []string
+	Cell     string
+}
+
+var errFenced = errors.New("session lease lost or state changed by another run")
+
+func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int, error) {
+	var delta []byte
+	if r.Delta != nil {
+		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
+	}
+	pk, _ := json.Marshal(r.Packages)
+	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "header", r.Header,
+		"delta", delta, "packages", string(pk), "updated", time.Now().UnixMilli()}
+	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), len(fields) / 2}
+	args = append(args, fields...)
+	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh], len(r.Changed))
+	for k, v := range r.Changed {
+		args = append(args, k, v)
+	}
+	args = append(args, len(r.Deleted))
+	for _, d := range r.Deleted {
+		args = append(args, d)
+	}
+	args = append(args, r.Cell)
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen")}
+	n, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n < 0 {
+		return 0, 0, errFenced
+	}
+	return n, len(delta), nil
+}
+
+func (s *store) reset(ctx context.Context, session string) error {
+	return s.rdb.Del(ctx, s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "seen")).Err()
+}
+
+// ---- leases: one run at a time per session, across nodes ----
+
+const leaseTTL = 15 * time.Second
+
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// acquire waits for the session's lease. Local waiters are already serialised by the
+// engine, so this polls only for runs on other nodes.
+func (s *store) acquire(ctx context.Context, session, token string) error {
+	k := s.key(session, "lease")
+	wait := 5 * time.Millisecond
+	for {
+		ok, err := s.rdb.SetNX(ctx, k, token, leaseTTL).Result()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 100*time.Millisecond)
+	}
+}
+
+func (s *store) renew(ctx context.Context, session, token string) (bool, error) {
+	n, err := renewScript.Run(ctx, s.rdb, []string{s.key(session, "lease")}, token, leaseTTL.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+func (s *store) release(ctx context.Context, session, token string) error {
+	return releaseScript.Run(ctx, s.rdb, []string{s.key(session, "lease")}, token).Err()
+}
+
+// admitScript bounds the runs waiting for one session across nodes; entries of a node
+// that died are dropped once older than the longest possible run.
+var admitScript = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[4]))
+if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1`)
+
+func (s *store) admit(ctx context.Context, session, token string, depth int, stale time.Duration) (bool, error) {
+	n, err := admitScript.Run(ctx, s.rdb, []string{s.key(session, "queue")}, time.Now().UnixMilli(), token, depth, stale.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+func (s *store) leave(ctx context.Context, session, token string) error {
+	return s.rdb.ZRem(ctx, s.key(session, "queue"), token).Err()
+}
+
+// ---- the base snapshot, content-addressed and shared by every node ----
+
+func (s *store) baseFor(ctx context.Context, build string) (string, error) {
+	h, err := s.rdb.Get(ctx, s.prefix+"build:"+build).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return h, err
+}
+
+func (s *store) loadBase(ctx context.Context, hash string) ([]byte, error) {
+	b, err := s.rdb.Get(ctx, s.prefix+"base:"+hash).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	return s.zdec.DecodeAll(b, nil)
+}
+
+// publishBase stores a base and makes it the build's base unless another node got there
+// first; it returns the hash every node should use.
+func (s *store) publishBase(ctx context.Context, build, hash string, snap []byte) (string, error) {
+	z := s.zenc.EncodeAll(snap, nil)
+	// Bases are never expired: a session saved against one needs it for as long as it lives.
+	if err := s.rdb.Set(ctx, s.prefix+"base:"+hash, z, 0).Err(); err != nil {
+		return "", err
+	}
+	ok, err := s.rdb.SetNX(ctx, s.prefix+"build:"+build, hash, 0).Result()
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return hash, nil
+	}
+	return s.baseFor(ctx, build)
+}

@@ -1,0 +1,112 @@
+package sandbox
+
+import "time"
+
+// Request is one run of Python code in a session.
+type Request struct {
+	Code string
+	// Timeout of this run; zero means Config.Timeout, more than Config.MaxTimeout is refused.
+	Timeout time.Duration
+	// Data is visible read-only to Python under /data for this run.
+	Data []File
+	// OnOutput, when set, receives stdout/stderr chunks while the code runs. It is called
+	// from the engine's reader goroutine: it must not block.
+	OnOutput func(stream, chunk string)
+}
+
+// File is a named blob handed to Python.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Run statuses.
+const (
+	StatusSuccess = "success"
+	StatusError   = "error"
+	StatusTimeout = "timeout"
+)
+
+// Where a session's interpreter came from for a run.
+const (
+	FromLive     = "live"     // the Worker was already warm and current
+	FromSnapshot = "snapshot" // restored from the heap saved in Redis
+	FromReplay   = "replay"   // rebuilt by replaying successful cells (compiled extensions, JS objects)
+	FromFresh    = "fresh"    // a new interpreter: first run, reset, or expired
+)
+
+// Result is the outcome of a run. A Python exception is a Result with Status "error",
+// not a Go error: Go errors are for runs that could not be attempted or saved.
+type Result struct {
+	Status      string      `json:"status"`
+	Stdout      string      `json:"stdout"`
+	Stderr      string      `json:"stderr"`
+	Result      *string     `json:"result"` // repr of a trailing expression
+	Error       *ExecError  `json:"error,omitempty"`
+	Artifacts   []Artifact  `json:"artifacts"`
+	ExecutionMS int64       `json:"execution_ms"`
+	Session     SessionInfo `json:"session"`
+}
+
+// ExecError describes a Python exception (or a run stopped by the engine).
+type ExecError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+// Artifact is a file created or changed under the working directory during a run.
+type Artifact struct {
+	Name        string `json:"name"` // path relative to /home/pyodide
+	ContentType string `json:"content_type"`
+	Data        []byte `json:"-"`
+	Size        int64  `json:"size"`
+}
+
+// SessionInfo describes a session's durable state.
+type SessionInfo struct {
+	Version      int64     `json:"version"`
+	RestoredFrom string    `json:"restored_from,omitempty"`
+	Packages     []string  `json:"packages"`
+	Expired      bool      `json:"expired,omitempty"` // the previous state timed out: setup must be re-run
+	Mode         string    `json:"mode,omitempty"`    // snapshot | replay
+	Files        []string  `json:"files,omitempty"`
+	Live         bool      `json:"live"`
+	UpdatedAt    time.Time `json:"updated_at,omitzero"`
+	StateBytes   int64     `json:"state_bytes,omitempty"`
+}
+
+// Status is the engine's health, for /api/v1/sandbox/status and `sandchat doctor`.
+type Status struct {
+	Available bool          `json:"available"`
+	Reason    string        `json:"reason,omitempty"`
+	Deno      DenoStatus    `json:"deno"`
+	Pyodide   PyodideStatus `json:"pyodide"`
+	Hosts     int           `json:"hosts"`
+	LiveSess  int           `json:"live_sessions"`
+	WarmPool  int           `json:"warm_pool"`
+	BaseHash  string        `json:"base_hash,omitempty"`
+	HostRSS   []int64       `json:"host_rss_bytes,omitempty"`
+	Limits    StatusLimits  `json:"limits"`
+}
+
+type DenoStatus struct {
+	Installed bool   `json:"installed"`
+	Version   string `json:"version,omitempty"`
+	Path      string `json:"path,omitempty"`
+}
+
+type PyodideStatus struct {
+	Installed bool   `json:"installed"`
+	Version   string `json:"version,omitempty"`
+	Path      string `json:"path,omitempty"`
+}
+
+type StatusLimits struct {
+	TimeoutMS    int64    `json:"timeout_ms"`
+	MaxTimeoutMS int64    `json:"max_timeout_ms"`
+	MemoryBytes  int64    `json:"memory_bytes"`
+	MaxOutput    int      `json:"max_output"`
+	MaxCode      int      `json:"max_code"`
+	NetworkAllow []string `json:"network_allow"`
+}
