@@ -59,7 +59,8 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Provider implements agents.Provider over the Chat Completions API.
+// Provider implements agents.Provider over the Chat Completions API. It is safe for
+// concurrent use; one Provider serves every turn that uses its endpoint and key.
 type Provider struct {
 	cfg  Config
 	log  *slog.Logger
