@@ -882,7 +882,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request, 
 		var he *hostError
 		if errors.As(rep.err, &he) {
 			return Result{Status: StatusError, ExecutionMS: ms,
-				Error: &ExecError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + he.msg},
+				Error:   &ExecError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + he.msg},
 				Session: SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: lv.packages, Mode: lv.mode}}, ctxErr
 		}
 		return Result{}, rep.err

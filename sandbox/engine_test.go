@@ -1,25 +1,372 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/sandchat/sandchat"
 )
 
-func TestExecuteBasics(t *testing.T) {
+func TestExecute(t *testing.T) {
 	e, _, key := setup(t)
-	k := key("basics")
-	r := mustSucceed(t, e, k, "x = 41\nprint('hi')\nx + 1")
-	if resultOf(r) != "42" || r.Stdout != "hi\n" {
-		t.Fatalf("got %+v", r)
+
+	tests := []struct {
+		name   string
+		setup  []string // run first, each must succeed
+		code   string
+		status string
+		check  func(t *testing.T, r Result)
+	}{
+		{
+			name: "trailing expression comes back as repr", code: "x = 41\nprint('hi')\n{'x': x + 1}", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if resultOf(r) != "{'x': 42}" || r.Stdout != "hi\n" {
+					t.Errorf("result %s stdout %q", resultOf(r), r.Stdout)
+				}
+			},
+		},
+		{
+			name: "statement without value has no result", code: "y = 1", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if r.Result != nil {
+					t.Errorf("result %s", resultOf(r))
+				}
+			},
+		},
+		{
+			name: "stderr is separate", code: "import sys\nprint('err', file=sys.stderr)\nprint('out')", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if r.Stdout != "out\n" || r.Stderr != "err\n" {
+					t.Errorf("stdout %q stderr %q", r.Stdout, r.Stderr)
+				}
+			},
+		},
+		{
+			name: "exception has type, message and a traceback of user frames only", code: "def f():\n    return 1/0\nf()", status: StatusError,
+			check: func(t *testing.T, r Result) {
+				if r.Error == nil || r.Error.Type != "ZeroDivisionError" || r.Error.Message != "division by zero" {
+					t.Fatalf("error %+v", r.Error)
+				}
+				tb := r.Error.Traceback
+				if !strings.Contains(tb, "return 1/0") || !strings.Contains(tb, "line 2, in f") {
+					t.Errorf("traceback lacks user frames:\n%s", tb)
+				}
+				for _, internal := range []string{"_pyodide", "<exec>", "<sandchat>", "pyodide/"} {
+					if strings.Contains(tb, internal) {
+						t.Errorf("traceback shows %s:\n%s", internal, tb)
+					}
+				}
+			},
+		},
+		{
+			name: "syntax error is an error result", code: "def (:", status: StatusError,
+			check: func(t *testing.T, r Result) {
+				if r.Error.Type != "SyntaxError" {
+					t.Errorf("error %+v", r.Error)
+				}
+			},
+		},
+		{
+			name: "sys.exit is contained", code: "import sys\nsys.exit(3)", status: StatusError,
+			check: func(t *testing.T, r Result) {
+				if r.Error.Type != "SystemExit" {
+					t.Errorf("error %+v", r.Error)
+				}
+			},
+		},
+		{
+			name:  "functions, classes, generators and closures persist",
+			setup: []string{"def counter():\n    n = 0\n    def inc():\n        nonlocal n\n        n += 1\n        return n\n    return inc\nc = counter()\nc()", "class P:\n    def __init__(self, v): self.v = v\np = P(5)", "g = (i * i for i in range(10))\nnext(g)"},
+			code:  "[c(), p.v, next(g), next(g)]", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if resultOf(r) != "[2, 5, 1, 4]" {
+					t.Errorf("result %s", resultOf(r))
+				}
+			},
+		},
+		{
+			name: "top-level await works", code: "import asyncio\nawait asyncio.sleep(0.01)\n'done'", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if resultOf(r) != "'done'" {
+					t.Errorf("result %s", resultOf(r))
+				}
+			},
+		},
+		{
+			name: "unknown import says what is available", code: "import surely_not_a_module", status: StatusError,
+			check: func(t *testing.T, r Result) {
+				if r.Error.Type != "ModuleNotFoundError" || !strings.Contains(r.Error.Message, "pip install is not available") {
+					t.Errorf("error %+v", r.Error)
+				}
+			},
+		},
+		{
+			name: "stdout is capped with a marker", code: "print('x' * (3 << 20))", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if len(r.Stdout) > (1<<20)+200 || !strings.Contains(r.Stdout, "output truncated") {
+					t.Errorf("stdout of %d bytes, tail %q", len(r.Stdout), r.Stdout[max(0, len(r.Stdout)-80):])
+				}
+			},
+		},
+		{
+			name: "memory cap gives MemoryError and the session survives", setup: []string{"keep = 'still here'"},
+			code: "try:\n    b = bytearray(1536 * 1024 ** 2)\nexcept MemoryError:\n    r = 'MemoryError'\n[r, keep]", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if resultOf(r) != "['MemoryError', 'still here']" {
+					t.Errorf("result %s", resultOf(r))
+				}
+			},
+		},
+		{
+			name: "a PNG written by pure Python is an image artifact",
+			code: pngCode, status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if len(r.Artifacts) != 2 {
+					t.Fatalf("artifacts %+v", r.Artifacts)
+				}
+				png, csv := r.Artifacts[0], r.Artifacts[1]
+				if png.Name != "plots/dot.png" || png.ContentType != "image/png" || !bytes.HasPrefix(png.Data, []byte("\x89PNG")) {
+					t.Errorf("png artifact %s %s", png.Name, png.ContentType)
+				}
+				if csv.Name != "table.csv" || !strings.HasPrefix(csv.ContentType, "text/csv") || string(csv.Data) != "a,b\n1,2\n" {
+					t.Errorf("csv artifact %s %s %q", csv.Name, csv.ContentType, csv.Data)
+				}
+			},
+		},
+		{
+			name: "unchanged files are not artifacts again", setup: []string{"open('same.txt', 'w').write('x')"},
+			code: "open('other.txt', 'w').write('y')", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				if len(r.Artifacts) != 1 || r.Artifacts[0].Name != "other.txt" {
+					t.Errorf("artifacts %+v", r.Artifacts)
+				}
+			},
+		},
+		{
+			name:  "plt.show saves open figures as PNG artifacts",
+			setup: []string{fakeMatplotlib},
+			code:  "import matplotlib.pyplot as plt\nplt.figure()\nplt.figure()\nplt.show()\nplt.get_fignums()", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				var names []string
+				for _, a := range r.Artifacts {
+					if a.ContentType == "image/png" {
+						names = append(names, a.Name)
+					}
+				}
+				if strings.Join(names, ",") != "figure-1.png,figure-2.png" || resultOf(r) != "[]" {
+					t.Errorf("png artifacts %v, open figures %s", names, resultOf(r))
+				}
+			},
+		},
 	}
-	r = mustSucceed(t, e, k, "x += 1\nx")
-	if resultOf(r) != "42" {
-		t.Fatalf("got %+v", r)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := key(tt.name)
+			for _, s := range tt.setup {
+				mustSucceed(t, e, k, s)
+			}
+			r := run(t, e, k, tt.code)
+			if r.Status != tt.status {
+				t.Fatalf("status %s, want %s; error %+v; stderr %q", r.Status, tt.status, r.Error, r.Stderr)
+			}
+			tt.check(t, r)
+		})
 	}
-	t.Logf("%+v", r.Session)
-	r = run(t, e, k, "def f():\n    return 1/0\nf()")
-	if r.Status != StatusError || !strings.Contains(r.Error.Traceback, "ZeroDivisionError") {
-		t.Fatalf("got %+v", r)
+}
+
+// pngCode writes a 1×1 PNG with zlib and struct only, as a user without Pillow would.
+const pngCode = `import zlib, struct, os
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+png = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(b'\x00\xff\x00\x00')) + chunk(b'IEND', b'')
+os.makedirs('plots', exist_ok=True)
+open('plots/dot.png', 'wb').write(png)
+open('table.csv', 'w').write('a,b\n1,2\n')`
+
+// fakeMatplotlib stands in for matplotlib, which cannot be installed here: the import
+// hook patches whatever module is imported as matplotlib.pyplot.
+const fakeMatplotlib = `import os
+os.makedirs('/tmp/fakempl/matplotlib', exist_ok=True)
+open('/tmp/fakempl/matplotlib/__init__.py', 'w').write('')
+open('/tmp/fakempl/matplotlib/pyplot.py', 'w').write('''
+_figs = {}
+class Figure:
+    def __init__(self, n): self.n = n
+    def savefig(self, path, format=None):
+        import zlib, struct
+        def chunk(k, d): return struct.pack('>I', len(d)) + k + d + struct.pack('>I', zlib.crc32(k + d))
+        open(path, 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(b'\\x00\\x00\\x00\\x00')) + chunk(b'IEND', b''))
+def figure(n=None):
+    n = n or len(_figs) + 1
+    return _figs.setdefault(n, Figure(n))
+def get_fignums(): return sorted(_figs)
+def close(which='all'): _figs.clear()
+def show(): raise RuntimeError('no display')
+''')
+import sys
+sys.path.insert(0, '/tmp/fakempl')`
+
+func TestLimits(t *testing.T) {
+	e, _, key := setup(t)
+
+	t.Run("code over the size limit is refused", func(t *testing.T) {
+		_, err := e.Execute(context.Background(), key("big"), Request{Code: strings.Repeat("#", e.cfg.MaxCode+1)})
+		if sandchat.ErrorCode(err) != sandchat.ETOOLARGE {
+			t.Fatalf("err %v, want %s", err, sandchat.ETOOLARGE)
+		}
+	})
+	t.Run("timeout above the maximum is refused", func(t *testing.T) {
+		_, err := e.Execute(context.Background(), key("tmax"), Request{Code: "1", Timeout: e.cfg.MaxTimeout + time.Second})
+		if sandchat.ErrorCode(err) != sandchat.EINVALID {
+			t.Fatalf("err %v, want %s", err, sandchat.EINVALID)
+		}
+	})
+	t.Run("timeout interrupts with KeyboardInterrupt and keeps state", func(t *testing.T) {
+		k := key("timeout")
+		mustSucceed(t, e, k, "x = 7")
+		r, err := e.Execute(context.Background(), k, Request{Code: "x = 8\nwhile True:\n    pass", Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != StatusTimeout || r.Error.Type != "KeyboardInterrupt" || !strings.Contains(r.Error.Message, "time limit") {
+			t.Fatalf("got %s %+v", r.Status, r.Error)
+		}
+		if got := resultOf(mustSucceed(t, e, k, "x")); got != "8" {
+			t.Fatalf("x = %s after the interrupt, want the live value 8", got)
+		}
+	})
+	t.Run("code ignoring the interrupt is stopped and the session restored", func(t *testing.T) {
+		k := key("stubborn")
+		mustSucceed(t, e, k, "saved = 'yes'")
+		code := "lost = 1\nwhile True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        pass"
+		r, err := e.Execute(context.Background(), k, Request{Code: code, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != StatusTimeout || !strings.Contains(r.Error.Message, "last saved state") {
+			t.Fatalf("got %s %+v", r.Status, r.Error)
+		}
+		r = mustSucceed(t, e, k, "[saved, 'lost' in globals()]")
+		if resultOf(r) != "['yes', False]" || r.Session.RestoredFrom != FromSnapshot {
+			t.Fatalf("after restart: %s from %s", resultOf(r), r.Session.RestoredFrom)
+		}
+	})
+	t.Run("cancelling the context interrupts the run", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(300*time.Millisecond, cancel)
+		r, err := e.Execute(ctx, key("cancel"), Request{Code: "import time\nwhile True:\n    time.sleep(0.01)"})
+		if !errors.Is(err, context.Canceled) || r.Status != StatusTimeout {
+			t.Fatalf("err %v status %s", err, r.Status)
+		}
+	})
+	t.Run("live output arrives in chunks", func(t *testing.T) {
+		var mu sync.Mutex
+		var got strings.Builder
+		chunks := 0
+		r, err := e.Execute(context.Background(), key("stream"), Request{
+			Code: "import time, sys\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)\nprint('e', file=sys.stderr)",
+			OnOutput: func(stream, chunk string) {
+				mu.Lock()
+				got.WriteString(stream + ":" + chunk)
+				chunks++
+				mu.Unlock()
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if s := got.String(); chunks < 2 || strings.ReplaceAll(s, "stdout:", "") != "0\n1\n2\nstderr:e\n" || r.Stdout != "0\n1\n2\n" {
+			t.Fatalf("streamed %q in %d chunks", s, chunks)
+		}
+	})
+}
+
+func TestConcurrentRunsOfOneSession(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("counter")
+	mustSucceed(t, e, k, "n = 0")
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Go(func() {
+			r, err := e.Execute(context.Background(), k, Request{Code: "n += 1"})
+			if err == nil && r.Status != StatusSuccess {
+				err = errors.New(r.Status)
+			}
+			errs <- err
+		})
 	}
-	t.Log(r.Error.Traceback)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := resultOf(mustSucceed(t, e, k, "n")); got != "20" {
+		t.Fatalf("n = %s, want 20", got)
+	}
+}
+
+func TestQueueFullIsBusy(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.QueueDepth = 1 })
+	k := "busy"
+	ctx := context.Background()
+	waitFor := func(what string, cond func() bool) {
+		for !cond() {
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatalf("never saw %s", what)
+			}
+		}
+	}
+	go func() { _, _ = e.Execute(ctx, k, Request{Code: "import time\ntime.sleep(2)"}) }()
+	waitFor("the first run holding the lease", func() bool {
+		n, _ := e.st.rdb.Exists(ctx, e.st.key(k, "lease")).Result()
+		return n == 1
+	})
+	go func() { _, _ = e.Execute(ctx, k, Request{Code: "1"}) }()
+	waitFor("a second run queued", func() bool {
+		n, _ := e.st.rdb.ZCard(ctx, e.st.key(k, "queue")).Result()
+		return n == 2
+	})
+	_, err := e.Execute(ctx, k, Request{Code: "1"})
+	var se *sandchat.Error
+	if !errors.As(err, &se) || se.Code != sandchat.EBUSY || se.RetryAfter <= 0 {
+		t.Fatalf("err %v, want %s with RetryAfter", err, sandchat.EBUSY)
+	}
+}
+
+func TestRandomIsReseededPerSession(t *testing.T) {
+	e, _, key := setup(t)
+	a := resultOf(mustSucceed(t, e, key("a"), "import random\nrandom.random()"))
+	b := resultOf(mustSucceed(t, e, key("b"), "import random\nrandom.random()"))
+	if a == b {
+		t.Fatalf("two new sessions drew the same number %s", a)
+	}
+}
+
+func TestDataIsReadOnly(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("data")
+	code := "r = [open('/data/in.csv').read()]\ntry:\n    open('/data/in.csv', 'w').write('x')\nexcept PermissionError as e:\n    r.append('denied')\ntry:\n    open('/data/new.txt', 'w').write('x')\nexcept PermissionError as e:\n    r.append('denied')\nr"
+	r, err := e.Execute(context.Background(), k, Request{Code: code, Data: []File{{Name: "in.csv", Data: []byte("a,b")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resultOf(r) != "['a,b', 'denied', 'denied']" || len(r.Artifacts) != 0 {
+		t.Fatalf("got %s %+v artifacts %v", resultOf(r), r.Error, r.Artifacts)
+	}
+	_, err = e.Execute(context.Background(), k, Request{Code: "1", Data: []File{{Name: "../etc/x", Data: nil}}})
+	if sandchat.ErrorCode(err) != sandchat.EINVALID {
+		t.Fatalf("bad data name: err %v", err)
+	}
 }

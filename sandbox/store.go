@@ -240,7 +240,7 @@ func (s *store) release(ctx context.Context, session, token string) error {
 // that died are dropped once older than the longest possible run.
 var admitScript = redis.NewScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[4]))
-if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[3]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[3]) then return 0 end -- the running one plus ARGV[3] waiting
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1`)

@@ -305,7 +305,7 @@ let runId = 0;
 function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }) {
   const dec = new TextDecoder();
   let pending = "";
-  let last = performance.now();
+  let last = -Infinity;
   const flush = () => {
     if (pending) post({ op: "out", run: runId, stream, chunk: pending });
     pending = "";
@@ -322,7 +322,8 @@ function makeSink(stream: string, state: { bytes: number; text: string; truncate
     const s = dec.decode(b, { stream: !state.truncated });
     state.text += s;
     pending += s;
-    if (pending.length >= 8192 || performance.now() - last > 100 || state.truncated) flush();
+    // Chunks go out as they come unless the program prints faster than 20 a second.
+    if (pending.length >= 8192 || performance.now() - last > 50 || state.truncated) flush();
     return buf.length;
   };
   return { write, flush };
@@ -363,7 +364,12 @@ async function run(m: any) {
   const interrupted = interrupt[1] === 1;
   interrupt[0] = 0;
   interrupt[1] = 0;
-  if (interrupted && error && error.type === "KeyboardInterrupt") status = "timeout";
+  if (interrupted && status !== "success") {
+    // The interrupt can land in the event loop rather than in user code; either way the
+    // run ended because the host asked it to.
+    status = "timeout";
+    if (!error || error.type !== "KeyboardInterrupt") error = { type: "KeyboardInterrupt", message: "", traceback: error?.traceback ?? "" };
+  }
   py.setStdout({ write: (b: Uint8Array) => b.length });
   py.setStderr({ write: (b: Uint8Array) => b.length });
 
@@ -431,6 +437,10 @@ async function quietRun(code: string, filename: string) {
   r.destroy();
   return s === "success" ? null : `${e?.[0]}: ${e?.[1]}`;
 }
+
+// A KeyboardInterrupt raised inside Pyodide's event loop surfaces as an unhandled
+// rejection; left alone it would take the whole Worker down.
+self.addEventListener("unhandledrejection", (e: PromiseRejectionEvent) => e.preventDefault());
 
 self.onmessage = async ({ data: m }: MessageEvent) => {
   try {
