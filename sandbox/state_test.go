@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sandchat/sandchat"
+)
+
+// evictLive drops the warm interpreter of key, as MaxLive eviction or a dead host would.
+func evictLive(t *testing.T, e *Engine, key string) {
+	t.Helper()
+	e.mu.Lock()
+	lv := e.live[key]
+	delete(e.live, key)
+	e.mu.Unlock()
+	if lv == nil {
+		t.Fatalf("session %s is not live", key)
+	}
+	e.closeLive(lv)
+}
+
+func TestStatePersistence(t *testing.T) {
+	e, b, key := setup(t)
+	ctx := context.Background()
+
+	// Each case builds state, loses the warm interpreter in its own way, then checks
+	// what the next run sees.
+	tests := []struct {
+		name string
+		lose func(t *testing.T, k string) *Engine // returns the engine to continue on
+		from string
+	}{
+		{name: "warm interpreter", lose: func(*testing.T, string) *Engine { return e }, from: FromLive},
+		{name: "worker evicted", lose: func(t *testing.T, k string) *Engine { evictLive(t, e, k); return e }, from: FromSnapshot},
+		{name: "another node", lose: func(t *testing.T, k string) *Engine {
+			// A second engine on the same Redis prefix is another node of the same deployment.
+			return startEngine(t, testConfig(b.prefix), b.rdb)
+		}, from: FromSnapshot},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := key(tt.name)
+			mustSucceed(t, e, k, "import json, collections\nx = 1\ndef gen():\n    i = 0\n    while True:\n        i += 1\n        yield i\ng = gen()\nnext(g)\nclass C:\n    def hello(self): return 'hi'\nopen('notes.txt', 'w').write('kept')")
+			mustSucceed(t, e, k, "x += 1\nnext(g)")
+			e2 := tt.lose(t, k)
+			r := mustSucceed(t, e2, k, "[x, next(g), C().hello(), open('notes.txt').read(), json.dumps({'a': 1})]")
+			if got := resultOf(r); got != `[2, 3, 'hi', 'kept', '{"a": 1}']` {
+				t.Errorf("state after %s: %s", tt.name, got)
+			}
+			if r.Session.RestoredFrom != tt.from || r.Session.Version != 3 {
+				t.Errorf("restored from %s version %d, want %s version 3", r.Session.RestoredFrom, r.Session.Version, tt.from)
+			}
+			if e2 != e {
+				// Back on the first node, its warm copy is stale and must not be used.
+				r := mustSucceed(t, e, k, "x")
+				if resultOf(r) != "2" || r.Session.RestoredFrom != FromSnapshot || r.Session.Version != 4 {
+					t.Errorf("first node after another ran: %s from %s v%d", resultOf(r), r.Session.RestoredFrom, r.Session.Version)
+				}
+			}
+		})
+	}
+
+	t.Run("server restart restores from Redis", func(t *testing.T) {
+		k := key("restart")
+		e1 := startEngine(t, testConfig(b.prefix), b.rdb)
+		mustSucceed(t, e1, k, "big = list(range(1000))\ntotal = sum(big)")
+		if err := e1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		e2 := startEngine(t, testConfig(b.prefix), b.rdb)
+		r := mustSucceed(t, e2, k, "total")
+		if resultOf(r) != "499500" || r.Session.RestoredFrom != FromSnapshot {
+			t.Fatalf("got %s from %s", resultOf(r), r.Session.RestoredFrom)
+		}
+	})
+
+	t.Run("a failed run does not overwrite saved state", func(t *testing.T) {
+		k := key("failed")
+		mustSucceed(t, e, k, "x = 'good'")
+		r := run(t, e, k, "x = 'bad'\nraise ValueError('boom')")
+		if r.Status != StatusError || r.Session.Version != 1 {
+			t.Fatalf("status %s version %d", r.Status, r.Session.Version)
+		}
+		evictLive(t, e, k)
+		r = mustSucceed(t, e, k, "x")
+		if resultOf(r) != "'good'" || r.Session.RestoredFrom != FromSnapshot {
+			t.Fatalf("x = %s from %s", resultOf(r), r.Session.RestoredFrom)
+		}
+	})
+
+	t.Run("files changed by an unsaved run are saved by the next good one", func(t *testing.T) {
+		k := key("files")
+		run(t, e, k, "open('a.txt', 'w').write('1')\nraise ValueError")
+		mustSucceed(t, e, k, "open('b.txt', 'w').write('2')")
+		evictLive(t, e, k)
+		r := mustSucceed(t, e, k, "sorted(__import__('os').listdir('.'))")
+		if resultOf(r) != "['a.txt', 'b.txt']" {
+			t.Fatalf("files %s", resultOf(r))
+		}
+		info, err := e.Session(ctx, k)
+		if err != nil || len(info.Files) != 2 || info.Version != 2 {
+			t.Fatalf("session %+v err %v", info, err)
+		}
+	})
+
+	t.Run("expired session starts fresh and says so", func(t *testing.T) {
+		k := key("expired")
+		mustSucceed(t, e, k, "x = 1")
+		evictLive(t, e, k)
+		// What TTL expiry leaves behind: no state, only the marker that it existed.
+		b.rdb.Del(ctx, e.st.key(k, "state"), e.st.key(k, "files"), e.st.key(k, "cells"))
+		r := run(t, e, k, "x")
+		if r.Status != StatusError || r.Error.Type != "NameError" || !r.Session.Expired || r.Session.RestoredFrom != FromFresh {
+			t.Fatalf("status %s expired %v from %s", r.Status, r.Session.Expired, r.Session.RestoredFrom)
+		}
+	})
+
+	t.Run("state has a TTL", func(t *testing.T) {
+		k := key("ttl")
+		mustSucceed(t, e, k, "x = 1")
+		ttl := b.rdb.PTTL(ctx, e.st.key(k, "state")).Val()
+		if ttl <= 0 || ttl > e.cfg.SessionTTL {
+			t.Fatalf("ttl %s, want up to %s", ttl, e.cfg.SessionTTL)
+		}
+	})
+
+	t.Run("reset forgets the session", func(t *testing.T) {
+		k := key("reset")
+		mustSucceed(t, e, k, "x = 1")
+		if err := e.Reset(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Session(ctx, k); sandchat.ErrorCode(err) != sandchat.ENOTFOUND {
+			t.Fatalf("session after reset: %v", err)
+		}
+		r := run(t, e, k, "x")
+		if r.Status != StatusError || r.Session.RestoredFrom != FromFresh || r.Session.Expired {
+			t.Fatalf("after reset: %s from %s expired %v", r.Status, r.Session.RestoredFrom, r.Session.Expired)
+		}
+	})
+
+	t.Run("small session state stays small", func(t *testing.T) {
+		k := key("small")
+		r := mustSucceed(t, e, k, "x = 1\ndef f(a): return a + x")
+		if r.Session.StateBytes <= 0 || r.Session.StateBytes > 200<<10 {
+			t.Fatalf("state of %d bytes", r.Session.StateBytes)
+		}
+	})
+
+	t.Run("session info", func(t *testing.T) {
+		k := key("info")
+		mustSucceed(t, e, k, "open('out.txt', 'w').write('x')")
+		info, err := e.Session(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Version != 1 || info.Mode != modeSnapshot || !info.Live || len(info.Files) != 1 || info.UpdatedAt.IsZero() {
+			t.Fatalf("%+v", info)
+		}
+	})
+}
+
+func TestReplayPersistence(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.ForceReplay = true })
+	k := "replay"
+	mustSucceed(t, e, k, "import random\nrandom.seed(7)\nfirst = random.random()\nitems = []")
+	mustSucceed(t, e, k, "items.append(len(items))\nitems.append(len(items))")
+	r := run(t, e, k, "items.append('from a failed run')\nraise RuntimeError")
+	if r.Status != StatusError {
+		t.Fatal(r.Status)
+	}
+	evictLive(t, e, k)
+	r = mustSucceed(t, e, k, "[items, first == __import__('random').Random(7).random()]")
+	if resultOf(r) != "[[0, 1], True]" || r.Session.RestoredFrom != FromReplay || r.Session.Mode != modeReplay {
+		t.Fatalf("got %s from %s mode %s", resultOf(r), r.Session.RestoredFrom, r.Session.Mode)
+	}
+	if r.Stdout != "" {
+		t.Fatalf("replay leaked output %q", r.Stdout)
+	}
+}
+
+func TestSessionsWithJSObjectsFallBackToReplay(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("jsobj")
+	r := mustSucceed(t, e, k, "import js\nd = js.Object.new()\nd.v = 3\nkept = 'yes'")
+	if r.Session.Mode != modeReplay {
+		t.Fatalf("mode %s, want replay for a heap holding JS objects", r.Session.Mode)
+	}
+	evictLive(t, e, k)
+	r = mustSucceed(t, e, k, "[kept, d.v]")
+	if resultOf(r) != "['yes', 3]" || r.Session.RestoredFrom != FromReplay {
+		t.Fatalf("got %s from %s", resultOf(r), r.Session.RestoredFrom)
+	}
+}
+
+func TestEvictionKeepsMaxLive(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.MaxLive = 2 })
+	for _, k := range []string{"a", "b", "c"} {
+		mustSucceed(t, e, k, "v = '"+k+"'")
+	}
+	e.mu.Lock()
+	n := len(e.live)
+	_, aLive := e.live["a"]
+	e.mu.Unlock()
+	if n != 2 || aLive {
+		t.Fatalf("%d live, a live %v; want 2 without the least recently used", n, aLive)
+	}
+	r := mustSucceed(t, e, "a", "v")
+	if resultOf(r) != "'a'" || r.Session.RestoredFrom != FromSnapshot {
+		t.Fatalf("got %s from %s", resultOf(r), r.Session.RestoredFrom)
+	}
+}
