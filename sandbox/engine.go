@@ -651,7 +651,7 @@ func (e *Engine) attach(ctx context.Context, key string) (*live, SessionInfo, []
 			return nil, info, nil, e.redisErr(ctx, err)
 		}
 	}
-	h, err := e.pickHost()
+	h, err := e.pickHost(ctx)
 	if err != nil {
 		return nil, info, nil, err
 	}
@@ -725,7 +725,24 @@ func (e *Engine) attach(ctx context.Context, key string) (*live, SessionInfo, []
 	return nl, info, notes, nil
 }
 
-func (e *Engine) pickHost() (*host, error) {
+// pickHost places a session on the least loaded live host, waiting a little for a host
+// that is being replaced after a crash.
+func (e *Engine) pickHost(ctx context.Context) (*host, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h, err := e.leastLoaded()
+		if err == nil || time.Now().After(deadline) {
+			return h, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Engine) leastLoaded() (*host, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var best *host

@@ -9,7 +9,13 @@
 
 // deno-lint-ignore-file no-explicit-any
 
-type Pending = { resolve: (v: any) => void; reject: (e: Error) => void; expect: string };
+type Pending = { resolve: (v: any) => void; reject: (e: Error) => void; expect: string; nonce: string };
+
+function newNonce(): string {
+  const b = new Uint8Array(16);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
 
 class Session {
   worker: Worker;
@@ -38,24 +44,25 @@ class Session {
     if (this.dead) return Promise.reject(new Error("worker is gone"));
     if (this.pending) return Promise.reject(new Error("worker is busy"));
     return new Promise((resolve, reject) => {
-      this.pending = { resolve, reject, expect };
-      this.worker.postMessage(msg, transfer);
+      const nonce = newNonce();
+      this.pending = { resolve, reject, expect, nonce };
+      this.worker.postMessage({ ...msg, nonce }, transfer);
     });
   }
 
   onMessage(m: any) {
     if (this.dead || typeof m !== "object" || m === null) return;
     const p = this.pending;
+    if (!p || m.nonce !== p.nonce) return; // not an answer to the host: a forgery, dropped
     if (m.op === "out") {
       // Live output of the current run only; the run's final reply carries the full text.
-      if (!p || p.expect !== "done" || m.run !== this.runId) return;
+      if (p.expect !== "done" || m.run !== this.runId) return;
       if (typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
       this.outBytes += m.chunk.length;
       if (this.outBytes > 4 * config.maxOutput + 65536) return;
       send({ op: "out", sid: this.sid, stream: m.stream, chunk: m.chunk });
       return;
     }
-    if (!p) return; // unsolicited: a forgery from user code, dropped
     if (m.op === "failed") {
       this.pending = null;
       p.reject(new Error(typeof m.error === "string" ? m.error.slice(0, 4000) : "worker failed"));

@@ -11,7 +11,11 @@ const DATADIR = "/data";
 // Kept in closures so user code, which can reach globalThis through Python's `js`
 // module, cannot undo the cap or forge the host's view of this worker.
 const realGrow = WebAssembly.Memory.prototype.grow;
-const post = globalThis.postMessage.bind(globalThis);
+const postRaw = globalThis.postMessage.bind(globalThis);
+// The host's nonce for the request being served. Module bindings are invisible to user
+// code, so a message it forges cannot carry the nonce and the host drops it.
+let nonce = "";
+const post = (m: any, transfer: Transferable[] = []) => postRaw({ ...m, nonce }, transfer);
 let memoryCap = 512 * 1024 * 1024;
 WebAssembly.Memory.prototype.grow = function (this: WebAssembly.Memory, pages: number) {
   // Refusing growth makes malloc fail inside the interpreter: Python raises MemoryError
@@ -119,6 +123,13 @@ def _install():
             return spec
 
     sys.meta_path.insert(0, PyplotHook())
+
+    def no_processes(*args, **kwargs):
+        raise OSError(138, "processes are not available in the sandbox")
+    # Emscripten's system() reaches for node:child_process and wedges the interpreter
+    # when it is missing; the Worker has no run permission either way.
+    import posix
+    os.system = posix.system = no_processes
     def compiled():
         return [n for n, m in list(sys.modules.items())
                 if str(getattr(m, "__file__", None) or "").endswith(".so")]
@@ -443,6 +454,7 @@ async function quietRun(code: string, filename: string) {
 self.addEventListener("unhandledrejection", (e: PromiseRejectionEvent) => e.preventDefault());
 
 self.onmessage = async ({ data: m }: MessageEvent) => {
+  nonce = m.nonce;
   try {
     switch (m.op) {
       case "boot": {
