@@ -351,11 +351,15 @@ async function run(m: any) {
   py.setStdout({ write: so.write });
   py.setStderr({ write: se.write });
   let status = "success", result: string | null = null, error: any = null;
+  const loadErrors: string[] = [];
   interrupt[0] = 0;
   try {
     try {
-      await py.loadPackagesFromImports(m.code, { messageCallback: () => {}, errorCallback: () => {} });
-    } catch { /* the import in user code reports the failure */ }
+      await py.loadPackagesFromImports(m.code, { messageCallback: () => {}, errorCallback: (e: string) => loadErrors.push(String(e)) });
+    } catch (e) {
+      // The import in user code reports the failure; this says why.
+      loadErrors.push(String((e as Error)?.message ?? e));
+    }
     const mod = py.pyimport("_sandchat");
     const fn = mod.run;
     const r = await fn(m.code, m.filename, m.maxOutput);
@@ -369,6 +373,11 @@ async function run(m: any) {
   } catch (e) {
     status = "error";
     error = { type: "SandboxError", message: String((e as Error)?.message ?? e), traceback: "" };
+  }
+  if (error?.type === "ModuleNotFoundError" && loadErrors.length) {
+    const why = ` Loading it from the package mirror failed: ${loadErrors.join("; ").slice(0, 500)}`;
+    error.message += why;
+    error.traceback = error.traceback.trimEnd() + why + "\n";
   }
   so.flush();
   se.flush();

@@ -1,0 +1,99 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // substring of the error; "" means valid
+	}{
+		{"defaults are valid", func(*Config) {}, ""},
+		{"no hosts", func(c *Config) { c.Hosts = 0 }, "hosts"},
+		{"timeout above max", func(c *Config) { c.Timeout = 10 * time.Minute }, "max timeout"},
+		{"negative timeout", func(c *Config) { c.Timeout = -1 }, "timeout must be positive"},
+		{"memory too small", func(c *Config) { c.MemoryBytes = 1 << 20 }, "memory"},
+		{"memory past wasm32", func(c *Config) { c.MemoryBytes = 5 << 30 }, "memory"},
+		{"host budget below session memory", func(c *Config) { c.HostMemoryBytes = c.MemoryBytes }, "host memory"},
+		{"tiny output", func(c *Config) { c.MaxOutput = 10 }, "output"},
+		{"allowlist with scheme", func(c *Config) { c.NetworkAllow = []string{"http://example.com"} }, "allowlist"},
+		{"allowlist bad port", func(c *Config) { c.NetworkAllow = []string{"example.com:99999"} }, "port"},
+		{"allowlist host and port", func(c *Config) { c.NetworkAllow = []string{"example.com:443", "127.0.0.1:8080", "[::1]:80"} }, ""},
+		{"cdn not a url", func(c *Config) { c.PackageCDN = "cdn.example.com" }, "CDN"},
+		{"short ttl", func(c *Config) { c.SessionTTL = time.Second }, "TTL"},
+		{"grace too short", func(c *Config) { c.Grace = time.Millisecond }, "grace"},
+		{"negative queue", func(c *Config) { c.QueueDepth = -1 }, "queue"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := DefaultConfig()
+	if c.Timeout != 30*time.Second || c.MaxTimeout != 300*time.Second || c.MemoryBytes != 512<<20 || c.MaxOutput != 1<<20 ||
+		c.MaxCode != 256<<10 || c.MaxArtifacts != 20 || c.MaxArtifactBytes != 10<<20 || c.SessionTTL != 24*time.Hour || len(c.NetworkAllow) != 0 {
+		t.Fatalf("defaults drifted from DESIGN §4: %+v", c)
+	}
+}
+
+func TestUnavailableWithoutRuntime(t *testing.T) {
+	rdb := testRedis(t)
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"no deno", func(c *Config) { c.DenoPath = "/nonexistent/deno" }, "Deno not found"},
+		{"no pyodide", func(c *Config) { c.PyodideDir = t.TempDir() }, "Pyodide not found"},
+		{"no runtime dir", func(c *Config) { c.RuntimeDir = t.TempDir() }, "runtime"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig(randomPrefix("unavail"))
+			tt.mutate(&c)
+			e, err := New(c, rdb, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if err := e.Start(context.Background()); err != nil {
+				t.Fatalf("Start must not fail for a missing runtime: %v", err)
+			}
+			ok, why := e.Available()
+			if ok || !strings.Contains(why, tt.want) || !strings.Contains(why, "npm ci --prefix sandbox/runtime") {
+				t.Fatalf("available %v, reason %q", ok, why)
+			}
+			if _, err := e.Execute(context.Background(), "k", Request{Code: "1"}); err == nil || !strings.Contains(err.Error(), "unavailable") {
+				t.Fatalf("Execute: %v", err)
+			}
+			st := e.Status(context.Background())
+			if st.Available || st.Reason == "" {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+func TestStatus(t *testing.T) {
+	e, _, _ := setup(t)
+	st := e.Status(context.Background())
+	if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Deno.Path == "" || st.Pyodide.Version == "" || st.Hosts != 1 {
+		t.Fatalf("%+v", st)
+	}
+}
