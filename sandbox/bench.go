@@ -1,0 +1,292 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchRow is one line of the benchmark table.
+type BenchRow struct {
+	Name   string
+	Unit   string // "ms", "KB", "MB"
+	P50    float64
+	P95    float64
+	Target float64 // 0: none
+}
+
+func (r BenchRow) ok() string {
+	if r.Target == 0 {
+		return ""
+	}
+	if r.P50 <= r.Target {
+		return "yes"
+	}
+	return fmt.Sprintf("no (%.0f%% over)", (r.P50/r.Target-1)*100)
+}
+
+// Bench measures the engine on this machine and prints p50/p95 for the numbers DESIGN §4
+// sets targets for, plus a fresh Deno + Pyodide per run (the cost model of sandboxes that
+// keep no state) and the ratios. It runs under its own Redis prefix and removes it after.
+// n is the number of samples per metric (the fresh-process one takes at most 5).
+func Bench(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Writer, n int) error {
+	rows, err := BenchRows(ctx, cfg, rdb, n, w)
+	if err != nil {
+		return err
+	}
+	PrintBench(w, rows)
+	return nil
+}
+
+// PrintBench writes rows as a table, then the ratios against a fresh process per run.
+func PrintBench(w io.Writer, rows []BenchRow) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "metric\tp50\tp95\ttarget\tmet")
+	byName := map[string]BenchRow{}
+	for _, r := range rows {
+		byName[r.Name] = r
+		target := "-"
+		if r.Target > 0 {
+			target = fmt.Sprintf("≤ %.0f %s", r.Target, r.Unit)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f %s\t%.1f %s\t%s\t%s\n", r.Name, r.P50, r.Unit, r.P95, r.Unit, target, r.ok())
+	}
+	tw.Flush()
+	if fresh, ok := byName[benchFresh]; ok && fresh.P50 > 0 {
+		fmt.Fprintln(w)
+		for _, name := range []string{benchWarmPersist, benchEngineOnly, benchNewConv, benchColdRestore} {
+			if r, ok := byName[name]; ok && r.P50 > 0 {
+				fmt.Fprintf(w, "fresh process per run is %.0f× slower than %s\n", fresh.P50/r.P50, name)
+			}
+		}
+	}
+}
+
+const (
+	benchEngineOnly  = "warm run, engine only (x += 1)"
+	benchWarmPersist = "warm run + durable state in Redis"
+	benchNewConv     = "first run of a new conversation (warm pool)"
+	benchColdRestore = "cold restore from Redis + run"
+	benchDelta       = "state of a small session (zstd heap delta)"
+	benchRSS         = "RSS per live session"
+	benchFresh       = "fresh Deno + Pyodide per run (no state kept)"
+)
+
+// BenchRows runs the benchmark and returns its rows; progress goes to log.
+func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int, log io.Writer) ([]BenchRow, error) {
+	if n < 1 {
+		n = 1
+	}
+	cfg = Locate(cfg)
+	mainPrefix := cfg.RedisPrefix
+	cfg.RedisPrefix = mainPrefix + "bench-" + newToken()[:8] + ":"
+	cfg.Hosts = 1
+	cfg.WarmPool = max(cfg.WarmPool, 1)
+	cfg.MaxLive = max(cfg.MaxLive, 8)
+	e, err := New(cfg, rdb, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = e.Close()
+		dropPrefix(context.WithoutCancel(ctx), rdb, cfg.RedisPrefix)
+	}()
+	// Reuse the deployment's base snapshot when it has one: the bench then measures
+	// sessions, not a Pyodide boot.
+	e.build = buildID(e.cfg, mustDenoVersion(ctx, e.cfg.DenoPath), pyodideVersion(e.cfg.PyodideDir))
+	for _, k := range []string{"build:" + e.build} {
+		if h, err := rdb.Get(ctx, mainPrefix+"sandbox:"+k).Result(); err == nil {
+			rdb.Copy(ctx, mainPrefix+"sandbox:"+k, cfg.RedisPrefix+"sandbox:"+k, 0, true)
+			rdb.Copy(ctx, mainPrefix+"sandbox:base:"+h, cfg.RedisPrefix+"sandbox:base:"+h, 0, true)
+		}
+	}
+	fmt.Fprintln(log, "starting the engine…")
+	if err := e.Start(ctx); err != nil {
+		return nil, err
+	}
+	if ok, why := e.Available(); !ok {
+		return nil, fmt.Errorf("sandbox unavailable: %s", why)
+	}
+	var rows []BenchRow
+	must := func(key, code string) (Result, error) {
+		r, err := e.Execute(ctx, key, Request{Code: code})
+		if err == nil && r.Status != StatusSuccess {
+			err = fmt.Errorf("%s: %s %v", code, r.Status, r.Error)
+		}
+		return r, err
+	}
+
+	// Engine only: the Go → host → Worker → Python round trip, without Redis.
+	fmt.Fprintln(log, "measuring:", benchEngineOnly)
+	if _, err := must("bench:warm", "x = 0"); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	lv := e.live["bench:warm"]
+	e.mu.Unlock()
+	var samples []float64
+	for range max(n, 20) {
+		t0 := time.Now()
+		if _, err := lv.h.call(ctx, map[string]any{"op": "run", "sid": lv.sid, "code": "x += 1", "filename": "<bench>", "data": []any{}}, nil); err != nil {
+			return nil, err
+		}
+		samples = append(samples, ms(time.Since(t0)))
+	}
+	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
+
+	fmt.Fprintln(log, "measuring:", benchWarmPersist)
+	samples = samples[:0]
+	for range max(n, 20) {
+		t0 := time.Now()
+		if _, err := must("bench:warm", "x += 1"); err != nil {
+			return nil, err
+		}
+		samples = append(samples, ms(time.Since(t0)))
+	}
+	rows = append(rows, row(benchWarmPersist, "ms", samples, 50))
+
+	fmt.Fprintln(log, "measuring:", benchNewConv)
+	samples = samples[:0]
+	for i := range n {
+		if err := waitPool(ctx, e, 1); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if _, err := must(fmt.Sprintf("bench:new:%d", i), "x = 1"); err != nil {
+			return nil, err
+		}
+		samples = append(samples, ms(time.Since(t0)))
+		e.Reset(ctx, fmt.Sprintf("bench:new:%d", i))
+	}
+	rows = append(rows, row(benchNewConv, "ms", samples, 100))
+
+	fmt.Fprintln(log, "measuring:", benchColdRestore, "and", benchDelta)
+	samples = samples[:0]
+	var sizes []float64
+	for i := range n {
+		key := fmt.Sprintf("bench:cold:%d", i)
+		r, err := must(key, "x = 1\ndef f(a):\n    return a + x\nclass K:\n    pass\nk = K()")
+		if err != nil {
+			return nil, err
+		}
+		sizes = append(sizes, float64(r.Session.StateBytes)/1000)
+		e.mu.Lock()
+		lv := e.live[key]
+		delete(e.live, key)
+		e.mu.Unlock()
+		e.closeLive(lv)
+		t0 := time.Now()
+		if _, err := must(key, "f(1)"); err != nil {
+			return nil, err
+		}
+		samples = append(samples, ms(time.Since(t0)))
+		e.Reset(ctx, key)
+	}
+	rows = append(rows, row(benchColdRestore, "ms", samples, 400), row(benchDelta, "KB", sizes, 200))
+
+	fmt.Fprintln(log, "measuring:", benchRSS)
+	if err := waitPool(ctx, e, 1); err != nil {
+		return nil, err
+	}
+	h := lv.h
+	time.Sleep(500 * time.Millisecond)
+	before := h.rss()
+	const extra = 4
+	for i := range extra {
+		if _, err := must(fmt.Sprintf("bench:rss:%d", i), "data = list(range(1000))"); err != nil {
+			return nil, err
+		}
+	}
+	// Let the pool refill so its Workers are not counted as sessions.
+	if err := waitPool(ctx, e, 1); err != nil {
+		return nil, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	per := float64(h.rss()-before) / extra / 1e6
+	rows = append(rows, BenchRow{Name: benchRSS, Unit: "MB", P50: per, P95: per, Target: 150})
+
+	fmt.Fprintln(log, "measuring:", benchFresh)
+	samples = samples[:0]
+	for range min(n, 5) {
+		t0 := time.Now()
+		cmd := exec.CommandContext(ctx, e.cfg.DenoPath, "run", "--no-prompt", "--no-config", "--quiet",
+			"--allow-read="+e.cfg.PyodideDir, filepath.Join(e.cfg.RuntimeDir, "fresh.ts"), e.cfg.PyodideDir, "x = 1\nx + 1")
+		cmd.Env = []string{"DENO_DIR=" + e.cacheDir, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "2" {
+			return nil, fmt.Errorf("fresh pyodide: %v %s", err, out)
+		}
+		samples = append(samples, ms(time.Since(t0)))
+	}
+	rows = append(rows, row(benchFresh, "ms", samples, 0))
+	return rows, nil
+}
+
+func mustDenoVersion(ctx context.Context, deno string) string {
+	v, _ := denoVersion(ctx, deno)
+	return v
+}
+
+func waitPool(ctx context.Context, e *Engine, want int) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		e.mu.Lock()
+		hosts := slices.Clone(e.hosts)
+		e.mu.Unlock()
+		total := 0
+		for _, h := range hosts {
+			f, err := h.call(ctx, map[string]any{"op": "stats"}, nil)
+			if err != nil {
+				return err
+			}
+			var r struct {
+				Pool int `json:"pool"`
+			}
+			_ = json.Unmarshal(f.raw, &r)
+			total += r.Pool
+		}
+		if total >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("warm pool did not refill")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func row(name, unit string, samples []float64, target float64) BenchRow {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	pick := func(q float64) float64 {
+		if len(s) == 0 {
+			return 0
+		}
+		return s[min(len(s)-1, int(q*float64(len(s)-1)+0.5))]
+	}
+	return BenchRow{Name: name, Unit: unit, P50: pick(0.5), P95: pick(0.95), Target: target}
+}
+
+func dropPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}

@@ -1,0 +1,89 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// benchEngine starts a one-host engine under its own prefix, reusing the shared base.
+func benchEngine(b *testing.B) *Engine {
+	b.Helper()
+	rdb := testRedis(b)
+	prefix := randomPrefix("bench")
+	cleanPrefix(b, rdb, prefix)
+	cfg := testConfig(prefix)
+	requireRuntime(b, cfg)
+	e, err := New(cfg, rdb, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close() })
+	if err := e.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if ok, why := e.Available(); !ok {
+		b.Fatal(why)
+	}
+	return e
+}
+
+func benchRun(b *testing.B, e *Engine, key, code string) Result {
+	r, err := e.Execute(context.Background(), key, Request{Code: code})
+	if err != nil || r.Status != StatusSuccess {
+		b.Fatalf("%v %s %+v", err, r.Status, r.Error)
+	}
+	return r
+}
+
+// BenchmarkSandchatBench prints the same table as `sandchat bench`:
+//
+//	go test ./sandbox -run '^$' -bench SandchatBench -benchtime 1x
+func BenchmarkSandchatBench(b *testing.B) {
+	rdb := testRedis(b)
+	cfg := testConfig(randomPrefix("benchtable"))
+	requireRuntime(b, cfg)
+	for b.Loop() {
+		if err := Bench(context.Background(), cfg, rdb, os.Stdout, 20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWarmRunPersisted(b *testing.B) {
+	e := benchEngine(b)
+	benchRun(b, e, "w", "x = 0")
+	for b.Loop() {
+		benchRun(b, e, "w", "x += 1")
+	}
+}
+
+func BenchmarkNewConversation(b *testing.B) {
+	e := benchEngine(b)
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		if err := waitPool(context.Background(), e, 1); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		b.StartTimer()
+		benchRun(b, e, fmt.Sprint("new", i), "x = 1")
+	}
+}
+
+func BenchmarkColdRestore(b *testing.B) {
+	e := benchEngine(b)
+	benchRun(b, e, "c", "x = 1\ndef f(a):\n    return a + x")
+	for b.Loop() {
+		b.StopTimer()
+		e.mu.Lock()
+		lv := e.live["c"]
+		delete(e.live, "c")
+		e.mu.Unlock()
+		e.closeLive(lv)
+		b.StartTimer()
+		benchRun(b, e, "c", "f(1)")
+	}
+}
