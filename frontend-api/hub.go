@@ -43,6 +43,7 @@ type Hub struct {
 	mu       sync.RWMutex
 	channels map[string]*channel
 	clients  map[*client]struct{}
+	running  sync.WaitGroup
 }
 
 type channel struct {
@@ -176,6 +177,7 @@ func (h *Hub) leave(cl *client, name string) {
 }
 
 func (h *Hub) add(cl *client) {
+	h.running.Add(1)
 	h.mu.Lock()
 	h.clients[cl] = struct{}{}
 	h.mu.Unlock()
@@ -185,6 +187,20 @@ func (h *Hub) remove(cl *client) {
 	h.mu.Lock()
 	delete(h.clients, cl)
 	h.mu.Unlock()
+	h.running.Done()
+}
+
+// Wait returns when every socket has finished, or when ctx ends.
+func (h *Hub) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		h.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // CloseAll tells every client to reconnect (to another node, during a deploy).

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,9 @@ type Config struct {
 	// AdminTokenFile, when set, makes serve print a working admin token at start: the
 	// one in the file if it still authenticates, else a new admin's, written there.
 	AdminTokenFile string
+	// WSQueueBytes bounds what may wait to be written to one WebSocket; a client that
+	// falls further behind is disconnected and reconnects with since.
+	WSQueueBytes int
 }
 
 // env reads SANDCHAT_<name> with a default.
@@ -37,6 +41,19 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// envInt reads an integer variable; a malformed one becomes -1, which validation refuses.
+func envInt(name string, def int) int {
+	v, ok := os.LookupEnv("SANDCHAT_" + name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // list is a comma-separated flag value.
@@ -82,6 +99,7 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 	disabled := list{}
 	_ = disabled.Set(env("TOOLS_DISABLED", ""))
 	fs.Var(&disabled, "tools-disabled", "comma-separated internal tool ids switched off for the whole deployment (SANDCHAT_TOOLS_DISABLED)")
+	fs.IntVar(&c.WSQueueBytes, "ws-queue-bytes", envInt("WS_QUEUE_BYTES", 4<<20), "bytes that may wait to be written to one WebSocket before it is dropped as too slow (SANDCHAT_WS_QUEUE_BYTES)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("ADMIN_TOKEN_FILE", ""), "print a working admin token at start, keeping it in this file (SANDCHAT_ADMIN_TOKEN_FILE)")
 	durations := []*durationEnv{
 		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h")},
@@ -102,6 +120,9 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 		}
 		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 			return fmt.Errorf("SANDCHAT_ADDR: %q is not host:port", c.Addr)
+		}
+		if c.WSQueueBytes < 64<<10 {
+			return fmt.Errorf("SANDCHAT_WS_QUEUE_BYTES: %d is below the 64 KiB minimum", c.WSQueueBytes)
 		}
 		if len(c.AllowedOrigins) == 0 {
 			c.AllowedOrigins = defaultOrigins(c.Addr)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -194,10 +195,15 @@ type Main struct {
 	Store *convstore.Store
 	HTTP  *frontendapi.Server
 	Hub   *frontendapi.Hub
+	// Probes, when set before Run, replace the availability checks of the catalogue's
+	// tools (tests that are about toggles, not engines, use it).
+	Probes map[string]toolkits.Probe
 
-	ln     net.Listener
-	served chan error
-	cancel context.CancelFunc
+	ln        net.Listener
+	served    chan error
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewMain returns an unstarted server.
@@ -219,7 +225,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", ropts.Addr, err)
 	}
 
-	catalogue := toolkits.NewCatalogue(map[string]toolkits.Probe{}, cfg.ToolsDisabled)
+	probes := m.Probes
+	if probes == nil {
+		probes = map[string]toolkits.Probe{}
+	}
+	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
 	m.Users = agentstore.NewUsers(m.DB)
 	m.Store = convstore.New(m.DB, cfg.EventRetention)
 	bus := redisbus.New(rdb, cfg.RedisPrefix)
@@ -229,7 +239,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv.Agents = agentstore.NewAgents(m.DB, catalogue.Has)
 	srv.Conversations = m.Store
 	srv.Tools = &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
-	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{}, m.Log)
+	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
 	srv.Hub = m.Hub
 	srv.Registry().MustRegister(m.Hub.Collectors()...)
 	srv.Ready = []frontendapi.Check{
@@ -274,6 +284,11 @@ func (m *Main) pruneEvents(ctx context.Context) {
 // Close shuts down gracefully: sockets are told to reconnect, in-flight requests get
 // until the shutdown timeout, then the pools close.
 func (m *Main) Close() error {
+	m.closeOnce.Do(func() { m.closeErr = m.close() })
+	return m.closeErr
+}
+
+func (m *Main) close() error {
 	timeout := m.Config.ShutdownTimeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
@@ -287,6 +302,9 @@ func (m *Main) Close() error {
 	if m.HTTP != nil && m.ln != nil {
 		errs = append(errs, m.HTTP.Shutdown(ctx))
 		<-m.served
+	}
+	if m.Hub != nil {
+		m.Hub.Wait(ctx) // sockets leave their channels before Redis goes
 	}
 	if m.Hub != nil {
 		errs = append(errs, m.Hub.Close())

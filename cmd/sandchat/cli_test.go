@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
+)
+
+func TestCLI(t *testing.T) {
+	ctx := context.Background()
+	dbURL := testenv.DatabaseURL(t)
+	cli := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, args, &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+
+	t.Run("user create prints the token alone", func(t *testing.T) {
+		out, _, err := cli("user", "create", "--name", "ops", "--admin", "--database-url", dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`^sct_[A-Za-z0-9_-]{43}\n$`).MatchString(out) {
+			t.Fatalf("stdout %q", out)
+		}
+	})
+	t.Run("user create needs a name", func(t *testing.T) {
+		if _, _, err := cli("user", "create", "--database-url", dbURL); err == nil {
+			t.Fatal("no error")
+		}
+	})
+	t.Run("migrate twice changes nothing", func(t *testing.T) {
+		out, _, err := cli("migrate", "--database-url", dbURL)
+		if err != nil || !strings.Contains(out, "(was ") {
+			t.Fatalf("%q %v", out, err)
+		}
+		fields := strings.Fields(out) // database at version N (was N)
+		if fields[3] != strings.TrimSuffix(fields[5], ")") {
+			t.Fatalf("a second migrate moved the version: %q", out)
+		}
+	})
+	for _, cmd := range [][]string{{"--help"}, {"serve", "--help"}, {"migrate", "--help"}, {"user", "create", "--help"}} {
+		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
+			out, errOut, err := cli(cmd...)
+			if err != nil && !errors.Is(err, flag.ErrHelp) {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out+errOut, "Usage") {
+				t.Fatalf("no usage in %q", out+errOut)
+			}
+		})
+	}
+	bad := map[string][]string{
+		"unknown command":    {"frobnicate"},
+		"bad duration":       {"serve", "--event-retention", "soon"},
+		"bad origin":         {"serve", "--allowed-origins", "evil"},
+		"bad log level":      {"serve", "--log-level", "loud"},
+		"bad database url":   {"serve", "--database-url", "mysql://x"},
+		"queue too small":    {"serve", "--ws-queue-bytes", "10"},
+		"address not a port": {"serve", "--addr", "localhost"},
+	}
+	for name, args := range bad {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := cli(args...); err == nil {
+				t.Fatalf("%v accepted", args)
+			}
+		})
+	}
+
+	t.Run("admin token file survives restarts", func(t *testing.T) {
+		e := &testEnv{t: t, databaseURL: dbURL}
+		_, e.redisPrefix = testenv.Redis(t)
+		path := filepath.Join(t.TempDir(), "token")
+		m := e.node()
+		first, err := m.adminToken(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := m.adminToken(ctx, path)
+		if err != nil || again != first {
+			t.Fatalf("second start gave %q (%v), want the kept %q", again, err, first)
+		}
+		if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("token file mode %v", fi.Mode())
+		}
+		_ = os.WriteFile(path, []byte("sct_stale\n"), 0o600)
+		if fresh, err := m.adminToken(ctx, path); err != nil || fresh == first || fresh == "sct_stale" {
+			t.Fatalf("stale token not replaced: %q %v", fresh, err)
+		}
+	})
+}

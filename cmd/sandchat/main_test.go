@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+// tlog sends a server's logs to the test's log.
+type tlog struct{ t testing.TB }
+
+func (w tlog) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+
+// testEnv is one database and one Redis prefix that any number of nodes share.
+type testEnv struct {
+	t           *testing.T
+	databaseURL string
+	redisPrefix string
+}
+
+func newEnv(t *testing.T) *testEnv {
+	_, prefix := testenv.Redis(t)
+	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), redisPrefix: prefix}
+}
+
+// node starts a real Main on a free port. mutate adjusts its config.
+func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
+	t := e.t
+	cfg := Config{
+		Addr: "127.0.0.1:0", DatabaseURL: e.databaseURL, RedisURL: testenv.RedisURL(), RedisPrefix: e.redisPrefix,
+		EventRetention: 24 * time.Hour, ShutdownTimeout: 5 * time.Second, LogLevel: "info", LogFormat: "text",
+	}
+	m := NewMain(cfg, slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	// The engines behind the tools are other tests' business: here the sandbox counts as
+	// running, so resolution is seen through every source.
+	m.Probes = map[string]toolkits.Probe{
+		toolkits.PyodideSandbox: func() (bool, string) { return true, "" },
+	}
+	for _, f := range mutate {
+		f(&m.Config, m)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		m.Close()
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// client is a user talking to one node.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (m *Main) as(t *testing.T, token string) *client {
+	return &client{t: t, base: "http://" + m.Addr(), token: token}
+}
+
+// user creates a user directly in the store and returns it as a client of m.
+func (m *Main) user(t *testing.T, name string, admin bool) (*client, int64) {
+	u, token, err := m.Users.CreateUser(context.Background(), name, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.as(t, token), u.ID
+}
+
+// do sends a request and decodes the JSON answer into out (when not nil).
+func (c *client) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequest(method, c.base+path, rd)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 && strings.HasPrefix(path, "/api/") {
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+			c.t.Errorf("%s %s: error %d with content type %q, want problem+json", method, path, resp.StatusCode, ct)
+		}
+		var p struct {
+			Code, Detail string
+			Status      int
+		}
+		if err := json.Unmarshal(raw, &p); err != nil || p.Code == "" || p.Detail == "" || p.Status != resp.StatusCode {
+			c.t.Errorf("%s %s: malformed problem %s", method, path, raw)
+		}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			c.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (c *client) must(want int, method, path string, body any, out any) {
+	c.t.Helper()
+	if got := c.do(method, path, body, out); got != want {
+		c.t.Fatalf("%s %s: status %d, want %d", method, path, got, want)
+	}
+}
+
+type agentJSON struct {
+	ID            int64           `json:"id"`
+	Name          string          `json:"name"`
+	InternalTools map[string]bool `json:"internal_tools"`
+	Children      []int64         `json:"children"`
+	Version       int64           `json:"version"`
+	Role          string          `json:"role"`
+}
+
+type toolState struct {
+	ID           string `json:"id"`
+	Enabled      bool   `json:"enabled"`
+	Source       string `json:"source"`
+	Override     *bool  `json:"override"`
+	AgentSetting *bool  `json:"agent_setting"`
+	Available    bool   `json:"available"`
+}
+
+func (c *client) createAgent(body map[string]any) agentJSON {
+	c.t.Helper()
+	var a agentJSON
+	c.must(201, "POST", "/api/v1/agents", body, &a)
+	return a
+}
+
+func (c *client) createConversation(agentID int64) int64 {
+	c.t.Helper()
+	var conv struct{ ID int64 }
+	body := map[string]any{"title": "test"}
+	if agentID != 0 {
+		body["agent_id"] = agentID
+	}
+	c.must(201, "POST", "/api/v1/conversations", body, &conv)
+	return conv.ID
+}
+
+func (c *client) tool(conv int64, id string) toolState {
+	c.t.Helper()
+	var states []toolState
+	c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/internal-tools", conv), nil, &states)
+	for _, s := range states {
+		if s.ID == id {
+			return s
+		}
+	}
+	c.t.Fatalf("tool %s missing from %+v", id, states)
+	return toolState{}
+}
+
+// frame is a server WebSocket frame.
+type frame struct {
+	Type           string          `json:"type"`
+	ConversationID int64           `json:"conversation_id"`
+	Seq            int64           `json:"seq"`
+	Data           json.RawMessage `json:"data"`
+}
+
+type socket struct {
+	t    *testing.T
+	conn *websocket.Conn
+	mu   sync.Mutex
+}
+
+func (c *client) dial(header http.Header, query string) (*websocket.Conn, *http.Response, error) {
+	url := strings.Replace(c.base, "http://", "ws://", 1) + "/api/v1/ws" + query
+	return websocket.DefaultDialer.Dial(url, header)
+}
+
+func (c *client) socket() *socket {
+	c.t.Helper()
+	conn, _, err := c.dial(http.Header{"Authorization": {"Bearer " + c.token}}, "")
+	if err != nil {
+		c.t.Fatalf("dial: %v", err)
+	}
+	c.t.Cleanup(func() { conn.Close() })
+	return &socket{t: c.t, conn: conn}
+}
+
+func (s *socket) send(v any) {
+	s.t.Helper()
+	if err := s.conn.WriteJSON(v); err != nil {
+		s.t.Fatalf("ws write: %v", err)
+	}
+}
+
+// next reads the next frame, failing the test after timeout.
+func (s *socket) next(timeout time.Duration) (frame, error) {
+	var f frame
+	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
+	_, data, err := s.conn.ReadMessage()
+	if err != nil {
+		return f, err
+	}
+	return f, json.Unmarshal(data, &f)
+}
+
+// expect reads frames until one of type typ arrives.
+func (s *socket) expect(typ string) frame {
+	s.t.Helper()
+	for {
+		f, err := s.next(10 * time.Second)
+		if err != nil {
+			s.t.Fatalf("waiting for %s: %v", typ, err)
+		}
+		if f.Type == typ {
+			return f
+		}
+	}
+}
+
+// quiet asserts that no frame of type typ arrives within d.
+func (s *socket) quiet(typ string, d time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		f, err := s.next(time.Until(deadline))
+		if err != nil {
+			return
+		}
+		if f.Type == typ {
+			s.t.Fatalf("unexpected %s frame: %s", typ, f.Data)
+		}
+	}
+}
+
+func (s *socket) subscribe(conv int64, since *int64) frame {
+	s.t.Helper()
+	msg := map[string]any{"type": "subscribe", "conversation_id": conv}
+	if since != nil {
+		msg["since"] = *since
+	}
+	s.send(msg)
+	return s.expect("subscribed")
+}
+
+func ptr[T any](v T) *T { return &v }
