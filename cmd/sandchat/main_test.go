@@ -111,7 +111,7 @@ func (c *client) do(method, path string, body any, out any) int {
 		}
 		var p struct {
 			Code, Detail string
-			Status      int
+			Status       int
 		}
 		if err := json.Unmarshal(raw, &p); err != nil || p.Code == "" || p.Detail == "" || p.Status != resp.StatusCode {
 			c.t.Errorf("%s %s: malformed problem %s", method, path, raw)
