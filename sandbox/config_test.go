@@ -97,3 +97,31 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+func TestDoctorAndExec(t *testing.T) {
+	_, b, _ := setup(t)
+	ctx := context.Background()
+	cfg := testConfig(b.prefix)
+	var out strings.Builder
+	if err := Doctor(ctx, cfg, b.rdb, &out); err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("doctor report lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	var so, se strings.Builder
+	r, err := Exec(ctx, cfg, b.rdb, "print('out')\n6 * 7", ExecOptions{}, &so, &se)
+	if err != nil || r.Status != StatusSuccess || so.String() != "out\n42\n" {
+		t.Fatalf("exec: %v %s stdout %q stderr %q", err, r.Status, so.String(), se.String())
+	}
+
+	bad := cfg
+	bad.DenoPath = "/nonexistent/deno"
+	out.Reset()
+	if err := Doctor(ctx, bad, b.rdb, &out); err == nil || !strings.Contains(out.String(), "npm ci --prefix sandbox/runtime") {
+		t.Fatalf("doctor without deno: %v\n%s", err, out.String())
+	}
+}

@@ -311,6 +311,7 @@ async function handle(msg: any, bin: Uint8Array) {
           header: r.header instanceof Uint8Array ? r.header : null,
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
+          timings: r.timings && typeof r.timings === "object" ? r.timings : null,
         });
         return;
       }
