@@ -24,7 +24,9 @@ import (
 // Check is one dependency /readyz looks at.
 type Check struct {
 	Name string
-	Fn   func(ctx context.Context) error
+	// Optional checks are reported but do not make the node unready.
+	Optional bool
+	Fn       func(ctx context.Context) error
 }
 
 // Config is what the HTTP layer needs from the process configuration.
@@ -33,8 +35,10 @@ type Config struct {
 	// no Origin header (non-browser clients) are allowed, since they carry a token.
 	AllowedOrigins []string
 	RequestTimeout time.Duration
-	BodyLimit      int
-	WS             WSConfig
+	// ExecutionTimeout bounds a direct sandbox run: above the engine's largest timeout.
+	ExecutionTimeout time.Duration
+	BodyLimit        int
+	WS               WSConfig
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -50,12 +54,18 @@ type Server struct {
 	Tools         *toolkits.Service
 	Hub           *Hub
 	Ready         []Check
+	Sandbox       *toolkits.Sandbox
+	SandboxStatus SandboxStatus
+	Files         FileStore
 }
 
 // New builds the app. Fields that hold services must be set before Serve.
 func New(cfg Config, log *slog.Logger) *Server {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = time.Minute
+	}
+	if cfg.ExecutionTimeout == 0 {
+		cfg.ExecutionTimeout = 6 * time.Minute
 	}
 	if cfg.BodyLimit == 0 {
 		cfg.BodyLimit = 16 << 20
@@ -106,6 +116,7 @@ func (s *Server) routes() {
 	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
+	s.sandboxRoutes(v1)
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {
@@ -119,7 +130,11 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if strings.HasSuffix(c.Path(), "/ws") {
 		return c.Next()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	timeout := s.cfg.RequestTimeout
+	if strings.HasSuffix(c.Path(), "/sandbox/executions") {
+		timeout = s.cfg.ExecutionTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()
@@ -144,7 +159,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 	ok := true
 	for _, ch := range s.Ready {
 		if err := ch.Fn(ctx); err != nil {
-			ok = false
+			ok = ok && ch.Optional
 			status[ch.Name] = err.Error()
 		} else {
 			status[ch.Name] = "ok"

@@ -32,9 +32,12 @@ func TestMigrate(t *testing.T) {
 		}
 		defer conn.Close(ctx)
 		// Back to an empty schema, then let four "nodes" migrate it at once.
-		if _, err := conn.Exec(ctx, `drop table conversation_events, conversation_internal_tools,
-			conversation_members, conversations, agent_internal_tools, agent_children, agent_members,
-			agents, api_tokens, users cascade; update schema_version set version = 0`); err != nil {
+		if _, err := conn.Exec(ctx, `do $$ declare t text; begin
+			for t in select tablename from pg_tables where schemaname = current_schema() and tablename <> 'schema_version' loop
+				execute format('drop table %I cascade', t);
+			end loop;
+			update schema_version set version = 0;
+		end $$`); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup

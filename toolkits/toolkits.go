@@ -73,6 +73,9 @@ func (c *Catalogue) List() []Tool {
 	return out
 }
 
+// Available reports whether a tool can be used now, and if not, why.
+func (c *Catalogue) Available(id string) (bool, string) { return c.availability(id) }
+
 func (c *Catalogue) availability(id string) (bool, string) {
 	if c.disabled[id] {
 		return false, "Disabled by the deployment's policy (SANDCHAT_TOOLS_DISABLED)."

@@ -33,6 +33,10 @@ type Config struct {
 	// WSQueueBytes bounds what may wait to be written to one WebSocket; a client that
 	// falls further behind is disconnected and reconnects with since.
 	WSQueueBytes int
+	// Per-user limits per minute; 0 disables one.
+	RateMessages   int
+	RateExecutions int
+	Sandbox        SandboxConfig
 }
 
 // env reads SANDCHAT_<name> with a default.
@@ -85,7 +89,13 @@ func (c *Config) bind(fs *flag.FlagSet) (finish func() error) {
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("REDIS_PREFIX", "sandchat:"), "prefix of every Redis key and channel, so deployments sharing a Redis stay apart (SANDCHAT_REDIS_PREFIX)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (SANDCHAT_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", env("LOG_FORMAT", "text"), "text or json (SANDCHAT_LOG_FORMAT)")
-	return c.validate
+	finishSandbox := c.Sandbox.bind(fs, &c.RedisPrefix)
+	return func() error {
+		if err := c.validate(); err != nil {
+			return err
+		}
+		return finishSandbox()
+	}
 }
 
 // bindServe registers the flags of serve.
@@ -100,6 +110,8 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 	_ = disabled.Set(env("TOOLS_DISABLED", ""))
 	fs.Var(&disabled, "tools-disabled", "comma-separated internal tool ids switched off for the whole deployment (SANDCHAT_TOOLS_DISABLED)")
 	fs.IntVar(&c.WSQueueBytes, "ws-queue-bytes", envInt("WS_QUEUE_BYTES", 4<<20), "bytes that may wait to be written to one WebSocket before it is dropped as too slow (SANDCHAT_WS_QUEUE_BYTES)")
+	fs.IntVar(&c.RateMessages, "rate-messages", envInt("RATE_MESSAGES", 30), "messages one user may send per minute; 0: unlimited (SANDCHAT_RATE_MESSAGES)")
+	fs.IntVar(&c.RateExecutions, "rate-executions", envInt("RATE_EXECUTIONS", 120), "sandbox runs one user may start per minute; 0: unlimited (SANDCHAT_RATE_EXECUTIONS)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("ADMIN_TOKEN_FILE", ""), "print a working admin token at start, keeping it in this file (SANDCHAT_ADMIN_TOKEN_FILE)")
 	durations := []*durationEnv{
 		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h")},
@@ -120,6 +132,9 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 		}
 		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 			return fmt.Errorf("SANDCHAT_ADDR: %q is not host:port", c.Addr)
+		}
+		if c.RateMessages < 0 || c.RateExecutions < 0 {
+			return fmt.Errorf("SANDCHAT_RATE_MESSAGES and SANDCHAT_RATE_EXECUTIONS must be 0 (unlimited) or positive")
 		}
 		if c.WSQueueBytes < 64<<10 {
 			return fmt.Errorf("SANDCHAT_WS_QUEUE_BYTES: %d is below the 64 KiB minimum", c.WSQueueBytes)

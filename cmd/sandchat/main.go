@@ -25,6 +25,7 @@ import (
 	"github.com/sandchat/sandchat/conversations/redisbus"
 	frontendapi "github.com/sandchat/sandchat/frontend-api"
 	"github.com/sandchat/sandchat/migrations"
+	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -35,6 +36,9 @@ Usage:
   sandchat migrate [flags]            apply database migrations and exit
   sandchat user create --name N [--admin]
                                       create a user; prints its API token, alone, on stdout
+  sandchat doctor                     check the Python sandbox (Deno, Pyodide, Redis, a real run)
+  sandchat exec [--session K] [code]  run Python through the sandbox engine (code or stdin)
+  sandchat bench [-n N]               measure the sandbox engine (see docs/sandbox.md)
 
 Every command takes --help. Flags mirror SANDCHAT_* environment variables.
 `
@@ -68,6 +72,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("unknown user subcommand")
 		}
 		return runUserCreate(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return runDoctor(ctx, args, stdout, stderr)
+	case "exec":
+		return runExec(ctx, args, os.Stdin, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -189,12 +199,14 @@ type Main struct {
 	Config Config
 	Log    *slog.Logger
 
-	DB    *pgxpool.Pool
-	Redis redis.UniversalClient
-	Users *agentstore.Users
-	Store *convstore.Store
-	HTTP  *frontendapi.Server
-	Hub   *frontendapi.Hub
+	DB      *pgxpool.Pool
+	Redis   redis.UniversalClient
+	Users   *agentstore.Users
+	Store   *convstore.Store
+	HTTP    *frontendapi.Server
+	Hub     *frontendapi.Hub
+	Engine  *sandbox.Engine
+	Limiter *redisbus.Limiter
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
@@ -225,14 +237,36 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", ropts.Addr, err)
 	}
 
+	bg, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
 	probes := m.Probes
 	if probes == nil {
-		probes = map[string]toolkits.Probe{}
+		probes = map[string]toolkits.Probe{toolkits.PyodideSandbox: func() (bool, string) {
+			return false, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false)."
+		}}
+	}
+	if cfg.Sandbox.Enabled {
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, rdb, m.Log.With("component", "sandbox")); err != nil {
+			return err
+		}
+		if m.Probes == nil {
+			probes[toolkits.PyodideSandbox] = m.Engine.Available
+		}
+		// Booting Deno and Pyodide takes seconds: serve meanwhile, with the sandbox
+		// reported as starting.
+		go func() {
+			if err := m.Engine.Start(bg); err != nil && bg.Err() == nil {
+				m.Log.Error("sandbox start", "err", err)
+			}
+		}()
 	}
 	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
 	m.Users = agentstore.NewUsers(m.DB)
 	m.Store = convstore.New(m.DB, cfg.EventRetention)
 	bus := redisbus.New(rdb, cfg.RedisPrefix)
+	m.Limiter = redisbus.NewLimiter(rdb, cfg.RedisPrefix, map[string]int{
+		"messages": cfg.RateMessages, "executions": cfg.RateExecutions,
+	})
 
 	srv := frontendapi.New(frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, m.Log)
 	srv.Users = m.Users
@@ -245,6 +279,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv.Ready = []frontendapi.Check{
 		{Name: "postgres", Fn: func(ctx context.Context) error { return m.DB.Ping(ctx) }},
 		{Name: "redis", Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		// The server is useful without the sandbox, so it is reported, not required.
+		{Name: "sandbox", Optional: true, Fn: func(context.Context) error {
+			if ok, reason := catalogue.Available(toolkits.PyodideSandbox); !ok {
+				return errors.New(reason)
+			}
+			return nil
+		}},
+	}
+	srv.Files = m.Store
+	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions}
+	if m.Engine != nil {
+		srv.Sandbox.Engine = m.Engine
+		srv.SandboxStatus = m.Engine
 	}
 	m.HTTP = srv
 
@@ -254,8 +301,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.served = make(chan error, 1)
 	go func() { m.served <- srv.Serve(m.ln) }()
 
-	bg, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
 	go m.pruneEvents(bg)
 	m.Log.Info("sandchat listening", "addr", m.ln.Addr().String())
 	return nil
@@ -308,6 +353,9 @@ func (m *Main) close() error {
 	}
 	if m.Hub != nil {
 		errs = append(errs, m.Hub.Close())
+	}
+	if m.Engine != nil {
+		errs = append(errs, m.Engine.Close())
 	}
 	if m.Redis != nil {
 		errs = append(errs, m.Redis.Close())

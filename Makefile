@@ -1,0 +1,31 @@
+# The two commands of the README: `make run` and `make test`. Both first run
+# .ci/services, which installs or starts what is missing (PostgreSQL, Redis, the
+# sandbox runtime) and fails loudly when it cannot.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+.PHONY: run test services build vet bench
+
+services:
+	@./.ci/services
+
+build:
+	$(GO) build -o bin/sandchat ./cmd/sandchat
+
+## run: the server with its defaults on http://127.0.0.1:8080, printing an admin token.
+run: services build
+	@mkdir -p .sandchat
+	./bin/sandchat serve --admin-token-file .sandchat/admin-token
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide.
+test: services vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+## bench: the sandbox engine's figures (see docs/sandbox.md).
+bench: services build
+	./bin/sandchat bench

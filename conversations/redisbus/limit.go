@@ -1,0 +1,53 @@
+package redisbus
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat"
+)
+
+// Limiter counts each user's actions per minute in Redis, so the limit holds across
+// nodes. A limit of zero or less means unlimited.
+type Limiter struct {
+	rdb    redis.UniversalClient
+	prefix string
+	limits map[string]int
+	now    func() time.Time
+}
+
+// NewLimiter returns a limiter with per-minute limits by action name.
+func NewLimiter(rdb redis.UniversalClient, prefix string, perMinute map[string]int) *Limiter {
+	return &Limiter{rdb: rdb, prefix: prefix, limits: perMinute, now: time.Now}
+}
+
+// Allow counts one action of the user in ctx, or refuses it with EBUSY and the seconds
+// until the window turns.
+func (l *Limiter) Allow(ctx context.Context, action string) error {
+	limit := l.limits[action]
+	uid := sandchat.UserIDFromContext(ctx)
+	if limit <= 0 || uid == 0 {
+		return nil
+	}
+	now := l.now()
+	window := now.Unix() / 60
+	key := l.prefix + "rate:" + action + ":" + strconv.FormatInt(uid, 10) + ":" + strconv.FormatInt(window, 10)
+	pipe := l.rdb.TxPipeline()
+	incr := pipe.Incr(ctx, key)
+	pipe.Expire(ctx, key, 2*time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if n := incr.Val(); n > int64(limit) {
+		retry := int((window+1)*60 - now.Unix())
+		if retry < 1 {
+			retry = 1
+		}
+		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: retry,
+			Message: "Rate limit: at most " + strconv.Itoa(limit) + " " + action + " per minute; retry in " + strconv.Itoa(retry) + " s."}
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package frontendapi
+
+import (
+	"context"
+	"io"
+	"mime"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations/pgstore"
+	"github.com/sandchat/sandchat/sandbox"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+// SandboxStatus reports the engine for GET /api/v1/sandbox/status.
+type SandboxStatus interface {
+	Status(ctx context.Context) sandbox.Status
+}
+
+// FileStore is the upload and download side of conversation files.
+type FileStore interface {
+	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error)
+	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
+	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
+}
+
+func (s *Server) sandboxRoutes(v1 fiber.Router) {
+	v1.Get("/sandbox/status", func(c *fiber.Ctx) error {
+		if s.SandboxStatus == nil {
+			return c.JSON(sandbox.Status{Reason: "The sandbox engine is not configured."})
+		}
+		return c.JSON(s.SandboxStatus.Status(c.UserContext()))
+	})
+	v1.Post("/conversations/:id/sandbox/executions", s.execute)
+	v1.Get("/conversations/:id/sandbox/session", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		info, err := s.Sandbox.Session(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(info)
+	})
+	v1.Delete("/conversations/:id/sandbox/session", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		if err := s.Sandbox.Reset(c.UserContext(), id); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	})
+	v1.Post("/conversations/:id/files", s.uploadFile)
+	v1.Get("/conversations/:id/files", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		files, err := s.Files.Files(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(files)
+	})
+	v1.Get("/files/:id", s.downloadFile)
+}
+
+func (s *Server) execute(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Code      string `json:"code"`
+		TimeoutMS *int64 `json:"timeout_ms"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	if in.Code == "" {
+		return sandchat.Errorf(sandchat.EINVALID, "code is required.")
+	}
+	var timeout time.Duration
+	if in.TimeoutMS != nil {
+		if *in.TimeoutMS <= 0 {
+			return sandchat.Errorf(sandchat.EINVALID, "timeout_ms must be positive.")
+		}
+		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
+	}
+	run, err := s.Sandbox.ExecuteDirect(c.UserContext(), id, in.Code, timeout)
+	if err != nil {
+		return err
+	}
+	return c.JSON(run)
+}
+
+func (s *Server) uploadFile(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	fh, err := c.FormFile("file")
+	if err != nil {
+		return sandchat.Errorf(sandchat.EINVALID, "Send the file as multipart/form-data in a field named \"file\".")
+	}
+	if fh.Size > pgstore.MaxUploadBytes {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "A file may be at most %d MiB.", pgstore.MaxUploadBytes>>20)
+	}
+	f, err := fh.Open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, pgstore.MaxUploadBytes+1))
+	if err != nil {
+		return err
+	}
+	ref, err := s.Files.UploadFile(c.UserContext(), id, fh.Filename, fh.Header.Get(fiber.HeaderContentType), data)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(ref)
+}
+
+func (s *Server) downloadFile(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	f, data, err := s.Files.File(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	// Files come from users and from untrusted code: never let a browser render them
+	// as part of this origin.
+	c.Set(fiber.HeaderContentType, f.ContentType)
+	c.Set("X-Content-Type-Options", "nosniff")
+	c.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
+	c.Set(fiber.HeaderContentLength, strconv.Itoa(len(data)))
+	return c.Send(data)
+}

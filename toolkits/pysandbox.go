@@ -1,0 +1,197 @@
+package toolkits
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox"
+)
+
+// Engine is what the Python sandbox tool needs of the sandbox engine.
+type Engine interface {
+	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
+	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
+	Reset(ctx context.Context, key string) error
+}
+
+// Execution is the audit record of one sandbox run.
+type Execution struct {
+	ConversationID int64
+	TurnID         *int64
+	AgentID        *int64
+	SessionKey     string
+	Code           string
+	Result         sandbox.Result
+}
+
+// FileRef names a stored file: uploads and artifacts alike.
+type FileRef struct {
+	ID          int64  `json:"id"`
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+}
+
+// ExecutionStore records runs with their artifacts and hands the conversation's
+// uploads to the sandbox.
+type ExecutionStore interface {
+	// RecordExecution stores the run and its artifacts in one transaction.
+	RecordExecution(ctx context.Context, ex Execution) (id int64, artifacts []FileRef, err error)
+	// DataFiles returns the conversation's uploads, for /data.
+	DataFiles(ctx context.Context, convID int64) ([]sandbox.File, error)
+}
+
+// Limiter admits or refuses an action of the user in ctx (per-user rate limits).
+type Limiter interface {
+	Allow(ctx context.Context, action string) error
+}
+
+// Sandbox runs Python for conversations: the REST endpoint and the pyodide_sandbox tool
+// both go through it, so every run is checked, limited and recorded the same way.
+type Sandbox struct {
+	Engine  Engine
+	Store   ExecutionStore
+	Tools   *Service
+	Limiter Limiter
+	// PerAgentSessions gives each agent of a swarm its own interpreter in a
+	// conversation; by default they share the conversation's.
+	PerAgentSessions bool
+}
+
+// RunRequest is one run. AgentID is the agent whose settings allow it (nil for a
+// conversation without one); TurnID ties it to an assistant turn.
+type RunRequest struct {
+	ConversationID int64
+	AgentID        *int64
+	TurnID         *int64
+	Code           string
+	Timeout        time.Duration
+	OnOutput       func(stream, chunk string)
+}
+
+// Run is a run's outcome as the API and the model see it.
+type Run struct {
+	ID int64 `json:"id"`
+	sandbox.Result
+	Artifacts []FileRef `json:"artifacts"`
+}
+
+// SessionKey is the interpreter a run uses: the conversation's, or with per-agent
+// sessions, the agent's within it.
+func (s *Sandbox) SessionKey(convID int64, agentID *int64) string {
+	key := "conv:" + strconv.FormatInt(convID, 10)
+	if s.PerAgentSessions && agentID != nil {
+		key += "/agent:" + strconv.FormatInt(*agentID, 10)
+	}
+	return key
+}
+
+// Execute runs code. The caller has checked that the sandbox is on for the agent; the
+// user in ctx is charged against the execution rate limit.
+func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
+	if s.Limiter != nil {
+		if err := s.Limiter.Allow(ctx, "executions"); err != nil {
+			return Run{}, err
+		}
+	}
+	data, err := s.Store.DataFiles(ctx, req.ConversationID)
+	if err != nil {
+		return Run{}, err
+	}
+	key := s.SessionKey(req.ConversationID, req.AgentID)
+	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput})
+	if err != nil {
+		return Run{}, err
+	}
+	// Recording must not be lost to a client that went away mid-run.
+	id, files, err := s.Store.RecordExecution(context.WithoutCancel(ctx), Execution{
+		ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code, Result: res,
+	})
+	if err != nil {
+		return Run{}, fmt.Errorf("record execution: %w", err)
+	}
+	if files == nil {
+		files = []FileRef{}
+	}
+	return Run{ID: id, Result: res, Artifacts: files}, nil
+}
+
+// ExecuteDirect is the REST path: the caller must be able to edit the conversation and
+// the sandbox must be on for its primary agent.
+func (s *Sandbox) ExecuteDirect(ctx context.Context, convID int64, code string, timeout time.Duration) (Run, error) {
+	conv, err := s.requireOn(ctx, convID)
+	if err != nil {
+		return Run{}, err
+	}
+	return s.Execute(ctx, RunRequest{ConversationID: convID, AgentID: conv, Code: code, Timeout: timeout})
+}
+
+// Session describes the conversation's interpreter (view access).
+func (s *Sandbox) Session(ctx context.Context, convID int64) (sandbox.SessionInfo, error) {
+	ts, err := s.Tools.Conversations.ToolSettings(ctx, convID)
+	if err != nil {
+		return sandbox.SessionInfo{}, err
+	}
+	return s.Engine.Session(ctx, s.SessionKey(convID, ts.Conversation.AgentID))
+}
+
+// Reset forgets the conversation's interpreter state (edit access).
+func (s *Sandbox) Reset(ctx context.Context, convID int64) error {
+	conv, err := s.requireEdit(ctx, convID)
+	if err != nil {
+		return err
+	}
+	return s.Engine.Reset(ctx, s.SessionKey(convID, conv))
+}
+
+func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (agentID *int64, err error) {
+	ts, err := s.Tools.Conversations.ToolSettings(ctx, convID)
+	if err != nil {
+		return nil, err
+	}
+	if r := ts.Conversation.Role; r != sandchat.RoleOwner && r != sandchat.RoleEditor {
+		return nil, sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow running code in this conversation.", r)
+	}
+	return ts.Conversation.AgentID, nil
+}
+
+func (s *Sandbox) requireOn(ctx context.Context, convID int64) (agentID *int64, err error) {
+	agentID, err = s.requireEdit(ctx, convID)
+	if err != nil {
+		return nil, err
+	}
+	states, err := s.Tools.ConversationTools(ctx, convID)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range states {
+		if st.ID != PyodideSandbox {
+			continue
+		}
+		if st.Enabled {
+			return agentID, nil
+		}
+		if !st.Available {
+			return nil, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", st.UnavailableReason)
+		}
+		return nil, sandchat.Errorf(sandchat.ECONFLICT, "The Python sandbox is off for this conversation (source: %s). Switch it on in the chat toolbar (Internal tools → Python sandbox) or with PUT /api/v1/conversations/%d/internal-tools/pyodide_sandbox {\"enabled\": true}.", st.Source, convID)
+	}
+	return nil, sandchat.Errorf(sandchat.EINTERNAL, "pyodide_sandbox missing from the catalogue")
+}
+
+// ToolSpec is how the pyodide_sandbox tool is offered to a model. The description
+// tells the model what persists, where files are, and the limits.
+func ToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
+	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
+State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
+The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
+Packages: the standard library%s; other imports are loaded automatically when the deployment's package mirror has them. There is no pip and no network access unless the deployment allows it.
+Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of memory (MemoryError), %d KiB of stdout/stderr (truncated), %d KiB of code.`,
+		packages, limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)
+	parameters = json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"Python code to run. The last expression's value is returned."}},"required":["code"],"additionalProperties":false}`)
+	return PyodideSandbox, description, parameters
+}
