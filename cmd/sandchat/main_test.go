@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -44,13 +45,15 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 		EventRetention: 24 * time.Hour, ShutdownTimeout: 5 * time.Second, LogLevel: "info", LogFormat: "text",
 	}
 	m := NewMain(cfg, slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	// The engines behind the tools are other tests' business: here the sandbox counts as
-	// running, so resolution is seen through every source.
-	m.Probes = map[string]toolkits.Probe{
-		toolkits.PyodideSandbox: func() (bool, string) { return true, "" },
-	}
 	for _, f := range mutate {
 		f(&m.Config, m)
+	}
+	if !m.Config.Sandbox.Enabled {
+		// Tests about toggles, not engines: the sandbox counts as running, so resolution
+		// is seen through every source without booting Deno for each node.
+		m.Probes = map[string]toolkits.Probe{
+			toolkits.PyodideSandbox: func() (bool, string) { return true, "" },
+		}
 	}
 	if err := m.Run(context.Background()); err != nil {
 		m.Close()
@@ -58,6 +61,30 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// withSandbox runs the real engine on the node, small enough for a 2-core machine.
+func (e *testEnv) withSandbox(c *Config, _ *Main) {
+	c.Sandbox.Enabled = true
+	c.Sandbox.Engine = sandbox.DefaultConfig()
+	c.Sandbox.Engine.Hosts, c.Sandbox.Engine.WarmPool = 1, 1
+	c.Sandbox.Engine.RedisPrefix = e.redisPrefix
+}
+
+// waitSandbox waits for the node's engine to finish booting.
+func (m *Main) waitSandbox(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ok, reason := m.Engine.Available()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // client is a user talking to one node.

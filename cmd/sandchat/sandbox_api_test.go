@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+type runJSON struct {
+	ID        int64
+	Status    string
+	Stdout    string
+	Stderr    string
+	Result    *string
+	Error     *struct{ Type, Message, Traceback string }
+	Artifacts []struct {
+		ID          int64
+		Name        string
+		ContentType string `json:"content_type"`
+		Size        int64
+	}
+	Session struct {
+		Version      int64
+		RestoredFrom string `json:"restored_from"`
+	}
+}
+
+func (c *client) run(conv int64, code string) runJSON {
+	c.t.Helper()
+	var r runJSON
+	c.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), map[string]any{"code": code}, &r)
+	return r
+}
+
+func (c *client) upload(conv int64, name, content string) int {
+	c.t.Helper()
+	var body bytes.Buffer
+	w := multipart.NewWriter(&body)
+	fw, _ := w.CreateFormFile("file", name)
+	_, _ = fw.Write([]byte(content))
+	_ = w.Close()
+	req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v1/conversations/%d/files", c.base, conv), &body)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", w.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestSandboxAPI(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	viewer, viewerID := m.user(t, "viewer", false)
+	stranger, _ := m.user(t, "stranger", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	execPath := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
+
+	t.Run("status", func(t *testing.T) {
+		var st struct {
+			Available bool
+			Deno      struct {
+				Installed bool
+				Version   string
+			}
+			Pyodide struct{ Version string }
+			Hosts   int
+		}
+		alice.must(200, "GET", "/api/v1/sandbox/status", nil, &st)
+		if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Pyodide.Version == "" || st.Hosts != 1 {
+			t.Fatalf("%+v", st)
+		}
+		if s := alice.tool(conv, "pyodide_sandbox"); !s.Enabled || s.Source != "agent" {
+			t.Fatalf("sandbox state %+v", s)
+		}
+	})
+	t.Run("state persists across runs", func(t *testing.T) {
+		r := alice.run(conv, "import math\nx = 41\ndef f(a):\n    return a + x")
+		if r.Status != "success" || r.Session.Version != 1 {
+			t.Fatalf("%+v", r)
+		}
+		r = alice.run(conv, "print(math.pi > 3)\nf(1)")
+		if r.Status != "success" || r.Stdout != "True\n" || r.Result == nil || *r.Result != "42" || r.Session.Version != 2 || r.Session.RestoredFrom != "live" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("python errors are structured", func(t *testing.T) {
+		r := alice.run(conv, "1/0")
+		if r.Status != "error" || r.Error == nil || r.Error.Type != "ZeroDivisionError" || !strings.Contains(r.Error.Traceback, "ZeroDivisionError") {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("uploads are read-only under /data", func(t *testing.T) {
+		if got := alice.upload(conv, "../../etc/data.csv", "a,b\n1,2\n"); got != 201 {
+			t.Fatalf("upload status %d", got)
+		}
+		if got := viewer.upload(conv, "v.csv", "x"); got != 403 {
+			t.Fatalf("viewer upload status %d", got)
+		}
+		r := alice.run(conv, "print(open('/data/data.csv').read(), end='')")
+		if r.Status != "success" || r.Stdout != "a,b\n1,2\n" {
+			t.Fatalf("%+v", r)
+		}
+		r = alice.run(conv, "open('/data/data.csv', 'w').write('overwritten')")
+		if r.Status != "error" {
+			t.Fatalf("writing /data succeeded: %+v", r)
+		}
+	})
+	t.Run("artifacts are stored and downloadable", func(t *testing.T) {
+		r := alice.run(conv, "with open('report.txt', 'w') as fh:\n    fh.write('total: 42')")
+		if r.Status != "success" || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "report.txt" || r.Artifacts[0].ID == 0 {
+			t.Fatalf("%+v", r)
+		}
+		url := fmt.Sprintf("/api/v1/files/%d", r.Artifacts[0].ID)
+		for _, tc := range []struct {
+			c    *client
+			want int
+		}{{alice, 200}, {viewer, 200}, {stranger, 404}} {
+			req, _ := http.NewRequest("GET", m.as(t, "").base+url, nil)
+			req.Header.Set("Authorization", "Bearer "+tc.c.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("download status %d, want %d", resp.StatusCode, tc.want)
+			}
+			if tc.want == 200 && (string(body) != "total: 42" || resp.Header.Get("X-Content-Type-Options") != "nosniff" ||
+				!strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment")) {
+				t.Fatalf("download %q headers %v", body, resp.Header)
+			}
+		}
+	})
+	t.Run("every run is recorded", func(t *testing.T) {
+		var n int
+		if err := m.DB.QueryRow(context.Background(), `select count(*) from executions where conversation_id = $1`, conv).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 6 {
+			t.Fatalf("%d executions recorded, want 6", n)
+		}
+	})
+	t.Run("permissions", func(t *testing.T) {
+		viewer.must(403, "POST", execPath, map[string]any{"code": "1"}, nil)
+		stranger.must(404, "POST", execPath, map[string]any{"code": "1"}, nil)
+		viewer.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil, nil)
+		viewer.must(403, "DELETE", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil, nil)
+		stranger.must(404, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil, nil)
+	})
+	t.Run("bad input", func(t *testing.T) {
+		alice.must(400, "POST", execPath, map[string]any{"code": ""}, nil)
+		alice.must(400, "POST", execPath, map[string]any{"code": "1", "timeout_ms": -5}, nil)
+		alice.must(400, "POST", execPath, map[string]any{"code": "1", "timeout_ms": 10_000_000}, nil)
+		alice.must(413, "POST", execPath, map[string]any{"code": strings.Repeat("#", 300<<10)}, nil)
+	})
+	t.Run("refused while the sandbox is off", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
+		var p struct{ Detail string }
+		alice.must(409, "POST", execPath, map[string]any{"code": "x"}, &p)
+		if !strings.Contains(p.Detail, "off for this conversation") {
+			t.Fatalf("detail %q", p.Detail)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
+		if r := alice.run(conv, "x"); r.Result == nil || *r.Result != "41" {
+			t.Fatalf("state lost while off: %+v", r)
+		}
+	})
+	t.Run("reset forgets the session", func(t *testing.T) {
+		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil, nil)
+		r := alice.run(conv, "x")
+		if r.Status != "error" || r.Error == nil || r.Error.Type != "NameError" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("two conversations do not share state or random numbers", func(t *testing.T) {
+		other := alice.createConversation(agent.ID)
+		a := alice.run(conv, "import random\nsecret = 'a'\nrandom.random()")
+		b := alice.run(other, "import random\nrandom.random()")
+		if a.Result == nil || b.Result == nil || *a.Result == *b.Result {
+			t.Fatalf("same random numbers: %v %v", a.Result, b.Result)
+		}
+		if r := alice.run(other, "secret"); r.Status != "error" {
+			t.Fatalf("variable leaked across conversations: %+v", r)
+		}
+	})
+}
