@@ -57,6 +57,8 @@ type Server struct {
 	Sandbox       *toolkits.Sandbox
 	SandboxStatus SandboxStatus
 	Files         FileStore
+	Turns         TurnService
+	Messages      MessageStore
 }
 
 // New builds the app. Fields that hold services must be set before Serve.
@@ -117,6 +119,7 @@ func (s *Server) routes() {
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
 	s.sandboxRoutes(v1)
+	s.turnRoutes(v1)
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {

@@ -192,8 +192,8 @@ func findAgent(ctx context.Context, q sandchat.Querier, id int64) (*agents.Agent
 
 // LoadAgent reads an agent with no permission check, for the turn loop, which acts for
 // a conversation the caller was already authorized on.
-func LoadAgent(ctx context.Context, q sandchat.Querier, id int64) (*agents.Agent, error) {
-	return loadAgent(ctx, q, id, "")
+func (s *Agents) LoadAgent(ctx context.Context, id int64) (*agents.Agent, error) {
+	return loadAgent(ctx, s.db, id, "")
 }
 
 func loadAgent(ctx context.Context, q sandchat.Querier, id int64, role string) (*agents.Agent, error) {

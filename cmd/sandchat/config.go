@@ -37,6 +37,19 @@ type Config struct {
 	RateMessages   int
 	RateExecutions int
 	Sandbox        SandboxConfig
+	LLM            LLMConfig
+	// TurnStaleAfter: a running turn whose node has not renewed it for this long is
+	// failed (its node crashed).
+	TurnStaleAfter time.Duration
+}
+
+// LLMConfig selects the model behind agents.
+type LLMConfig struct {
+	Provider   string // builtin or openai: what agents without a model of their own use
+	BaseURL    string
+	APIKey     string
+	Model      string
+	MaxRetries int
 }
 
 // env reads SANDCHAT_<name> with a default.
@@ -112,10 +125,16 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 	fs.IntVar(&c.WSQueueBytes, "ws-queue-bytes", envInt("WS_QUEUE_BYTES", 4<<20), "bytes that may wait to be written to one WebSocket before it is dropped as too slow (SANDCHAT_WS_QUEUE_BYTES)")
 	fs.IntVar(&c.RateMessages, "rate-messages", envInt("RATE_MESSAGES", 30), "messages one user may send per minute; 0: unlimited (SANDCHAT_RATE_MESSAGES)")
 	fs.IntVar(&c.RateExecutions, "rate-executions", envInt("RATE_EXECUTIONS", 120), "sandbox runs one user may start per minute; 0: unlimited (SANDCHAT_RATE_EXECUTIONS)")
+	fs.StringVar(&c.LLM.Provider, "llm-provider", env("LLM_PROVIDER", "builtin"), "builtin (offline) or openai: the model of agents that name none (SANDCHAT_LLM_PROVIDER)")
+	fs.StringVar(&c.LLM.BaseURL, "llm-base-url", env("LLM_BASE_URL", "https://api.openai.com/v1"), "OpenAI-compatible Chat Completions base URL (SANDCHAT_LLM_BASE_URL)")
+	c.LLM.APIKey = env("LLM_API_KEY", "") // from the environment only: flags show in ps
+	fs.StringVar(&c.LLM.Model, "llm-model", env("LLM_MODEL", "gpt-4o-mini"), "default model for the openai provider (SANDCHAT_LLM_MODEL)")
+	fs.IntVar(&c.LLM.MaxRetries, "llm-max-retries", envInt("LLM_MAX_RETRIES", 2), "retries on 429/5xx (SANDCHAT_LLM_MAX_RETRIES)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("ADMIN_TOKEN_FILE", ""), "print a working admin token at start, keeping it in this file (SANDCHAT_ADMIN_TOKEN_FILE)")
 	durations := []*durationEnv{
 		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h")},
 		{name: "SHUTDOWN_TIMEOUT", dst: &c.ShutdownTimeout, raw: env("SHUTDOWN_TIMEOUT", "15s")},
+		{name: "TURN_STALE_AFTER", dst: &c.TurnStaleAfter, raw: env("TURN_STALE_AFTER", "30s")},
 	}
 	for _, d := range durations {
 		flagName := strings.ReplaceAll(strings.ToLower(d.name), "_", "-")
@@ -132,6 +151,18 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 		}
 		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 			return fmt.Errorf("SANDCHAT_ADDR: %q is not host:port", c.Addr)
+		}
+		switch c.LLM.Provider {
+		case "builtin":
+		case "openai":
+			if c.LLM.APIKey == "" {
+				return fmt.Errorf("SANDCHAT_LLM_PROVIDER=openai needs SANDCHAT_LLM_API_KEY")
+			}
+		default:
+			return fmt.Errorf("SANDCHAT_LLM_PROVIDER: %q is not builtin or openai", c.LLM.Provider)
+		}
+		if c.LLM.MaxRetries < 0 || c.LLM.MaxRetries > 10 {
+			return fmt.Errorf("SANDCHAT_LLM_MAX_RETRIES: %d is not between 0 and 10", c.LLM.MaxRetries)
 		}
 		if c.RateMessages < 0 || c.RateExecutions < 0 {
 			return fmt.Errorf("SANDCHAT_RATE_MESSAGES and SANDCHAT_RATE_EXECUTIONS must be 0 (unlimited) or positive")

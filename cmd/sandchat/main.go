@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/agents"
+	"github.com/sandchat/sandchat/agents/openai"
 	agentstore "github.com/sandchat/sandchat/agents/pgstore"
 	convstore "github.com/sandchat/sandchat/conversations/pgstore"
 	"github.com/sandchat/sandchat/conversations/redisbus"
@@ -207,6 +210,8 @@ type Main struct {
 	Hub     *frontendapi.Hub
 	Engine  *sandbox.Engine
 	Limiter *redisbus.Limiter
+	Runner  *agents.Runner
+	openai  agents.Provider
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
@@ -270,7 +275,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	srv := frontendapi.New(frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, m.Log)
 	srv.Users = m.Users
-	srv.Agents = agentstore.NewAgents(m.DB, catalogue.Has)
+	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
+	srv.Agents = agentStore
 	srv.Conversations = m.Store
 	srv.Tools = &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
@@ -287,12 +293,34 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return nil
 		}},
 	}
+	if cfg.LLM.APIKey != "" {
+		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
+			MaxRetries: cfg.LLM.MaxRetries}, m.Log.With("component", "openai")); err != nil {
+			return err
+		}
+	}
 	srv.Files = m.Store
 	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions}
+	limits := func() sandbox.StatusLimits {
+		c := cfg.Sandbox.Engine
+		return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
+	}
 	if m.Engine != nil {
 		srv.Sandbox.Engine = m.Engine
 		srv.SandboxStatus = m.Engine
 	}
+	m.Runner = &agents.Runner{
+		Store: m.Store, Agents: agentStore, Catalogue: catalogue, Sandbox: srv.Sandbox, Limits: limits,
+		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
+		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+	}
+	srv.Turns, srv.Messages = m.Runner, m.Store
+	go m.Runner.Run(bg)
+	go func() {
+		if err := bus.ListenCancels(bg, func(id int64) { m.Runner.CancelLocal(id) }); err != nil && bg.Err() == nil {
+			m.Log.Error("cancel listener stopped", "err", err)
+		}
+	}()
 	m.HTTP = srv
 
 	if m.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
@@ -304,6 +332,26 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	go m.pruneEvents(bg)
 	m.Log.Info("sandchat listening", "addr", m.ln.Addr().String())
 	return nil
+}
+
+// provider picks the model behind an agent: "builtin" or no model (with the builtin
+// default) is the offline model; any other model name goes to the OpenAI-compatible
+// endpoint.
+func (m *Main) provider(a *agents.Agent) (agents.Provider, error) {
+	if a.Model == "builtin" || (a.Model == "" && m.Config.LLM.Provider == "builtin") {
+		return agents.Builtin{}, nil
+	}
+	if m.openai == nil {
+		return nil, sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s uses model %q, but no OpenAI-compatible endpoint is configured (SANDCHAT_LLM_BASE_URL, SANDCHAT_LLM_API_KEY).", a.Name, a.Model)
+	}
+	return m.openai, nil
+}
+
+func nodeID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
 // Addr is where the server listens (useful with :0).
@@ -347,6 +395,9 @@ func (m *Main) close() error {
 	if m.HTTP != nil && m.ln != nil {
 		errs = append(errs, m.HTTP.Shutdown(ctx))
 		<-m.served
+	}
+	if m.Runner != nil {
+		m.Runner.Shutdown(ctx) // running turns reach their end, or are failed at the deadline
 	}
 	if m.Hub != nil {
 		m.Hub.Wait(ctx) // sockets leave their channels before Redis goes

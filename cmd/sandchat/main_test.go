@@ -43,6 +43,7 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 	cfg := Config{
 		Addr: "127.0.0.1:0", DatabaseURL: e.databaseURL, RedisURL: testenv.RedisURL(), RedisPrefix: e.redisPrefix,
 		EventRetention: 24 * time.Hour, ShutdownTimeout: 5 * time.Second, LogLevel: "info", LogFormat: "text",
+		TurnStaleAfter: 30 * time.Second, LLM: LLMConfig{Provider: "builtin"},
 	}
 	m := NewMain(cfg, slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	for _, f := range mutate {

@@ -54,3 +54,33 @@ func (b *Bus) publish(ctx context.Context, channel string, ev conversations.Even
 // PubSub opens a subscription with no channels yet; the caller adds and removes them as
 // local sockets come and go.
 func (b *Bus) PubSub(ctx context.Context) *redis.PubSub { return b.rdb.Subscribe(ctx) }
+
+func (b *Bus) cancelChannel() string { return b.prefix + "turns:cancel" }
+
+// PublishCancel asks every node to cancel a turn; the one that runs it does.
+func (b *Bus) PublishCancel(ctx context.Context, turnID int64) error {
+	return b.rdb.Publish(ctx, b.cancelChannel(), strconv.FormatInt(turnID, 10)).Err()
+}
+
+// ListenCancels calls fn with every cancelled turn id until ctx ends.
+func (b *Bus) ListenCancels(ctx context.Context, fn func(turnID int64)) error {
+	ps := b.rdb.Subscribe(ctx, b.cancelChannel())
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
+		return err
+	}
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if id, err := strconv.ParseInt(m.Payload, 10, 64); err == nil {
+				fn(id)
+			}
+		}
+	}
+}

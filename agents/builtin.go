@@ -1,0 +1,144 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Builtin is the offline, deterministic model. It runs each fenced ```python block of
+// the user's message through pyodide_sandbox when that tool is on and answers with the
+// output; says plainly when it is off; hands "@child-name task" to a child agent when
+// swarm mode offers the delegate tool; and otherwise replies briefly.
+type Builtin struct{}
+
+var (
+	fenced   = regexp.MustCompile("(?s)```(?:python|py)[ \t]*\r?\n(.*?)```")
+	mention  = regexp.MustCompile(`(?s)^\s*@([A-Za-z0-9_.-]+)\s*(.*)$`)
+	wordLike = regexp.MustCompile(`\S+\s*`)
+)
+
+func (Builtin) Complete(ctx context.Context, req CompletionRequest, onDelta func(string)) (Completion, error) {
+	if err := ctx.Err(); err != nil {
+		return Completion{}, err
+	}
+	if len(req.Messages) == 0 {
+		return Completion{}, fmt.Errorf("builtin: no messages")
+	}
+	last := req.Messages[len(req.Messages)-1]
+	var out Completion
+	switch last.Role {
+	case RoleTool:
+		out.Content = summarizeResults(req.Messages)
+	case RoleUser:
+		out = answer(last.Content, req.Tools, len(req.Messages))
+	default:
+		out.Content = "I have nothing to add."
+	}
+	if out.Content != "" && onDelta != nil {
+		for _, w := range wordLike.FindAllString(out.Content, -1) {
+			onDelta(w)
+		}
+	}
+	return out, nil
+}
+
+func offered(tools []ToolSpec, name string) *ToolSpec {
+	for i := range tools {
+		if tools[i].Name == name {
+			return &tools[i]
+		}
+	}
+	return nil
+}
+
+func answer(text string, tools []ToolSpec, n int) Completion {
+	if m := mention.FindStringSubmatch(text); m != nil {
+		name, task := m[1], strings.TrimSpace(m[2])
+		spec := offered(tools, DelegateTool)
+		if spec == nil {
+			return Completion{Content: fmt.Sprintf("Swarm mode is off, so I cannot hand this to @%s. Switch on Swarm mode in Internal tools (and give the agent children) to delegate.", name)}
+		}
+		children := delegateChoices(*spec)
+		if !slices.Contains(children, name) {
+			return Completion{Content: fmt.Sprintf("I have no child agent called @%s. My children are: %s.", name, strings.Join(children, ", "))}
+		}
+		args, _ := json.Marshal(map[string]string{"agent": name, "task": task})
+		return Completion{ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d_0", n), Name: DelegateTool, Arguments: args}}}
+	}
+	blocks := fenced.FindAllStringSubmatch(text, -1)
+	if len(blocks) == 0 {
+		return Completion{Content: "I am the built-in offline assistant. Send Python in a fenced ```python block and I will run it in this conversation's sandbox."}
+	}
+	if offered(tools, "pyodide_sandbox") == nil {
+		return Completion{Content: "The Python sandbox is off here, so I cannot run this code. Switch it on in the chat toolbar: Internal tools → Python sandbox."}
+	}
+	var out Completion
+	for i, b := range blocks {
+		args, _ := json.Marshal(map[string]string{"code": b[1]})
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: fmt.Sprintf("call_%d_%d", n, i), Name: "pyodide_sandbox", Arguments: args})
+	}
+	return out
+}
+
+// summarizeResults answers with the results of the tool calls of the last assistant
+// message, in order.
+func summarizeResults(msgs []ChatMessage) string {
+	start := len(msgs)
+	for start > 0 && msgs[start-1].Role == RoleTool {
+		start--
+	}
+	var parts []string
+	for _, m := range msgs[start:] {
+		var r toolResult
+		if err := json.Unmarshal([]byte(m.Content), &r); err != nil {
+			parts = append(parts, m.Content)
+			continue
+		}
+		switch {
+		case r.Agent != "":
+			parts = append(parts, fmt.Sprintf("@%s: %s", r.Agent, r.Answer))
+		case r.Status == "refused":
+			parts = append(parts, "I could not do that: "+r.Message)
+		case r.Error != nil:
+			out := r.Stdout
+			parts = append(parts, fmt.Sprintf("%s```\n%s: %s\n```", fence(out), r.Error.Type, r.Error.Message))
+		default:
+			out := r.Stdout
+			if r.Result != nil {
+				out += *r.Result + "\n"
+			}
+			if out == "" {
+				out = "(no output)\n"
+			}
+			s := "```\n" + out + "```"
+			if len(r.Artifacts) > 0 {
+				s += "\nFiles: " + strings.Join(r.Artifacts, ", ")
+			}
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+func fence(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "```\n" + s + "```\n"
+}
+
+func delegateChoices(spec ToolSpec) []string {
+	var p struct {
+		Properties struct {
+			Agent struct {
+				Enum []string `json:"enum"`
+			} `json:"agent"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(spec.Parameters, &p)
+	return p.Properties.Agent.Enum
+}

@@ -1,0 +1,236 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+// streamer turns many small chunks (tokens, output lines) into few events: it flushes
+// when enough text waited or enough time passed, and before anything else is said.
+type streamer struct {
+	t    *turnRun
+	ctx  context.Context
+	typ  string
+	path []string
+	base map[string]any
+
+	mu     sync.Mutex
+	stream string
+	buf    strings.Builder
+	last   time.Time
+	err    error
+}
+
+const (
+	flushBytes = 512
+	flushEvery = 50 * time.Millisecond
+)
+
+func (t *turnRun) stream(ctx context.Context, typ string, path []string, base map[string]any) *streamer {
+	return &streamer{t: t, ctx: ctx, typ: typ, path: path, base: base, last: time.Now()}
+}
+
+func (s *streamer) add(text string) { s.addStream("", text) }
+
+func (s *streamer) addStream(stream, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stream != s.stream && s.buf.Len() > 0 {
+		s.flushLocked()
+	}
+	s.stream = stream
+	s.buf.WriteString(text)
+	if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
+		s.flushLocked()
+	}
+}
+
+func (s *streamer) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushLocked()
+	return s.err
+}
+
+func (s *streamer) flushLocked() {
+	s.last = time.Now()
+	if s.buf.Len() == 0 || s.err != nil {
+		return
+	}
+	data := merge(s.base, map[string]any{"text": s.buf.String()})
+	if s.stream != "" {
+		data["stream"] = s.stream
+	}
+	s.buf.Reset()
+	s.err = s.t.r.emit(s.ctx, s.t.convID, s.typ, s.path, data)
+}
+
+// toolResult is the compact form of a tool's outcome given to the model.
+type toolResult struct {
+	Status    string   `json:"status"`
+	Message   string   `json:"message,omitempty"`
+	Stdout    string   `json:"stdout,omitempty"`
+	Stderr    string   `json:"stderr,omitempty"`
+	Result    *string  `json:"result,omitempty"`
+	Error     *errInfo `json:"error,omitempty"`
+	Artifacts []string `json:"artifacts,omitempty"`
+	Session   string   `json:"session,omitempty"`
+	Agent     string   `json:"agent,omitempty"`
+	Answer    string   `json:"answer,omitempty"`
+}
+
+type errInfo struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// What of a run's output reaches the model: its head and its tail, which is where
+// errors and results are; the user still sees all of it in tool.completed.
+const (
+	modelHead = 6 << 10
+	modelTail = 2 << 10
+)
+
+func clip(s string) string {
+	if len(s) <= modelHead+modelTail {
+		return s
+	}
+	return s[:modelHead] + "\n…[output truncated for the model]…\n" + s[len(s)-modelTail:]
+}
+
+func compactRun(run toolkits.Run) string {
+	r := toolResult{Status: run.Status, Stdout: clip(run.Stdout), Stderr: clip(run.Stderr)}
+	if run.Result.Result != nil {
+		v := clip(*run.Result.Result)
+		r.Result = &v
+	}
+	if run.Error != nil {
+		r.Error = &errInfo{Type: run.Error.Type, Message: clip(run.Error.Message)}
+	}
+	for _, a := range run.Artifacts {
+		r.Artifacts = append(r.Artifacts, a.Name)
+	}
+	switch {
+	case run.Session.Expired:
+		r.Session = "The previous session expired and this run started fresh: re-run earlier setup (imports, variables) if needed."
+	case run.Session.RestoredFrom == "fresh" && run.Session.Version <= 1:
+		r.Session = "New session."
+	}
+	raw, _ := json.Marshal(r)
+	return string(raw)
+}
+
+// modelContext turns stored messages into the model's context: the primary agent's
+// exchange only (a child's inner steps reach the parent as its tool result), with tool
+// calls and results kept in pairs, as chat APIs require.
+func modelContext(history []conversations.Message) []ChatMessage {
+	answered := map[string]bool{}
+	for _, m := range history {
+		if m.Role == RoleTool && len(m.AgentPath) <= 1 {
+			answered[m.ToolCallID] = true
+		}
+	}
+	var out []ChatMessage
+	asked := map[string]bool{}
+	for _, m := range history {
+		if len(m.AgentPath) > 1 {
+			continue
+		}
+		switch m.Role {
+		case RoleUser:
+			out = append(out, ChatMessage{Role: RoleUser, Content: m.Content})
+		case RoleAssistant:
+			cm := ChatMessage{Role: RoleAssistant, Content: m.Content}
+			var calls []ToolCall
+			_ = json.Unmarshal(m.ToolCalls, &calls)
+			for _, c := range calls {
+				// A call cut off by a crash or cancel has no result: drop it.
+				if answered[c.ID] {
+					cm.ToolCalls = append(cm.ToolCalls, c)
+					asked[c.ID] = true
+				}
+			}
+			if cm.Content == "" && len(cm.ToolCalls) == 0 {
+				continue
+			}
+			out = append(out, cm)
+		case RoleTool:
+			if asked[m.ToolCallID] {
+				out = append(out, ChatMessage{Role: RoleTool, Content: m.Content, ToolCallID: m.ToolCallID})
+			}
+		}
+	}
+	return out
+}
+
+// Run keeps this node's running turns alive in the store and fails the turns of nodes
+// that died, until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	if r.StaleAfter <= 0 {
+		r.StaleAfter = 30 * time.Second
+	}
+	heartbeat := time.NewTicker(r.StaleAfter / 3)
+	defer heartbeat.Stop()
+	r.sweep(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-heartbeat.C:
+			r.mu.Lock()
+			ids := make([]int64, 0, len(r.running))
+			for id := range r.running {
+				ids = append(ids, id)
+			}
+			r.mu.Unlock()
+			if err := r.Store.Heartbeat(ctx, ids); err != nil && ctx.Err() == nil {
+				r.Log.Warn("turn heartbeat", "err", err)
+			}
+			r.sweep(ctx)
+		}
+	}
+}
+
+func (r *Runner) sweep(ctx context.Context) {
+	evs, err := r.Store.FailStaleTurns(ctx, r.StaleAfter, "the server running this turn stopped (crash or restart); send the message again")
+	if err != nil && ctx.Err() == nil {
+		r.Log.Warn("fail stale turns", "err", err)
+	}
+	for _, ev := range evs {
+		r.Log.Warn("failed a turn left running by a stopped server", "conversation_id", ev.ConversationID)
+		r.publish(ctx, ev)
+	}
+}
+
+// Shutdown stops taking new turns, lets running ones finish until ctx ends, then
+// cancels the rest, which are marked failed.
+func (r *Runner) Shutdown(ctx context.Context) {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.finished.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	for _, t := range r.running {
+		t.cancel(errShutdown)
+	}
+	r.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}

@@ -1,0 +1,457 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/sandbox"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+// DelegateTool is the tool swarm mode offers a parent to hand work to a child agent.
+const DelegateTool = "delegate"
+
+// TurnStore is what turns need of the conversation store. Every method that writes an
+// event writes it in the same transaction as the row it describes.
+type TurnStore interface {
+	FindConversationByID(ctx context.Context, id int64) (*conversations.Conversation, error)
+	ToolSettings(ctx context.Context, id int64) (conversations.ToolSettings, error)
+	StartTurn(ctx context.Context, convID int64, nodeID, content string) (conversations.Turn, conversations.Message, []conversations.Event, error)
+	History(ctx context.Context, convID int64) ([]conversations.Message, error)
+	AddMessage(ctx context.Context, m conversations.Message) (conversations.Message, conversations.Event, error)
+	Emit(ctx context.Context, convID int64, typ string, agentPath []string, data any) (conversations.Event, error)
+	FinishTurn(ctx context.Context, convID, turnID int64, status, errText string) (*conversations.Event, error)
+	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
+	Heartbeat(ctx context.Context, turnIDs []int64) error
+	FailStaleTurns(ctx context.Context, staleAfter time.Duration, reason string) ([]conversations.Event, error)
+	StartHandoff(ctx context.Context, convID, turnID, from, to int64, path []string, task string) (int64, conversations.Event, error)
+	FinishHandoff(ctx context.Context, convID, turnID, id int64, path []string, status, result string) (conversations.Event, error)
+}
+
+// AgentLoader reads agents without a permission check: the turn acts for a user who was
+// authorized on the conversation, and children were checked when they were set.
+type AgentLoader interface {
+	LoadAgent(ctx context.Context, id int64) (*Agent, error)
+}
+
+// CancelBus carries cancel requests to the node that runs the turn.
+type CancelBus interface {
+	PublishCancel(ctx context.Context, turnID int64) error
+}
+
+// Runner runs assistant turns. A turn belongs to the server: it goes on when the client
+// that started it goes away, and is stopped only by cancel, an error, or shutdown.
+type Runner struct {
+	Store      TurnStore
+	Agents     AgentLoader
+	Catalogue  *toolkits.Catalogue
+	Sandbox    *toolkits.Sandbox
+	Limits     func() sandbox.StatusLimits
+	Providers  func(a *Agent) (Provider, error)
+	Events     conversations.Publisher
+	Cancels    CancelBus
+	Limiter    toolkits.Limiter
+	Log        *slog.Logger
+	NodeID     string
+	MaxSteps   int           // model calls per agent per turn
+	MaxDepth   int           // nesting of delegations
+	StaleAfter time.Duration // a running turn not renewed for this long is failed
+
+	mu       sync.Mutex
+	running  map[int64]*activeTurn
+	closing  bool
+	finished sync.WaitGroup
+}
+
+type activeTurn struct {
+	convID    int64
+	cancel    context.CancelCauseFunc
+	cancelled bool
+}
+
+var (
+	errCancelled = errors.New("cancelled by the user")
+	errShutdown  = errors.New("the server shut down during the turn")
+)
+
+// Started is the answer to a new message.
+type Started struct {
+	Message conversations.Message `json:"message"`
+	TurnID  int64                 `json:"turn_id"`
+}
+
+// MaxMessageBytes bounds a user message.
+const MaxMessageBytes = 256 << 10
+
+// Start stores the user's message and runs the turn in the background.
+func (r *Runner) Start(ctx context.Context, convID int64, content string) (Started, error) {
+	if strings.TrimSpace(content) == "" {
+		return Started{}, sandchat.Errorf(sandchat.EINVALID, "content is required.")
+	}
+	if len(content) > MaxMessageBytes || !utf8.ValidString(content) {
+		return Started{}, sandchat.Errorf(sandchat.ETOOLARGE, "A message must be valid UTF-8 of at most %d KiB.", MaxMessageBytes>>10)
+	}
+	r.mu.Lock()
+	closing := r.closing
+	r.mu.Unlock()
+	if closing {
+		return Started{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The server is shutting down; send the message again.")
+	}
+	if r.Limiter != nil {
+		if err := r.Limiter.Allow(ctx, "messages"); err != nil {
+			return Started{}, err
+		}
+	}
+	turn, msg, evs, err := r.Store.StartTurn(ctx, convID, r.NodeID, content)
+	if err != nil {
+		return Started{}, err
+	}
+	for _, ev := range evs {
+		r.publish(ctx, ev)
+	}
+	tctx, cancel := context.WithCancelCause(sandchat.WithUser(context.Background(), sandchat.UserFromContext(ctx)))
+	r.mu.Lock()
+	if r.running == nil {
+		r.running = map[int64]*activeTurn{}
+	}
+	r.running[turn.ID] = &activeTurn{convID: convID, cancel: cancel}
+	r.finished.Add(1)
+	r.mu.Unlock()
+	go r.run(tctx, convID, turn.ID)
+	return Started{Message: msg, TurnID: turn.ID}, nil
+}
+
+// Cancel stops a running turn on whichever node runs it.
+func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
+	conv, err := r.Store.FindConversationByID(ctx, convID)
+	if err != nil {
+		return err
+	}
+	if conv.Role != sandchat.RoleOwner && conv.Role != sandchat.RoleEditor {
+		return sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow cancelling turns here.", conv.Role)
+	}
+	t, err := r.Store.Turn(ctx, convID, turnID)
+	if err != nil {
+		return err
+	}
+	if t.Status != conversations.TurnRunning {
+		return sandchat.Errorf(sandchat.ECONFLICT, "The turn already ended (%s).", t.Status)
+	}
+	if r.CancelLocal(turnID) {
+		return nil
+	}
+	return r.Cancels.PublishCancel(ctx, turnID)
+}
+
+// CancelLocal cancels the turn if this node runs it.
+func (r *Runner) CancelLocal(turnID int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.running[turnID]
+	if t == nil {
+		return false
+	}
+	t.cancelled = true
+	t.cancel(errCancelled)
+	return true
+}
+
+func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
+	if err := r.Events.PublishConversation(context.WithoutCancel(ctx), ev); err != nil {
+		r.Log.Warn("publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
+	}
+}
+
+// emit stores and publishes an event; a turn whose events cannot be stored fails.
+func (r *Runner) emit(ctx context.Context, convID int64, typ string, path []string, data any) error {
+	ev, err := r.Store.Emit(context.WithoutCancel(ctx), convID, typ, path, data)
+	if err != nil {
+		return err
+	}
+	r.publish(ctx, ev)
+	return nil
+}
+
+func (r *Runner) run(ctx context.Context, convID, turnID int64) {
+	defer r.finished.Done()
+	status, errText := conversations.TurnCompleted, ""
+	defer func() {
+		if p := recover(); p != nil {
+			r.Log.Error("turn panicked", "turn_id", turnID, "panic", p)
+			status, errText = conversations.TurnFailed, "internal error"
+		}
+		r.mu.Lock()
+		delete(r.running, turnID)
+		r.mu.Unlock()
+		ev, err := r.Store.FinishTurn(context.WithoutCancel(ctx), convID, turnID, status, errText)
+		if err != nil {
+			r.Log.Error("finish turn", "turn_id", turnID, "err", err)
+		} else if ev != nil {
+			r.publish(ctx, *ev)
+		}
+	}()
+	err := r.turn(ctx, convID, turnID)
+	switch cause := context.Cause(ctx); {
+	case err == nil:
+	case errors.Is(cause, errCancelled):
+		status, errText = conversations.TurnCancelled, errCancelled.Error()
+	case errors.Is(cause, errShutdown):
+		status, errText = conversations.TurnFailed, errShutdown.Error()
+	default:
+		status, errText = conversations.TurnFailed, sandchat.ErrorMessage(err)
+		if sandchat.ErrorCode(err) == sandchat.EINTERNAL {
+			r.Log.Error("turn failed", "turn_id", turnID, "err", err)
+		}
+	}
+}
+
+func (r *Runner) turn(ctx context.Context, convID, turnID int64) error {
+	ts, err := r.Store.ToolSettings(ctx, convID)
+	if err != nil {
+		return err
+	}
+	agent := &Agent{Name: "assistant", InternalTools: map[string]bool{}}
+	if id := ts.Conversation.AgentID; id != nil {
+		if agent, err = r.Agents.LoadAgent(ctx, *id); err != nil {
+			return err
+		}
+	}
+	history, err := r.Store.History(ctx, convID)
+	if err != nil {
+		return err
+	}
+	enabled := toolkits.Enabled(r.Catalogue.Resolve(ts.Overrides, ts.Agent))
+	t := &turnRun{r: r, convID: convID, turnID: turnID}
+	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), enabled, 0)
+	return err
+}
+
+// turnRun is one turn's state shared by the agents that take part in it.
+type turnRun struct {
+	r      *Runner
+	convID int64
+	turnID int64
+}
+
+// agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
+// results back, until it answers without tools. It returns the final text.
+func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, depth int) (string, error) {
+	r := t.r
+	provider, err := r.Providers(agent)
+	if err != nil {
+		return "", err
+	}
+	children, err := t.children(ctx, agent, enabled)
+	if err != nil {
+		return "", err
+	}
+	tools := r.toolSpecs(enabled, children, depth)
+	var agentID *int64
+	if agent.ID != 0 {
+		agentID = &agent.ID
+	}
+	for step := 0; step < r.MaxSteps; step++ {
+		req := CompletionRequest{Model: agent.Model, Tools: tools}
+		if agent.SystemPrompt != "" {
+			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
+		}
+		req.Messages = append(req.Messages, msgs...)
+		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
+		comp, err := provider.Complete(ctx, req, deltas.add)
+		if ferr := deltas.flush(); ferr != nil && err == nil {
+			err = ferr
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", context.Cause(ctx)
+			}
+			return "", err
+		}
+		calls, _ := json.Marshal(comp.ToolCalls)
+		if len(comp.ToolCalls) == 0 {
+			calls = nil
+		}
+		stored, ev, err := r.Store.AddMessage(ctx, conversations.Message{
+			ConversationID: t.convID, TurnID: &t.turnID, Role: RoleAssistant, AgentID: agentID, AgentPath: path,
+			Content: comp.Content, ToolCalls: calls,
+		})
+		if err != nil {
+			return "", err
+		}
+		r.publish(ctx, ev)
+		_ = stored
+		msgs = append(msgs, ChatMessage{Role: RoleAssistant, Content: comp.Content, ToolCalls: comp.ToolCalls})
+		if len(comp.ToolCalls) == 0 {
+			return comp.Content, nil
+		}
+		// The context a child sees: the conversation so far, without this pending call.
+		before := msgs[:len(msgs)-1]
+		for _, call := range comp.ToolCalls {
+			content := t.callTool(ctx, agent, path, call, enabled, children, before, depth)
+			if err := ctx.Err(); err != nil {
+				return "", context.Cause(ctx)
+			}
+			_, ev, err := r.Store.AddMessage(ctx, conversations.Message{
+				ConversationID: t.convID, TurnID: &t.turnID, Role: RoleTool, AgentID: agentID, AgentPath: path,
+				Content: content, ToolCallID: call.ID,
+			})
+			if err != nil {
+				return "", err
+			}
+			r.publish(ctx, ev)
+			msgs = append(msgs, ChatMessage{Role: RoleTool, Content: content, ToolCallID: call.ID})
+		}
+	}
+	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.MaxSteps)
+}
+
+// children loads the agent's children when swarm mode is on for it.
+func (t *turnRun) children(ctx context.Context, agent *Agent, enabled map[string]bool) ([]*Agent, error) {
+	if !enabled[toolkits.SwarmMode] {
+		return nil, nil
+	}
+	var out []*Agent
+	for _, id := range agent.Children {
+		c, err := t.r.Agents.LoadAgent(ctx, id)
+		if sandchat.ErrorCode(err) == sandchat.ENOTFOUND {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (r *Runner) toolSpecs(enabled map[string]bool, children []*Agent, depth int) []ToolSpec {
+	var specs []ToolSpec
+	if enabled[toolkits.PyodideSandbox] {
+		name, desc, params := toolkits.ToolSpec(r.Limits(), "")
+		specs = append(specs, ToolSpec{Name: name, Description: desc, Parameters: params})
+	}
+	if len(children) > 0 && depth < r.MaxDepth {
+		names := make([]string, len(children))
+		var lines []string
+		for i, c := range children {
+			names[i] = c.Name
+			lines = append(lines, fmt.Sprintf("- %s: %s", c.Name, c.Description))
+		}
+		params, _ := json.Marshal(map[string]any{
+			"type": "object", "additionalProperties": false, "required": []string{"agent", "task"},
+			"properties": map[string]any{
+				"agent": map[string]any{"type": "string", "enum": names, "description": "the child agent to hand the task to"},
+				"task":  map[string]any{"type": "string", "description": "what the child should do; it also sees the whole conversation"},
+			},
+		})
+		specs = append(specs, ToolSpec{Name: DelegateTool, Parameters: params,
+			Description: "Hand a task to one of your child agents and get its answer. Children see the conversation and share its Python session.\n" + strings.Join(lines, "\n")})
+	}
+	return specs
+}
+
+// callTool runs one tool call and returns the compact result given to the model. A call
+// to a tool that is not on is answered with an error and never executed.
+func (t *turnRun) callTool(ctx context.Context, agent *Agent, path []string, call ToolCall, enabled map[string]bool,
+	children []*Agent, before []ChatMessage, depth int) string {
+	switch {
+	case call.Name == toolkits.PyodideSandbox && enabled[toolkits.PyodideSandbox]:
+		return t.runPython(ctx, agent, path, call)
+	case call.Name == DelegateTool && len(children) > 0 && depth < t.r.MaxDepth:
+		return t.delegate(ctx, agent, path, call, children, before, depth)
+	}
+	return refuse(fmt.Sprintf("The tool %q is not available to %s in this conversation (it is switched off or unknown); do not call it again.", call.Name, agent.Name))
+}
+
+func refuse(msg string) string {
+	raw, _ := json.Marshal(toolResult{Status: "refused", Message: msg})
+	return string(raw)
+}
+
+func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, call ToolCall) string {
+	r := t.r
+	var args struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(call.Arguments, &args); err != nil || strings.TrimSpace(args.Code) == "" {
+		return refuse(`Arguments must be {"code": "<python>"}.`)
+	}
+	base := map[string]any{"turn_id": t.turnID, "tool_call_id": call.ID, "tool": call.Name}
+	if err := r.emit(ctx, t.convID, conversations.EventToolStarted, path, merge(base, map[string]any{"code": args.Code})); err != nil {
+		return refuse("The run could not be recorded: " + sandchat.ErrorMessage(err))
+	}
+	out := t.stream(ctx, conversations.EventToolOutput, path, base)
+	var agentID *int64
+	if agent.ID != 0 {
+		agentID = &agent.ID
+	}
+	run, err := r.Sandbox.Execute(ctx, toolkits.RunRequest{
+		ConversationID: t.convID, AgentID: agentID, TurnID: &t.turnID, Code: args.Code,
+		OnOutput: func(stream, chunk string) { out.addStream(stream, chunk) },
+	})
+	_ = out.flush()
+	if err != nil {
+		_ = r.emit(ctx, t.convID, conversations.EventToolCompleted, path, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
+		return refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))
+	}
+	_ = r.emit(ctx, t.convID, conversations.EventToolCompleted, path, merge(base, map[string]any{
+		"execution_id": run.ID, "status": run.Status, "stdout": run.Stdout, "stderr": run.Stderr, "result": run.Result,
+		"error": run.Error, "artifacts": run.Artifacts, "execution_ms": run.ExecutionMS, "session": run.Session,
+	}))
+	return compactRun(run)
+}
+
+func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, call ToolCall, children []*Agent, before []ChatMessage, depth int) string {
+	r := t.r
+	var args struct {
+		Agent string `json:"agent"`
+		Task  string `json:"task"`
+	}
+	if err := json.Unmarshal(call.Arguments, &args); err != nil {
+		return refuse(`Arguments must be {"agent": "<child name>", "task": "<what to do>"}.`)
+	}
+	i := slices.IndexFunc(children, func(c *Agent) bool { return c.Name == args.Agent })
+	if i < 0 {
+		return refuse(fmt.Sprintf("No child agent called %q.", args.Agent))
+	}
+	child := children[i]
+	childPath := append(slices.Clone(path), child.Name)
+	id, ev, err := r.Store.StartHandoff(context.WithoutCancel(ctx), t.convID, t.turnID, parent.ID, child.ID, childPath, args.Task)
+	if err != nil {
+		return refuse("The handoff could not be recorded: " + sandchat.ErrorMessage(err))
+	}
+	r.publish(ctx, ev)
+	// A child has its own settings: the conversation's overrides are the primary agent's.
+	enabled := toolkits.Enabled(r.Catalogue.Resolve(nil, child.InternalTools))
+	msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
+	answer, err := t.agentLoop(ctx, child, childPath, msgs, enabled, depth+1)
+	status := "completed"
+	if err != nil {
+		status, answer = "failed", sandchat.ErrorMessage(err)
+	}
+	if ev, ferr := r.Store.FinishHandoff(context.WithoutCancel(ctx), t.convID, t.turnID, id, childPath, status, answer); ferr == nil {
+		r.publish(ctx, ev)
+	}
+	raw, _ := json.Marshal(toolResult{Status: status, Agent: child.Name, Answer: answer})
+	return string(raw)
+}
+
+func merge(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}

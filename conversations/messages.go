@@ -1,0 +1,54 @@
+package conversations
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Message is one stored message of a conversation: the user's, an agent's, or a tool
+// result. Tool calls and results stay structured, never flattened into text.
+type Message struct {
+	ID             int64           `json:"id"`
+	ConversationID int64           `json:"conversation_id"`
+	TurnID         *int64          `json:"turn_id,omitempty"`
+	Role           string          `json:"role"`
+	UserID         *int64          `json:"user_id,omitempty"`
+	AgentID        *int64          `json:"agent_id,omitempty"`
+	AgentPath      []string        `json:"agent_path"`
+	Content        string          `json:"content"`
+	ToolCalls      json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID     string          `json:"tool_call_id,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+// Turn is one run of the assistant, started by a user message.
+type Turn struct {
+	ID             int64      `json:"id"`
+	ConversationID int64      `json:"conversation_id"`
+	Status         string     `json:"status"`
+	Error          string     `json:"error,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+}
+
+// Turn statuses.
+const (
+	TurnRunning   = "running"
+	TurnCompleted = "completed"
+	TurnFailed    = "failed"
+	TurnCancelled = "cancelled"
+)
+
+// Event types of turns.
+const (
+	EventTurnStarted      = "turn.started"
+	EventTurnCompleted    = "turn.completed"
+	EventTurnFailed       = "turn.failed"
+	EventMessageCreated   = "message.created"
+	EventMessageDelta     = "message.delta"
+	EventMessageCompleted = "message.completed"
+	EventToolStarted      = "tool.started"
+	EventToolOutput       = "tool.output"
+	EventToolCompleted    = "tool.completed"
+	EventAgentHandoff     = "agent.handoff"
+)

@@ -1,0 +1,256 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
+)
+
+const msgColumns = `id, conversation_id, turn_id, role, user_id, agent_id, agent_path, content, tool_calls, tool_call_id, created_at`
+
+func scanMessage(r pgx.Row) (conversations.Message, error) {
+	var m conversations.Message
+	var toolCallID *string
+	var calls []byte
+	err := r.Scan(&m.ID, &m.ConversationID, &m.TurnID, &m.Role, &m.UserID, &m.AgentID, &m.AgentPath, &m.Content, &calls, &toolCallID, &m.CreatedAt)
+	if calls != nil {
+		m.ToolCalls = calls
+	}
+	if toolCallID != nil {
+		m.ToolCallID = *toolCallID
+	}
+	if m.AgentPath == nil {
+		m.AgentPath = []string{}
+	}
+	return m, err
+}
+
+// withTx runs fn in a transaction and publishes nothing: callers publish the events
+// it returns after the commit.
+func (s *Store) withTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func eventData(v any) json.RawMessage {
+	raw, _ := json.Marshal(v)
+	return raw
+}
+
+// StartTurn stores the user's message and a running turn with their events. It needs
+// edit access; a conversation with a running turn refuses a second one (409).
+func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, content string) (conversations.Turn, conversations.Message, []conversations.Event, error) {
+	var turn conversations.Turn
+	var msg conversations.Message
+	var evs []conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := findConversation(ctx, tx, convID, sandchat.Editors...); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id) values ($1, $2, $3)
+			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID).
+			Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			return sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; wait for the turn to end or cancel it.")
+		} else if err != nil {
+			return err
+		}
+		msg, err = scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, user_id, content)
+			values ($1, $2, 'user', $3, $4) returning `+msgColumns, convID, turn.ID, sandchat.UserIDFromContext(ctx), content))
+		if err != nil {
+			return err
+		}
+		started, err := AppendEvent(ctx, tx, convID, conversations.EventTurnStarted, nil, eventData(map[string]any{"turn_id": turn.ID, "message_id": msg.ID}))
+		if err != nil {
+			return err
+		}
+		created, err := AppendEvent(ctx, tx, convID, conversations.EventMessageCreated, nil, eventData(map[string]any{"message": msg}))
+		evs = []conversations.Event{started, created}
+		return err
+	})
+	return turn, msg, evs, err
+}
+
+// History returns the conversation's messages, oldest first. The turn loop calls it on
+// behalf of a user already authorized.
+func (s *Store) History(ctx context.Context, convID int64) ([]conversations.Message, error) {
+	rows, err := s.db.Query(ctx, `select `+msgColumns+` from messages where conversation_id = $1 order by id`, convID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.Message, error) { return scanMessage(r) })
+}
+
+// Messages lists a conversation's messages for a viewer.
+func (s *Store) Messages(ctx context.Context, convID int64) ([]conversations.Message, error) {
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return nil, err
+	}
+	return s.History(ctx, convID)
+}
+
+// AddMessage stores an assistant or tool message with its event (message.completed for
+// an assistant's, message.created for a tool result's).
+func (s *Store) AddMessage(ctx context.Context, m conversations.Message) (conversations.Message, conversations.Event, error) {
+	var ev conversations.Event
+	var calls []byte
+	if len(m.ToolCalls) > 0 {
+		calls = m.ToolCalls
+	}
+	var toolCallID *string
+	if m.ToolCallID != "" {
+		toolCallID = &m.ToolCallID
+	}
+	if m.AgentPath == nil {
+		m.AgentPath = []string{}
+	}
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		stored, err := scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, agent_id, agent_path, content, tool_calls, tool_call_id)
+			values ($1, $2, $3, $4, $5, $6, $7, $8) returning `+msgColumns,
+			m.ConversationID, m.TurnID, m.Role, m.AgentID, m.AgentPath, clean(m.Content), calls, toolCallID))
+		if err != nil {
+			return sandchat.PgError(err, "message")
+		}
+		typ := conversations.EventMessageCreated
+		if stored.Role == "assistant" {
+			typ = conversations.EventMessageCompleted
+		}
+		m = stored
+		ev, err = AppendEvent(ctx, tx, m.ConversationID, typ, m.AgentPath, eventData(map[string]any{"message": m}))
+		return err
+	})
+	return m, ev, err
+}
+
+// Emit stores an event that carries no row of its own (deltas, tool progress).
+func (s *Store) Emit(ctx context.Context, convID int64, typ string, agentPath []string, data any) (conversations.Event, error) {
+	var ev conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		ev, err = AppendEvent(ctx, tx, convID, typ, agentPath, eventData(data))
+		return err
+	})
+	return ev, err
+}
+
+// FinishTurn ends a running turn with its event; a turn already ended stays as it is
+// and no event is written.
+func (s *Store) FinishTurn(ctx context.Context, convID, turnID int64, status, errText string) (*conversations.Event, error) {
+	var out *conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var msg *string
+		if errText != "" {
+			msg = &errText
+		}
+		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now() where id = $1 and status = 'running'`, turnID, status, msg)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		typ := conversations.EventTurnCompleted
+		if status != conversations.TurnCompleted {
+			typ = conversations.EventTurnFailed
+		}
+		ev, err := AppendEvent(ctx, tx, convID, typ, nil, eventData(map[string]any{"turn_id": turnID, "status": status, "error": errText}))
+		out = &ev
+		return err
+	})
+	return out, err
+}
+
+// Turn returns a turn if the caller may view its conversation.
+func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error) {
+	var t conversations.Turn
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return t, err
+	}
+	var errText *string
+	err := s.db.QueryRow(ctx, `select id, conversation_id, status, error, created_at, finished_at from turns
+		where id = $1 and conversation_id = $2`, turnID, convID).Scan(&t.ID, &t.ConversationID, &t.Status, &errText, &t.CreatedAt, &t.FinishedAt)
+	if errText != nil {
+		t.Error = *errText
+	}
+	return t, sandchat.PgError(err, "Turn")
+}
+
+// Heartbeat renews this node's running turns.
+func (s *Store) Heartbeat(ctx context.Context, turnIDs []int64) error {
+	if len(turnIDs) == 0 {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, `update turns set heartbeat_at = now() where id = any($1) and status = 'running'`, turnIDs)
+	return err
+}
+
+// FailStaleTurns fails running turns whose node stopped renewing them (it crashed or was
+// killed), with their events.
+func (s *Store) FailStaleTurns(ctx context.Context, staleAfter time.Duration, reason string) ([]conversations.Event, error) {
+	rows, err := s.db.Query(ctx, `select id, conversation_id from turns where status = 'running'
+		and heartbeat_at < now() - make_interval(secs => $1)`, staleAfter.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	type stale struct{ id, conv int64 }
+	var list []stale
+	var st stale
+	if _, err := pgx.ForEachRow(rows, []any{&st.id, &st.conv}, func() error { list = append(list, st); return nil }); err != nil {
+		return nil, err
+	}
+	var evs []conversations.Event
+	for _, t := range list {
+		ev, err := s.FinishTurn(ctx, t.conv, t.id, conversations.TurnFailed, reason)
+		if err != nil {
+			return evs, err
+		}
+		if ev != nil {
+			evs = append(evs, *ev)
+		}
+	}
+	return evs, nil
+}
+
+// StartHandoff records a delegation to a child agent with its agent.handoff event.
+func (s *Store) StartHandoff(ctx context.Context, convID, turnID int64, from, to int64, path []string, task string) (int64, conversations.Event, error) {
+	var id int64
+	var ev conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `insert into handoffs (conversation_id, turn_id, from_agent_id, to_agent_id, agent_path, task)
+			values ($1, $2, $3, $4, $5, $6) returning id`, convID, turnID, from, to, path, clean(task)).Scan(&id); err != nil {
+			return err
+		}
+		var err error
+		ev, err = AppendEvent(ctx, tx, convID, conversations.EventAgentHandoff, path, eventData(map[string]any{
+			"turn_id": turnID, "handoff_id": id, "status": "started", "from_agent_id": from, "to_agent_id": to, "task": task}))
+		return err
+	})
+	return id, ev, err
+}
+
+// FinishHandoff records the child's answer (or failure) with its event.
+func (s *Store) FinishHandoff(ctx context.Context, convID, turnID, id int64, path []string, status, result string) (conversations.Event, error) {
+	var ev conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `update handoffs set status = $2, result = $3, finished_at = now() where id = $1`, id, status, clean(result)); err != nil {
+			return err
+		}
+		var err error
+		ev, err = AppendEvent(ctx, tx, convID, conversations.EventAgentHandoff, path, eventData(map[string]any{
+			"turn_id": turnID, "handoff_id": id, "status": status, "result": result}))
+		return err
+	})
+	return ev, err
+}

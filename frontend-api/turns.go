@@ -1,0 +1,82 @@
+package frontendapi
+
+import (
+	"context"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/sandchat/sandchat/agents"
+	"github.com/sandchat/sandchat/conversations"
+)
+
+// TurnService starts and cancels assistant turns.
+type TurnService interface {
+	Start(ctx context.Context, convID int64, content string) (agents.Started, error)
+	Cancel(ctx context.Context, convID, turnID int64) error
+}
+
+// MessageStore lists a conversation's messages and reads its turns.
+type MessageStore interface {
+	Messages(ctx context.Context, convID int64) ([]conversations.Message, error)
+	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
+}
+
+func (s *Server) turnRoutes(v1 fiber.Router) {
+	v1.Post("/conversations/:id/messages", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		var in struct {
+			Content string `json:"content"`
+		}
+		if err := decode(c, &in); err != nil {
+			return err
+		}
+		started, err := s.Turns.Start(c.UserContext(), id, in.Content)
+		if err != nil {
+			return err
+		}
+		return c.Status(fiber.StatusAccepted).JSON(started)
+	})
+	v1.Get("/conversations/:id/messages", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		msgs, err := s.Messages.Messages(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(msgs)
+	})
+	v1.Get("/conversations/:id/turns/:turn_id", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		turnID, err := paramID(c, "turn_id")
+		if err != nil {
+			return err
+		}
+		t, err := s.Messages.Turn(c.UserContext(), id, turnID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(t)
+	})
+	v1.Post("/conversations/:id/turns/:turn_id/cancel", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		turnID, err := paramID(c, "turn_id")
+		if err != nil {
+			return err
+		}
+		if err := s.Turns.Cancel(c.UserContext(), id, turnID); err != nil {
+			return err
+		}
+		return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"turn_id": turnID, "cancelling": true})
+	})
+}
