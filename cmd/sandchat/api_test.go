@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/sandchat/sandchat/sandbox"
 )
 
 func TestAuth(t *testing.T) {
@@ -282,14 +284,39 @@ func TestToggles(t *testing.T) {
 			t.Fatalf("%+v", st)
 		}
 	})
-	t.Run("tool without an engine is off by policy", func(t *testing.T) {
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/swarm_mode", withOn), map[string]any{"enabled": true}, nil)
-		st := alice.tool(withOn, "swarm_mode")
-		if st.Enabled || st.Source != "policy" || st.Override == nil || !*st.Override {
-			t.Fatalf("%+v", st)
+	t.Run("without Deno the sandbox is off by policy and says how to fix it", func(t *testing.T) {
+		m2 := e.node(func(c *Config, _ *Main) {
+			c.Sandbox.Enabled = true
+			c.Sandbox.Engine = sandbox.DefaultConfig()
+			c.Sandbox.Engine.RuntimeDir, c.Sandbox.Engine.DenoPath = t.TempDir(), "/nonexistent/deno"
+		})
+		a := m2.as(t, alice.token)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st := a.tool(withOn, "pyodide_sandbox")
+			if st.Source == "policy" && !st.Enabled && !st.Available {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%+v", st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		var tools []struct {
+			ID                string
+			UnavailableReason string `json:"unavailable_reason"`
+		}
+		a.must(200, "GET", "/api/v1/internal-tools", nil, &tools)
+		if tools[0].ID != "pyodide_sandbox" || !strings.Contains(tools[0].UnavailableReason, "npm ci") {
+			t.Fatalf("%+v", tools)
+		}
+		a.must(503, "POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", withOn), map[string]any{"code": "1"}, nil)
+		var ready struct{ Ready bool }
+		a.must(200, "GET", "/readyz", nil, &ready)
+		if !ready.Ready {
+			t.Fatal("a node without the sandbox must still be ready for everything else")
 		}
 	})
-
 	bad := []struct {
 		name, path string
 		body       any

@@ -265,6 +265,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	if _, ok := probes[toolkits.SwarmMode]; !ok {
+		probes[toolkits.SwarmMode] = func() (bool, string) { return true, "" }
+	}
 	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
 	m.Users = agentstore.NewUsers(m.DB)
 	m.Store = convstore.New(m.DB, cfg.EventRetention)

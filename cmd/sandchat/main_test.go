@@ -214,8 +214,11 @@ type frame struct {
 	Type           string          `json:"type"`
 	ConversationID int64           `json:"conversation_id"`
 	Seq            int64           `json:"seq"`
+	AgentPath      []string        `json:"agent_path"`
 	Data           json.RawMessage `json:"data"`
 }
+
+func (f frame) agentPath() []string { return f.AgentPath }
 
 type socket struct {
 	t    *testing.T

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+type messageJSON struct {
+	ID         int64
+	Role       string
+	AgentPath  []string `json:"agent_path"`
+	Content    string
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+// say posts a message and waits for its turn to end; it returns the turn's final status
+// and the assistant's last answer.
+func (c *client) say(conv int64, content string) (status, answer string) {
+	c.t.Helper()
+	turn := c.post(conv, content)
+	status = c.waitTurn(conv, turn)
+	var msgs []messageJSON
+	c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), nil, &msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "assistant" && len(msgs[i].AgentPath) == 1 {
+			return status, msgs[i].Content
+		}
+	}
+	return status, ""
+}
+
+func (c *client) post(conv int64, content string) int64 {
+	c.t.Helper()
+	var started struct {
+		TurnID  int64 `json:"turn_id"`
+		Message messageJSON
+	}
+	c.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": content}, &started)
+	if started.TurnID == 0 || started.Message.Role != "user" || started.Message.Content != content {
+		c.t.Fatalf("started %+v", started)
+	}
+	return started.TurnID
+}
+
+func (c *client) waitTurn(conv, turn int64) string {
+	c.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var t struct{ Status, Error string }
+		c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &t)
+		if t.Status != "running" {
+			if t.Error != "" {
+				c.t.Logf("turn %d ended %s: %s", turn, t.Status, t.Error)
+			}
+			return t.Status
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("turn %d still running", turn)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func py(code string) string { return "```python\n" + code + "\n```" }
+
+// TestTurnsBuiltin: the offline model runs Python across turns with state carried over,
+// every event reaches a subscriber in seq order, and switching the sandbox off between
+// turns takes the tool away.
+func TestTurnsBuiltin(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	ws := alice.socket()
+	ws.subscribe(conv, nil)
+
+	steps := []struct{ code, want string }{
+		{"import math\ndef area(r):\n    return round(math.pi * r * r, 2)\ncounter = (i for i in range(10))", "(no output)"},
+		{"print(next(counter), next(counter))\narea(2)", "0 1\n12.57"},
+		{"print(next(counter))\nsquares = [n * n for n in range(4)]\nsquares", "2\n[0, 1, 4, 9]"},
+	}
+	for i, s := range steps {
+		t.Run(fmt.Sprintf("turn %d", i+1), func(t *testing.T) {
+			status, answer := alice.say(conv, "Please run this:\n"+py(s.code))
+			if status != "completed" || !strings.Contains(answer, s.want) {
+				t.Fatalf("status %s, answer %q, want it to contain %q", status, answer, s.want)
+			}
+		})
+	}
+
+	t.Run("events arrive in order with agent paths", func(t *testing.T) {
+		var types []string
+		var last int64
+		completed := 0
+		for completed < len(steps) {
+			f := ws.expect2()
+			if f.Seq != last+1 {
+				t.Fatalf("seq %d after %d", f.Seq, last)
+			}
+			last = f.Seq
+			types = append(types, f.Type)
+			if f.Type == "turn.completed" {
+				completed++
+			}
+		}
+		joined := strings.Join(types, " ")
+		for _, want := range []string{"turn.started", "message.created", "tool.started", "tool.completed", "message.delta", "message.completed", "turn.completed"} {
+			if !strings.Contains(joined, want) {
+				t.Fatalf("no %s in %s", want, joined)
+			}
+		}
+		if strings.Index(joined, "tool.started") > strings.Index(joined, "tool.completed") {
+			t.Fatalf("tool events out of order: %s", joined)
+		}
+	})
+
+	t.Run("messages are structured rows", func(t *testing.T) {
+		var msgs []messageJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), nil, &msgs)
+		var calls, results int
+		for _, msg := range msgs {
+			if msg.Role == "assistant" && len(msg.ToolCalls) > 0 && string(msg.ToolCalls) != "null" {
+				calls++
+			}
+			if msg.Role == "tool" && msg.ToolCallID != "" {
+				results++
+			}
+		}
+		if calls != 3 || results != 3 || len(msgs) != 12 {
+			t.Fatalf("%d messages, %d with tool calls, %d tool results", len(msgs), calls, results)
+		}
+	})
+
+	t.Run("switching the sandbox off takes the tool away", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
+		status, answer := alice.say(conv, py("squares"))
+		if status != "completed" || !strings.Contains(answer, "sandbox is off") {
+			t.Fatalf("%s %q", status, answer)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
+		if _, answer := alice.say(conv, py("squares[-1]")); !strings.Contains(answer, "9") {
+			t.Fatalf("state lost while off: %q", answer)
+		}
+	})
+
+	t.Run("plain text gets a short reply", func(t *testing.T) {
+		if status, answer := alice.say(conv, "hello there"); status != "completed" || answer == "" {
+			t.Fatalf("%s %q", status, answer)
+		}
+	})
+	t.Run("bad messages", func(t *testing.T) {
+		alice.must(400, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": "  "}, nil)
+		alice.must(413, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": strings.Repeat("x", 300<<10)}, nil)
+		alice.must(400, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"text": "hi"}, nil)
+	})
+}
+
+// expect2 reads the next conversation event, skipping frames that are not.
+func (s *socket) expect2() frame {
+	s.t.Helper()
+	for {
+		f, err := s.next(30 * time.Second)
+		if err != nil {
+			s.t.Fatalf("reading events: %v", err)
+		}
+		if f.Seq != 0 {
+			return f
+		}
+	}
+}
+
+// TestResumeMidTurn drops a socket in the middle of a turn; reconnecting with since
+// gives every event exactly once, in order.
+func TestResumeMidTurn(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+
+	first := alice.socket()
+	first.subscribe(conv, nil)
+	turn := alice.post(conv, py("import time\nfor i in range(6):\n    print('line', i, flush=True)\n    time.sleep(0.25)"))
+	seen := map[int64]string{}
+	var last int64
+	for {
+		f := first.expect2()
+		seen[f.Seq], last = f.Type, f.Seq
+		if f.Type == "tool.output" {
+			break
+		}
+	}
+	first.conn.Close() // the tab goes away mid-run
+	if status := alice.waitTurn(conv, turn); status != "completed" {
+		t.Fatalf("turn %s", status)
+	}
+
+	second := alice.socket()
+	if f := second.subscribe(conv, &last); string(f.Data) != `{"recovered":true}` {
+		t.Fatalf("subscribed %s", f.Data)
+	}
+	var output strings.Builder
+	for {
+		f := second.expect2()
+		if _, dup := seen[f.Seq]; dup {
+			t.Fatalf("seq %d delivered twice", f.Seq)
+		}
+		if f.Seq != last+1 {
+			t.Fatalf("seq %d after %d", f.Seq, last)
+		}
+		seen[f.Seq], last = f.Type, f.Seq
+		if f.Type == "tool.output" {
+			var d struct{ Text string }
+			_ = json.Unmarshal(f.Data, &d)
+			output.WriteString(d.Text)
+		}
+		if f.Type == "turn.completed" {
+			break
+		}
+	}
+	second.quiet("turn.completed", 300*time.Millisecond)
+	if !strings.Contains(output.String(), "line 5") {
+		t.Fatalf("missed output after the drop: %q", output.String())
+	}
+}
+
+// TestSwarm: children share the conversation and its Python session, each with its own
+// internal-tool settings.
+func TestSwarm(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	alpha := alice.createAgent(map[string]any{"name": "alpha", "description": "sets things up", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	beta := alice.createAgent(map[string]any{"name": "beta", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	gamma := alice.createAgent(map[string]any{"name": "gamma", "internal_tools": map[string]bool{"pyodide_sandbox": false}})
+	lead := alice.createAgent(map[string]any{"name": "lead", "children": []int64{alpha.ID, beta.ID, gamma.ID},
+		"internal_tools": map[string]bool{"pyodide_sandbox": false, "swarm_mode": true}})
+	conv := alice.createConversation(lead.ID)
+	ws := alice.socket()
+	ws.subscribe(conv, nil)
+
+	t.Run("alpha defines a variable", func(t *testing.T) {
+		status, answer := alice.say(conv, "@alpha "+py("shared = 6 * 7\nprint('set')"))
+		if status != "completed" || !strings.Contains(answer, "@alpha") || !strings.Contains(answer, "set") {
+			t.Fatalf("%s %q", status, answer)
+		}
+	})
+	t.Run("beta sees it", func(t *testing.T) {
+		if _, answer := alice.say(conv, "@beta "+py("shared + 0")); !strings.Contains(answer, "42") {
+			t.Fatalf("%q", answer)
+		}
+	})
+	t.Run("gamma has the sandbox off", func(t *testing.T) {
+		_, answer := alice.say(conv, "@gamma "+py("shared"))
+		if !strings.Contains(answer, "sandbox is off") || strings.Contains(answer, "42") {
+			t.Fatalf("%q", answer)
+		}
+	})
+	t.Run("the lead itself cannot run code", func(t *testing.T) {
+		if _, answer := alice.say(conv, py("shared")); !strings.Contains(answer, "sandbox is off") {
+			t.Fatalf("%q", answer)
+		}
+	})
+	t.Run("unknown child", func(t *testing.T) {
+		if _, answer := alice.say(conv, "@delta hi"); !strings.Contains(answer, "no child agent called @delta") {
+			t.Fatalf("%q", answer)
+		}
+	})
+	t.Run("handoffs are stored and shown", func(t *testing.T) {
+		var n int
+		if err := m.DB.QueryRow(context.Background(), `select count(*) from handoffs where conversation_id = $1 and status = 'completed'`, conv).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("%d completed handoffs (%v), want 3", n, err)
+		}
+		var paths []string
+		for len(paths) < 6 {
+			f := ws.expect2()
+			if f.Type != "agent.handoff" {
+				continue
+			}
+			paths = append(paths, strings.Join(f.agentPath(), "/"))
+		}
+		if paths[0] != "lead/alpha" || paths[2] != "lead/beta" || paths[4] != "lead/gamma" {
+			t.Fatalf("handoff paths %v", paths)
+		}
+	})
+	t.Run("swarm mode off: no delegation", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/swarm_mode", conv), map[string]any{"enabled": false}, nil)
+		if _, answer := alice.say(conv, "@beta "+py("shared")); !strings.Contains(answer, "Swarm mode is off") {
+			t.Fatalf("%q", answer)
+		}
+	})
+}
+
+// TestCancelAndBusy: a second message while a turn runs is refused; cancel interrupts
+// running code and the session keeps its state.
+func TestCancelAndBusy(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	viewer, viewerID := m.user(t, "viewer", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	if status, _ := alice.say(conv, py("kept = 'still here'")); status != "completed" {
+		t.Fatal(status)
+	}
+	turn := alice.post(conv, py("while True:\n    pass"))
+	alice.must(409, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": "and another"}, nil)
+	viewer.must(403, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+	viewer.must(403, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": "hi"}, nil)
+	alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+	if status := alice.waitTurn(conv, turn); status != "cancelled" {
+		t.Fatalf("turn %s, want cancelled", status)
+	}
+	alice.must(409, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+	if status, answer := alice.say(conv, py("kept")); status != "completed" || !strings.Contains(answer, "still here") {
+		t.Fatalf("after cancel: %s %q", status, answer)
+	}
+}
+
+func TestMessageRateLimit(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(func(c *Config, _ *Main) { c.RateMessages = 2 })
+	alice, _ := m.user(t, "alice", false)
+	conv := alice.createConversation(0)
+	for range 2 {
+		alice.say(conv, "hi")
+	}
+	req := fmt.Sprintf("/api/v1/conversations/%d/messages", conv)
+	var p struct{ Detail string }
+	alice.must(429, "POST", req, map[string]any{"content": "hi"}, &p)
+	if !strings.Contains(p.Detail, "Rate limit") {
+		t.Fatalf("%q", p.Detail)
+	}
+	bob, _ := m.user(t, "bob", false)
+	bob.say(bob.createConversation(0), "limits are per user")
+}
