@@ -675,7 +675,9 @@ func (e *Engine) attach(ctx context.Context, key string) (*live, SessionInfo, []
 			files = append(files, map[string]any{"path": p, "data": o.add(d)})
 		}
 		open["files"], open["packages"] = files, st.Packages
-		useSnapshot := st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0
+		// A heap is only meaningful to the exact build that saved it; after an upgrade
+		// the session comes back by replay.
+		useSnapshot := st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.build
 		if useSnapshot && st.Base != e.baseHash {
 			if err := e.hostBase(ctx, h, st.Base); err != nil {
 				// The session's base is gone: replay is the only way back.

@@ -107,9 +107,36 @@ function workerPermissions() {
   };
 }
 
+let wasm: WebAssembly.Module | undefined;
+let wasmSize = 0;
+const spares: Session[] = [];
+let sparing = false;
+
+// Keeps one primed Worker per host for restoring saved sessions.
+async function fillSpares() {
+  if (sparing) return;
+  sparing = true;
+  try {
+    while (spares.length < (config.spares ?? 1)) {
+      const s = new Session(`spare-${++poolSeq}`, "");
+      try {
+        await s.call({ op: "prime", pyodideURL: config.pyodideURL }, "primed");
+        spares.push(s);
+      } catch (e) {
+        s.fail(String(e));
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  } finally {
+    sparing = false;
+  }
+}
+
 function initMsg(s: Session, extra: any = {}) {
   return {
     op: "init",
+    wasm,
+    wasmSize,
     pyodideURL: config.pyodideURL,
     pyodideDir: config.pyodideDir,
     lockFileURL: config.lockFileURL,
@@ -184,7 +211,17 @@ function send(msg: any) {
   const dv = new DataView(head.buffer);
   dv.setUint32(0, 4 + json.length + binLen);
   dv.setUint32(4, json.length);
-  const parts = [head, json, ...blobs];
+  let parts = [head, json, ...blobs];
+  if (8 + json.length + binLen <= 4 << 20) {
+    // One write per frame: the Go reader wakes once instead of once per part.
+    const one = new Uint8Array(8 + json.length + binLen);
+    let o = 0;
+    for (const p of parts) {
+      one.set(p, o);
+      o += p.length;
+    }
+    parts = [one];
+  }
   writing = writing.then(async () => {
     for (const p of parts) await stdout.write(p);
   });
@@ -230,6 +267,10 @@ async function handle(msg: any, bin: Uint8Array) {
     switch (m.op) {
       case "config": {
         config = { ...config, ...m.config };
+        const bytes = await Deno.readFile(config.pyodideDir + "pyodide.asm.wasm");
+        wasmSize = bytes.byteLength;
+        wasm = await WebAssembly.compile(bytes);
+        fillSpares();
         reply({ ok: true, deno: Deno.version.deno });
         return;
       }
@@ -276,8 +317,21 @@ async function handle(msg: any, bin: Uint8Array) {
           s.sid = m.sid;
           from = "pool";
         } else {
-          s = new Session(m.sid, m.base);
-          await s.call(initMsg(s, { header: m.header, delta: m.delta }), "ready");
+          s = spares.shift();
+          if (s && !s.dead) {
+            s.sid = m.sid;
+            s.baseHash = m.base;
+            from = "spare";
+            fillSpares();
+          } else {
+            s = new Session(m.sid, m.base);
+          }
+          try {
+            await s.call(initMsg(s, { header: m.header, delta: m.delta }), "ready");
+          } catch (e) {
+            s.fail(String(e));
+            throw e;
+          }
         }
         sessions.set(m.sid, s);
         fillPool();

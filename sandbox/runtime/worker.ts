@@ -4,7 +4,9 @@
 
 // deno-lint-ignore-file no-explicit-any
 
-const PAGE = 4096;
+// Diff granularity: small blocks keep unchanged bytes out of the delta (a run touches
+// a few hundred scattered words), at 4 bytes of index per changed block.
+const PAGE = 256;
 const WORKDIR = "/home/pyodide";
 const DATADIR = "/data";
 
@@ -36,7 +38,6 @@ sys.modules["_sandchat"] = _m
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 def _install():
-    from pyodide.code import eval_code_async
     import __main__
     INTERNAL = ("/_pyodide/", "/pyodide/", "<sandchat>")
 
@@ -64,26 +65,57 @@ def _install():
                     " Pyodide package mirror; pip install is not available)")
         return ""
 
-    async def run(code, filename, limit):
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    from pyodide.code import CodeRunner
+    import ast, inspect
+
+    def ok(value, limit):
+        if value is None:
+            return ("success", None, None, compiled())
+        r = repr(value)
+        if len(r) > limit:
+            r = r[:limit] + "\n[... repr truncated ...]"
+        return ("success", r, None, compiled())
+
+    def failed(e):
+        strip(e)
+        msg = str(e) + hint(e)
+        tb = "".join(traceback.format_exception(e))
+        if hint(e):
+            tb = tb.rstrip("\n") + hint(e) + "\n"
+        return ("error", None, (type(e).__name__, msg, tb), compiled())
+
+    def flush():
         try:
-            value = await eval_code_async(code, __main__.__dict__, filename=filename)
-            if value is None:
-                return ("success", None, None)
-            r = repr(value)
-            if len(r) > limit:
-                r = r[:limit] + "\n[... repr truncated ...]"
-            return ("success", r, None)
-        except BaseException as e:
-            strip(e)
-            msg = str(e) + hint(e)
-            tb = "".join(traceback.format_exception(e))
-            if hint(e):
-                tb = tb.rstrip("\n") + hint(e) + "\n"
-            return ("error", None, (type(e).__name__, msg, tb))
-        finally:
             sys.stdout.flush()
             sys.stderr.flush()
+        except BaseException:
+            pass
+
+    pending = []
+
+    def run(code, filename, limit):
+        # Code without top-level await runs synchronously: no event loop turn, and no
+        # coroutine left holding JS references when the heap is saved.
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        try:
+            runner = CodeRunner(code, filename=filename, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT).compile()
+            if runner.code is not None and runner.code.co_flags & inspect.CO_COROUTINE:
+                pending.append(runner)
+                return None
+            return ok(runner.run(__main__.__dict__), limit)
+        except BaseException as e:
+            return failed(e)
+        finally:
+            flush()
+
+    async def run_async(limit):
+        runner = pending.pop()
+        try:
+            return ok(await runner.run_async(__main__.__dict__), limit)
+        except BaseException as e:
+            return failed(e)
+        finally:
+            flush()
 
     def reseed():
         # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
@@ -130,11 +162,18 @@ def _install():
     # when it is missing; the Worker has no run permission either way.
     import posix
     os.system = posix.system = no_processes
+    seen_modules = [0, []]
+
     def compiled():
-        return [n for n, m in list(sys.modules.items())
-                if str(getattr(m, "__file__", None) or "").endswith(".so")]
+        # Asked after every run; modules are only ever added, so count first.
+        if len(sys.modules) != seen_modules[0]:
+            seen_modules[0] = len(sys.modules)
+            seen_modules[1] = [n for n, m in list(sys.modules.items())
+                               if str(getattr(m, "__file__", None) or "").endswith(".so")]
+        return seen_modules[1]
 
     _m.run = run
+    _m.run_async = run_async
     _m.reseed = reseed
     _m.compiled = compiled
 
@@ -152,8 +191,8 @@ function heapOffset(s: Uint8Array): number {
 }
 
 // The session's state travels as the heap XOR the base heap, as a list of differing
-// pages; the Go side compresses it. Layout: u32 heap length, u32 page count, u32 page
-// indexes, then the XOR-ed pages.
+// blocks; the Go side compresses it. Layout: u32 heap length, u32 block count, u32 block
+// size, u32 block indexes, then the XOR-ed blocks.
 function diff(snap: Uint8Array): { header: Uint8Array; delta: Uint8Array } {
   const ho = heapOffset(snap);
   return { header: snap.slice(0, ho), delta: diffHeap(snap.subarray(ho)) };
@@ -212,11 +251,12 @@ function diffHeap(heap: Uint8Array): Uint8Array {
       }
     }
   }
-  const out = new Uint8Array(8 + changed.length * 4 + changed.length * PAGE);
+  const out = new Uint8Array(12 + changed.length * 4 + changed.length * PAGE);
   const dv = new DataView(out.buffer);
   dv.setUint32(0, heap.length, true);
   dv.setUint32(4, changed.length, true);
-  let o = 8;
+  dv.setUint32(8, PAGE, true);
+  let o = 12;
   for (const p of changed) {
     dv.setUint32(o, p, true);
     o += 4;
@@ -240,18 +280,18 @@ function diffHeap(heap: Uint8Array): Uint8Array {
 
 function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
   const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
-  const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true);
+  const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true), page = dv.getUint32(8, true);
   const bheap = base.subarray(heapOffset(base));
   const snap = new Uint8Array(header.length + heapLen);
   snap.set(header);
   const heap = snap.subarray(header.length);
   heap.set(bheap.subarray(0, Math.min(bheap.length, heapLen)));
-  let o = 8 + count * 4;
+  let o = 12 + count * 4;
   for (let k = 0; k < count; k++) {
-    const start = dv.getUint32(8 + k * 4, true) * PAGE;
-    const end = Math.min(start + PAGE, heapLen);
+    const start = dv.getUint32(12 + k * 4, true) * page;
+    const end = Math.min(start + page, heapLen);
     for (let j = start; j < end; j++) heap[j] ^= delta[o + j - start];
-    o += PAGE;
+    o += page;
   }
   return snap;
 }
@@ -339,8 +379,33 @@ function harden() {
   } catch { /* ignore */ }
 }
 
+// The host compiles pyodide.asm.wasm once and hands every Worker the compiled module:
+// Pyodide's own load would compile ~10 MB of wasm again in each one.
+let wasmModule: WebAssembly.Module | undefined;
+let wasmSize = 0;
+const realInstantiate = WebAssembly.instantiate;
+(WebAssembly as any).instantiate = function (src: any, imports?: any) {
+  if (wasmModule && !(src instanceof WebAssembly.Module) && src?.byteLength === wasmSize) {
+    const mod = wasmModule;
+    wasmModule = undefined;
+    return realInstantiate(mod, imports).then((instance: WebAssembly.Instance) => ({ module: mod, instance }));
+  }
+  return (realInstantiate as any)(src, imports);
+};
+
+let pyodideModule: any;
+
+async function prime(m: any) {
+  pyodideModule ??= await import(m.pyodideURL + "pyodide.mjs");
+}
+
 async function load(m: any, snapshot?: Uint8Array) {
-  const { loadPyodide } = await import(m.pyodideURL + "pyodide.mjs");
+  await prime(m);
+  if (m.wasm instanceof WebAssembly.Module) {
+    wasmModule = m.wasm;
+    wasmSize = m.wasmSize;
+  }
+  const { loadPyodide } = pyodideModule;
   const opts: any = {
     indexURL: m.pyodideDir,
     _makeSnapshot: true,
@@ -402,7 +467,7 @@ async function run(m: any) {
   const so = makeSink("stdout", out), se = makeSink("stderr", err);
   sinks.stdout = so.write;
   sinks.stderr = se.write;
-  let status = "success", result: string | null = null, error: any = null;
+  let status = "success", result: string | null = null, error: any = null, compiled: string[] = [];
   const loadErrors: string[] = [];
   interrupt[0] = 0;
   try {
@@ -412,13 +477,8 @@ async function run(m: any) {
       // The import in user code reports the failure; this says why.
       loadErrors.push(String((e as Error)?.message ?? e));
     }
-    const mod = py.pyimport("_sandchat");
-    const fn = mod.run;
-    const r = await fn(m.code, m.filename, m.maxOutput);
-    fn.destroy();
-    mod.destroy();
-    const [s, v, e] = r.toJs();
-    r.destroy();
+    const [s, v, e, so] = await callDriver(m.code, m.filename, m.maxOutput);
+    compiled = so ?? [];
     status = s;
     result = v ?? null;
     if (e) error = { type: e[0], message: e[1], traceback: e[2] };
@@ -465,16 +525,15 @@ async function run(m: any) {
     if (m.replay) {
       reply.snapshot = null;
     } else {
-      const compiled = compiledModules();
       if (compiled.length) {
         // Pyodide cannot restore a heap that loaded compiled extensions: the session
         // persists as packages plus replay of its successful cells.
         reply.snapshotError = `compiled extension modules loaded: ${compiled.slice(0, 5).join(", ")}`;
       } else {
         for (let attempt = 0; ; attempt++) {
-          // The driver's coroutine hands its last JS references back a few ticks later;
-          // a timer would cost milliseconds, a MessageChannel round trip does not.
-          await macrotask();
+          // After top-level await, the driver's coroutine hands its last JS references
+          // back a few ticks later: wait for them only when the first try fails.
+          if (attempt > 0) await macrotask();
           lap("tick");
           try {
             const d = liveDelta();
@@ -484,7 +543,7 @@ async function run(m: any) {
             break;
           } catch (e) {
             // Still failing: user code holds JS objects, which a snapshot cannot carry.
-            if (attempt >= 2) {
+            if (attempt >= 3) {
               reply.snapshotError = String((e as Error)?.message ?? e);
               break;
             }
@@ -496,21 +555,29 @@ async function run(m: any) {
   post(reply);
 }
 
-function compiledModules(): string[] {
-  const r = py.runPython("__import__('_sandchat').compiled()", { filename: "<sandchat>" });
-  const names = r.toJs();
+
+// callDriver runs code through the driver and returns [status, repr, error].
+async function callDriver(code: string, filename: string, limit: number): Promise<any[]> {
+  const mod = py.pyimport("_sandchat");
+  const fn = mod.run;
+  let r = fn(code, filename, limit);
+  fn.destroy();
+  if (r === undefined || r === null) {
+    const afn = mod.run_async;
+    try {
+      r = await afn(limit);
+    } finally {
+      afn.destroy();
+    }
+  }
+  mod.destroy();
+  const v = r.toJs();
   r.destroy();
-  return names;
+  return v;
 }
 
 async function quietRun(code: string, filename: string) {
-  const mod = py.pyimport("_sandchat");
-  const fn = mod.run;
-  const r = await fn(code, filename, 100);
-  fn.destroy();
-  mod.destroy();
-  const [s, , e] = r.toJs();
-  r.destroy();
+  const [s, , e] = await callDriver(code, filename, 100);
   return s === "success" ? null : `${e?.[0]}: ${e?.[1]}`;
 }
 
@@ -528,6 +595,13 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         py.runPython(DRIVER, { filename: "<sandchat>" });
         const snap = py.makeMemorySnapshot();
         post({ op: "booted", version: py.version, snapshot: snap }, [snap.buffer]);
+        return;
+      }
+      case "prime": {
+        // A spare Worker: loaded and ready to restore a session without paying for
+        // starting a Worker and importing Pyodide.
+        await prime(m);
+        post({ op: "primed" });
         return;
       }
       case "init": {
