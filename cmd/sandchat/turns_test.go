@@ -345,3 +345,34 @@ func TestMessageRateLimit(t *testing.T) {
 	bob, _ := m.user(t, "bob", false)
 	bob.say(bob.createConversation(0), "limits are per user")
 }
+
+// TestTurnsAcrossNodes: a turn started on one node streams to a socket on another, and
+// is cancelled through a third.
+func TestTurnsAcrossNodes(t *testing.T) {
+	e := newEnv(t)
+	runner := e.node(e.withSandbox)
+	watcher, canceller := e.node(), e.node()
+	runner.waitSandbox(t)
+	alice, _ := runner.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	ws := watcher.as(t, alice.token).socket()
+	ws.subscribe(conv, nil)
+
+	turn := alice.post(conv, py("print('started', flush=True)\nwhile True:\n    pass"))
+	for f := ws.expect2(); f.Type != "tool.output"; f = ws.expect2() {
+	}
+	canceller.as(t, alice.token).must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+	if status := alice.waitTurn(conv, turn); status != "cancelled" {
+		t.Fatalf("turn %s, want cancelled", status)
+	}
+	for {
+		f := ws.expect2()
+		if f.Type == "turn.failed" {
+			if !strings.Contains(string(f.Data), "cancelled") {
+				t.Fatalf("%s", f.Data)
+			}
+			break
+		}
+	}
+}
