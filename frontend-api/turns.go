@@ -51,11 +51,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		return c.JSON(msgs)
 	})
 	v1.Get("/conversations/:id/turns/:turn_id", func(c *fiber.Ctx) error {
-		id, err := paramID(c, "id")
-		if err != nil {
-			return err
-		}
-		turnID, err := paramID(c, "turn_id")
+		id, turnID, err := turnIDs(c)
 		if err != nil {
 			return err
 		}
@@ -66,11 +62,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		return c.JSON(t)
 	})
 	v1.Post("/conversations/:id/turns/:turn_id/cancel", func(c *fiber.Ctx) error {
-		id, err := paramID(c, "id")
-		if err != nil {
-			return err
-		}
-		turnID, err := paramID(c, "turn_id")
+		id, turnID, err := turnIDs(c)
 		if err != nil {
 			return err
 		}
@@ -79,4 +71,12 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		}
 		return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"turn_id": turnID, "cancelling": true})
 	})
+}
+
+func turnIDs(c *fiber.Ctx) (convID, turnID int64, err error) {
+	if convID, err = paramID(c, "id"); err != nil {
+		return 0, 0, err
+	}
+	turnID, err = paramID(c, "turn_id")
+	return convID, turnID, err
 }

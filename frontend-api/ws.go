@@ -317,7 +317,7 @@ func (cl *client) handle(it outItem) error {
 			return nil
 		}
 		if it.seq > st.last+1 {
-			if err := cl.replay(it.conv, st); err != nil || it.seq <= st.last {
+			if err := cl.replay(it.conv, st, false); err != nil || it.seq <= st.last {
 				return err
 			}
 		}
@@ -337,12 +337,12 @@ func (cl *client) handle(it outItem) error {
 			return cl.subscribed(it.conv, true)
 		}
 		st.last = *it.since
-		return cl.replayWithStatus(it.conv, st)
+		return cl.replay(it.conv, st, true)
 	case opUnsubscribe:
 		delete(cl.convs, it.conv)
 	case opResync:
 		if st := cl.convs[it.conv]; st != nil && st.active {
-			return cl.replay(it.conv, st)
+			return cl.replay(it.conv, st, false)
 		}
 	}
 	return nil
@@ -354,36 +354,11 @@ func (cl *client) subscribed(conv int64, recovered bool) error {
 	return cl.write(payload)
 }
 
-// replayWithStatus answers a subscribe with since: "subscribed" with recovered true and
-// the missed events, or recovered false when they were pruned (the client refetches
-// over REST and continues live from the newest seq).
-func (cl *client) replayWithStatus(conv int64, st *convState) error {
-	evs, recovered, err := cl.hub.events.EventsSince(cl.ctx, conv, st.last, cl.hub.cfg.ReplayPage)
-	if err != nil {
-		cl.errorFrame(conv, err)
-		return nil
-	}
-	if !recovered {
-		if st.last, err = cl.hub.events.LastSeq(cl.ctx, conv); err != nil {
-			cl.errorFrame(conv, err)
-			return nil
-		}
-		return cl.subscribed(conv, false)
-	}
-	if err := cl.subscribed(conv, true); err != nil {
-		return err
-	}
-	if err := cl.writeEvents(st, evs); err != nil {
-		return err
-	}
-	if len(evs) < cl.hub.cfg.ReplayPage {
-		return nil
-	}
-	return cl.replay(conv, st)
-}
-
-// replay writes every stored event after st.last.
-func (cl *client) replay(conv int64, st *convState) error {
+// replay writes every stored event after st.last. With announce (the answer to a
+// subscribe) it first says "subscribed" with recovered true; when the events were pruned
+// it says recovered false, and the client refetches over REST and continues live from
+// the newest seq.
+func (cl *client) replay(conv int64, st *convState, announce bool) error {
 	for {
 		evs, recovered, err := cl.hub.events.EventsSince(cl.ctx, conv, st.last, cl.hub.cfg.ReplayPage)
 		if err != nil {
@@ -396,6 +371,12 @@ func (cl *client) replay(conv int64, st *convState) error {
 				return nil
 			}
 			return cl.subscribed(conv, false)
+		}
+		if announce {
+			if err := cl.subscribed(conv, true); err != nil {
+				return err
+			}
+			announce = false
 		}
 		if err := cl.writeEvents(st, evs); err != nil {
 			return err

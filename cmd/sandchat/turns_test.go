@@ -68,16 +68,21 @@ func (c *client) waitTurn(conv, turn int64) string {
 
 func py(code string) string { return "```python\n" + code + "\n```" }
 
+// coder starts a node with the real sandbox and gives alice a conversation with an
+// agent that has the sandbox on.
+func (e *testEnv) coder() (*Main, *client, int64) {
+	m := e.node(e.withSandbox)
+	m.waitSandbox(e.t)
+	alice, _ := m.user(e.t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	return m, alice, alice.createConversation(agent.ID)
+}
+
 // TestTurnsBuiltin: the offline model runs Python across turns with state carried over,
 // every event reaches a subscriber in seq order, and switching the sandbox off between
 // turns takes the tool away.
 func TestTurnsBuiltin(t *testing.T) {
-	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
-	alice, _ := m.user(t, "alice", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	conv := alice.createConversation(agent.ID)
+	_, alice, conv := newEnv(t).coder()
 	ws := alice.socket()
 	ws.subscribe(conv, nil)
 
@@ -179,12 +184,7 @@ func (s *socket) expect2() frame {
 // TestResumeMidTurn drops a socket in the middle of a turn; reconnecting with since
 // gives every event exactly once, in order.
 func TestResumeMidTurn(t *testing.T) {
-	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
-	alice, _ := m.user(t, "alice", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	conv := alice.createConversation(agent.ID)
+	_, alice, conv := newEnv(t).coder()
 
 	first := alice.socket()
 	first.subscribe(conv, nil)
