@@ -42,7 +42,7 @@ type Engine struct {
 	baseHash  string
 	base      []byte
 	live      map[string]*live
-	locks     map[string]chan struct{}
+	locks     map[string]*keyLock
 	closed    bool
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -81,7 +81,7 @@ func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, erro
 		return nil, err
 	}
 	return &Engine{
-		cfg: cfg, log: log, st: st, live: map[string]*live{}, locks: map[string]chan struct{}{},
+		cfg: cfg, log: log, st: st, live: map[string]*live{}, locks: map[string]*keyLock{},
 		stop: make(chan struct{}), reason: "the sandbox engine has not been started",
 	}, nil
 }
@@ -532,18 +532,34 @@ func (e *Engine) check(key string, req *Request) error {
 // for the lease at a time.
 func (e *Engine) lockKey(ctx context.Context, key string) (func(), error) {
 	e.mu.Lock()
-	ch := e.locks[key]
-	if ch == nil {
-		ch = make(chan struct{}, 1)
-		e.locks[key] = ch
+	l := e.locks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		e.locks[key] = l
 	}
+	l.refs++
 	e.mu.Unlock()
+	done := func() {
+		e.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(e.locks, key)
+		}
+		e.mu.Unlock()
+	}
 	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; done() }, nil
 	case <-ctx.Done():
+		done()
 		return nil, ctx.Err()
 	}
+}
+
+// keyLock queues one node's runs of a session; it lives only while someone holds or
+// waits for it.
+type keyLock struct {
+	ch   chan struct{}
+	refs int
 }
 
 // withLease runs fn holding the session's lease: queued behind other runs of the same
@@ -713,9 +729,13 @@ func (e *Engine) attach(ctx context.Context, key string) (*live, SessionInfo, []
 		return nil, info, nil, fmt.Errorf("open session: %w", err)
 	}
 	var r struct {
-		Error *string `json:"error"`
+		Error   *string            `json:"error"`
+		From    string             `json:"from"`
+		MS      float64            `json:"ms"`
+		Timings map[string]float64 `json:"timings"`
 	}
 	_ = json.Unmarshal(f.raw, &r)
+	e.log.Debug("session opened", "session", key, "restored_from", info.RestoredFrom, "worker", r.From, "ms", r.MS, "timings", r.Timings)
 	if r.Error != nil {
 		notes = append(notes, "[sandbox] the session could not be fully restored: "+*r.Error)
 	}

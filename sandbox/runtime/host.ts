@@ -117,10 +117,10 @@ async function fillSpares() {
   if (sparing) return;
   sparing = true;
   try {
-    while (spares.length < (config.spares ?? 1)) {
+    while (spares.length < (config.spares ?? 1) && currentBase) {
       const s = new Session(`spare-${++poolSeq}`, "");
       try {
-        await s.call({ op: "prime", pyodideURL: config.pyodideURL }, "primed");
+        await s.call({ op: "prime", pyodideURL: config.pyodideURL, base: bases.get(currentBase), baseHash: currentBase }, "primed");
         spares.push(s);
       } catch (e) {
         s.fail(String(e));
@@ -144,6 +144,7 @@ function initMsg(s: Session, extra: any = {}) {
     memory: config.memory,
     interrupt: s.sab,
     base: bases.get(s.baseHash),
+    baseHash: s.baseHash,
     ...extra,
   };
 }
@@ -293,9 +294,11 @@ async function handle(msg: any, bin: Uint8Array) {
         if (m.current) {
           currentBase = m.hash;
           for (const s of pool.splice(0)) s.fail("base changed");
+          for (const s of spares.splice(0)) s.fail("base changed");
         }
         reply({ ok: true });
         fillPool();
+        fillSpares();
         return;
       }
       case "pool": {
@@ -312,6 +315,7 @@ async function handle(msg: any, bin: Uint8Array) {
         const t0 = performance.now();
         let s: Session | undefined;
         let from = "new";
+        let timings: any = null;
         if (!m.delta && m.base === currentBase && pool.length) {
           s = pool.shift()!;
           s.sid = m.sid;
@@ -327,7 +331,8 @@ async function handle(msg: any, bin: Uint8Array) {
             s = new Session(m.sid, m.base);
           }
           try {
-            await s.call(initMsg(s, { header: m.header, delta: m.delta }), "ready");
+            const r = await s.call(initMsg(s, { header: m.header, delta: m.delta }), "ready");
+            if (r.timings && typeof r.timings === "object") timings = r.timings;
           } catch (e) {
             s.fail(String(e));
             throw e;
@@ -336,7 +341,7 @@ async function handle(msg: any, bin: Uint8Array) {
         sessions.set(m.sid, s);
         fillPool();
         const r = await s.call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], cells: m.cells ?? [] }, "attached");
-        reply({ ok: true, from, ms: performance.now() - t0, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
+        reply({ ok: true, from, ms: performance.now() - t0, timings, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
         return;
       }
       case "run": {

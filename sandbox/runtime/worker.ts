@@ -278,14 +278,35 @@ function diffHeap(heap: Uint8Array): Uint8Array {
   return out;
 }
 
-function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
+// A spare Worker copies the base heap ahead of time, after a gap for the header, so a
+// restore only writes the header and the changed blocks. Pyodide reads the snapshot
+// through offsets relative to its view, so the view can start anywhere 16-aligned.
+const SLACK = 1 << 20;
+let prepared: { hash: string; buf: Uint8Array } | null = null;
+
+function prepare(hash: string, b: Uint8Array) {
+  const bheap = b.subarray(heapOffset(b));
+  const buf = new Uint8Array(SLACK + bheap.length);
+  buf.set(bheap, SLACK);
+  prepared = { hash, buf };
+}
+
+function undiff(header: Uint8Array, delta: Uint8Array, baseHash: string): Uint8Array {
   const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
   const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true), page = dv.getUint32(8, true);
   const bheap = base.subarray(heapOffset(base));
-  const snap = new Uint8Array(header.length + heapLen);
-  snap.set(header);
+  let snap: Uint8Array;
+  const p = prepared;
+  prepared = null;
+  if (p && p.hash === baseHash && heapLen === bheap.length && header.length <= SLACK && header.length % 16 === 0) {
+    snap = p.buf.subarray(SLACK - header.length);
+    snap.set(header);
+  } else {
+    snap = new Uint8Array(header.length + heapLen);
+    snap.set(header);
+    snap.subarray(header.length).set(bheap.subarray(0, Math.min(bheap.length, heapLen)));
+  }
   const heap = snap.subarray(header.length);
-  heap.set(bheap.subarray(0, Math.min(bheap.length, heapLen)));
   let o = 12 + count * 4;
   for (let k = 0; k < count; k++) {
     const start = dv.getUint32(12 + k * 4, true) * page;
@@ -394,6 +415,7 @@ const realInstantiate = WebAssembly.instantiate;
 };
 
 let pyodideModule: any;
+let initTimings: Record<string, number> = {};
 
 async function prime(m: any) {
   pyodideModule ??= await import(m.pyodideURL + "pyodide.mjs");
@@ -601,6 +623,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A spare Worker: loaded and ready to restore a session without paying for
         // starting a Worker and importing Pyodide.
         await prime(m);
+        if (m.base) prepare(m.baseHash, new Uint8Array(m.base));
         post({ op: "primed" });
         return;
       }
@@ -608,13 +631,17 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         memoryCap = m.memory;
         interrupt = new Uint8Array(m.interrupt);
         base = new Uint8Array(m.base);
-        const snapshot = m.delta ? undiff(m.header, m.delta) : base;
+        const t0 = performance.now();
+        const snapshot = m.delta ? undiff(m.header, m.delta, m.baseHash) : base;
+        prepared = null;
+        const t1 = performance.now();
         py = await load(m, snapshot);
+        initTimings = { undiff: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
         py.setInterruptBuffer(interrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
         py.setStderr({ write: (b: Uint8Array) => sinks.stderr(b) });
         harden();
-        post({ op: "ready" });
+        post({ op: "ready", timings: initTimings });
         return;
       }
       case "attach": {
