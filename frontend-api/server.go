@@ -97,6 +97,7 @@ func (s *Server) routes() {
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
 	app.Get("/metrics", s.metrics.handler())
+	s.webRoutes()
 
 	v1 := app.Group("/api/v1", s.authenticate)
 	v1.Get("/me", s.me)
@@ -143,8 +144,24 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-// Serve answers on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+// Serve answers on ln until Shutdown. With no allowed origins configured, the
+// server's own address is allowed (known only now when it listens on port 0).
+func (s *Server) Serve(ln net.Listener) error {
+	if len(s.cfg.AllowedOrigins) == 0 {
+		s.cfg.AllowedOrigins = DefaultOrigins(ln.Addr().String())
+	}
+	return s.app.Listener(ln)
+}
+
+// DefaultOrigins allows the server's own pages, under both loopback names.
+func DefaultOrigins(addr string) []string {
+	host, port, _ := net.SplitHostPort(addr)
+	out := []string{"http://" + net.JoinHostPort(host, port)}
+	if host == "127.0.0.1" || host == "localhost" || host == "" || host == "0.0.0.0" || host == "::" {
+		out = append(out, "http://localhost:"+port, "http://127.0.0.1:"+port)
+	}
+	return out
+}
 
 // Shutdown stops accepting, tells WebSocket clients to reconnect elsewhere and waits
 // for in-flight requests until ctx ends.

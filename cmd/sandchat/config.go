@@ -170,9 +170,6 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 		if c.WSQueueBytes < 64<<10 {
 			return fmt.Errorf("SANDCHAT_WS_QUEUE_BYTES: %d is below the 64 KiB minimum", c.WSQueueBytes)
 		}
-		if len(c.AllowedOrigins) == 0 {
-			c.AllowedOrigins = defaultOrigins(c.Addr)
-		}
 		for _, o := range c.AllowedOrigins {
 			if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
 				return fmt.Errorf("SANDCHAT_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com", o)
@@ -180,16 +177,6 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 		}
 		return finishCommon()
 	}
-}
-
-// defaultOrigins allows the server's own pages, under both loopback names.
-func defaultOrigins(addr string) []string {
-	host, port, _ := net.SplitHostPort(addr)
-	out := []string{"http://" + net.JoinHostPort(host, port)}
-	if host == "127.0.0.1" || host == "localhost" || host == "" || host == "0.0.0.0" {
-		out = append(out, "http://localhost:"+port, "http://127.0.0.1:"+port)
-	}
-	return out
 }
 
 func (c *Config) validate() error {
