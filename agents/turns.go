@@ -74,9 +74,8 @@ type Runner struct {
 }
 
 type activeTurn struct {
-	convID    int64
-	cancel    context.CancelCauseFunc
-	cancelled bool
+	convID int64
+	cancel context.CancelCauseFunc
 }
 
 var (
@@ -161,7 +160,6 @@ func (r *Runner) CancelLocal(turnID int64) bool {
 	if t == nil {
 		return false
 	}
-	t.cancelled = true
 	t.cancel(errCancelled)
 	return true
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 type messageJSON struct {
@@ -304,7 +306,7 @@ func TestSwarm(t *testing.T) {
 // running code and the session keeps its state.
 func TestCancelAndBusy(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
+	m := e.node(e.withSandbox, func(c *Config, _ *Main) { c.ShutdownTimeout = time.Second })
 	m.waitSandbox(t)
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
@@ -326,6 +328,30 @@ func TestCancelAndBusy(t *testing.T) {
 	if status, answer := alice.say(conv, py("kept")); status != "completed" || !strings.Contains(answer, "still here") {
 		t.Fatalf("after cancel: %s %q", status, answer)
 	}
+
+	t.Run("shutdown fails what is still running, with the reason", func(t *testing.T) {
+		turn := alice.post(conv, py("while True:\n    pass"))
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var status, reason string
+		if err := m2db(t, e).QueryRow(context.Background(), `select status, error from turns where id = $1`, turn).Scan(&status, &reason); err != nil {
+			t.Fatal(err)
+		}
+		if status != "failed" || !strings.Contains(reason, "shut down") {
+			t.Fatalf("turn %s: %q", status, reason)
+		}
+	})
+}
+
+// m2db opens the env's database directly, for checks after a node has closed.
+func m2db(t *testing.T, e *testEnv) *pgx.Conn {
+	conn, err := pgx.Connect(context.Background(), e.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
 
 func TestMessageRateLimit(t *testing.T) {
