@@ -184,6 +184,9 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		delete(e.live, key)
 		e.mu.Unlock()
 		e.closeLive(lv)
+		if err := waitPool(ctx, e, 1); err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
 		if _, err := must(key, "f(1)"); err != nil {
 			return nil, err
@@ -236,6 +239,8 @@ func mustDenoVersion(ctx context.Context, deno string) string {
 	return v
 }
 
+// waitPool waits until the hosts are idle with want pool Workers and a spare ready, so a
+// measurement is not competing with their refill.
 func waitPool(ctx context.Context, e *Engine, want int) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -249,10 +254,14 @@ func waitPool(ctx context.Context, e *Engine, want int) error {
 				return err
 			}
 			var r struct {
-				Pool int `json:"pool"`
+				Pool    int  `json:"pool"`
+				Spares  int  `json:"spares"`
+				Filling bool `json:"filling"`
 			}
 			_ = json.Unmarshal(f.raw, &r)
-			total += r.Pool
+			if r.Spares > 0 && !r.Filling {
+				total += r.Pool
+			}
 		}
 		if total >= want {
 			return nil

@@ -629,11 +629,16 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 		req.Timeout = e.cfg.Timeout
 	}
 	var res Result
+	t0 := time.Now()
+	var waited time.Duration
 	err := e.withLease(ctx, key, func(token string, lost func() bool) error {
+		waited = time.Since(t0)
 		var err error
 		res, err = e.runLocked(ctx, key, token, req, true)
 		return err
 	})
+	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
+		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
 	return res, err
 }
 

@@ -328,7 +328,7 @@ func TestQueueFullIsBusy(t *testing.T) {
 			}
 		}
 	}
-	go func() { _, _ = e.Execute(ctx, k, Request{Code: "import time\ntime.sleep(2)"}) }()
+	go func() { _, _ = e.Execute(ctx, k, Request{Code: "import time\ntime.sleep(4)"}) }()
 	waitFor("the first run holding the lease", func() bool {
 		n, _ := e.st.rdb.Exists(ctx, e.st.key(k, "lease")).Result()
 		return n == 1

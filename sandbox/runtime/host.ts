@@ -158,7 +158,7 @@ async function fillPool() {
     while (pool.length < config.poolSize && currentBase) {
       const s = new Session(`pool-${++poolSeq}`, currentBase);
       try {
-        await s.call(initMsg(s), "ready");
+        await s.call(initMsg(s, { warm: true }), "ready");
         pool.push(s);
       } catch (e) {
         s.fail(String(e));
@@ -326,7 +326,6 @@ async function handle(msg: any, bin: Uint8Array) {
             s.sid = m.sid;
             s.baseHash = m.base;
             from = "spare";
-            fillSpares();
           } else {
             s = new Session(m.sid, m.base);
           }
@@ -339,9 +338,14 @@ async function handle(msg: any, bin: Uint8Array) {
           }
         }
         sessions.set(m.sid, s);
-        fillPool();
         const r = await s.call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], cells: m.cells ?? [] }, "attached");
         reply({ ok: true, from, ms: performance.now() - t0, timings, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
+        // Refill once the session's first run is under way: starting a Worker and loading
+        // an interpreter would otherwise compete with it for the CPU.
+        setTimeout(() => {
+          fillPool();
+          fillSpares();
+        }, 300);
         return;
       }
       case "run": {
@@ -390,7 +394,7 @@ async function handle(msg: any, bin: Uint8Array) {
         return;
       }
       case "stats": {
-        reply({ ok: true, sessions: sessions.size, pool: pool.length, memory: Deno.memoryUsage() });
+        reply({ ok: true, sessions: sessions.size, pool: pool.length, spares: spares.length, filling: filling || sparing, memory: Deno.memoryUsage() });
         return;
       }
       default:

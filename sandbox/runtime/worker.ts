@@ -416,6 +416,7 @@ const realInstantiate = WebAssembly.instantiate;
 
 let pyodideModule: any;
 let initTimings: Record<string, number> = {};
+let reseeded = false;
 
 async function prime(m: any) {
   pyodideModule ??= await import(m.pyodideURL + "pyodide.mjs");
@@ -641,12 +642,22 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
         py.setStderr({ write: (b: Uint8Array) => sinks.stderr(b) });
         harden();
+        if (m.warm) {
+          // A pool Worker waits for a new session: pay now for what its first run would
+          // (the RNG seed, first passes through the driver and the heap diff), not then.
+          await quietRun("__import__(\"_sandchat\").reseed()", "<sandchat>");
+          reseeded = true;
+          await quietRun("None", "<warmup>");
+          try {
+            liveDelta();
+          } catch { /* only warming up */ }
+        }
         post({ op: "ready", timings: initTimings });
         return;
       }
       case "attach": {
         // The session becomes live: a pool worker gets its own RNG and its saved files.
-        if (m.reseed) await quietRun("__import__(\"_sandchat\").reseed()", "<sandchat>");
+        if (m.reseed && !reseeded) await quietRun("__import__(\"_sandchat\").reseed()", "<sandchat>");
         rmTree(WORKDIR);
         for (const f of m.files ?? []) writeFile(WORKDIR + "/" + f.path, f.data);
         let failed: string | null = null;
