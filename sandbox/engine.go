@@ -123,20 +123,58 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.cacheDir, err = os.MkdirTemp("", "sandchat-deno-"); err != nil {
 		return err
 	}
-	if err := e.startHosts(ctx); err != nil {
+	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		e.unavailable("sandbox failed to start: " + err.Error())
-		return nil
+		// Redis down or a host failing to boot may pass: keep trying in the background
+		// while the server runs without the sandbox.
+		e.unavailable("sandbox failed to start (retrying): " + err.Error())
+		e.wg.Add(1)
+		go e.retryStart()
+	}
+	return nil
+}
+
+func (e *Engine) bringUp(ctx context.Context) error {
+	if err := e.startHosts(ctx); err != nil {
+		return err
 	}
 	e.mu.Lock()
+	if e.closed {
+		hosts := e.hosts
+		e.mu.Unlock()
+		for _, h := range hosts {
+			h.close()
+		}
+		return errors.New("engine closed")
+	}
 	e.available, e.reason = true, ""
 	e.mu.Unlock()
 	e.wg.Add(1)
 	go e.watch()
 	e.log.Info("python sandbox ready", "deno", e.denoVer, "pyodide", e.pyVer, "hosts", len(e.hosts), "base", e.baseHash)
 	return nil
+}
+
+func (e *Engine) retryStart() {
+	defer e.wg.Done()
+	wait := 5 * time.Second
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		err := e.bringUp(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		e.unavailable("sandbox failed to start (retrying): " + err.Error())
+		wait = min(wait*2, time.Minute)
+	}
 }
 
 func denoVersion(ctx context.Context, deno string) (string, error) {
