@@ -1010,9 +1010,20 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request, 
 		sort.Strings(skipped)
 		res.Stderr += "[sandbox] files not returned: " + strings.Join(skipped, ", ") + "\n"
 	}
+	var unsaved []string
 	for p, b := range changed {
+		if int64(len(b)) > e.cfg.MaxArtifactBytes || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[p] == nil) {
+			// Redis is no place for big files: they live on in the warm session only.
+			unsaved = append(unsaved, p)
+			continue
+		}
 		lv.unsaved[p] = b
 		delete(lv.unsavedDel, p)
+	}
+	if len(unsaved) > 0 {
+		sort.Strings(unsaved)
+		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
+			e.cfg.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
 	}
 	for _, p := range r.Deleted {
 		delete(lv.unsaved, p)
@@ -1057,6 +1068,9 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request, 
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, mode, int64(stateBytes)
 	return res, ctxErr
 }
+
+// maxSavedFilesPerRun bounds how many working-directory files one save may write.
+const maxSavedFilesPerRun = 1000
 
 func (e *Engine) dropLive(key string, lv *live) {
 	e.mu.Lock()

@@ -143,8 +143,20 @@ func netAllow(cfg Config) []string {
 func (h *host) logStderr(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	// User code can reach the host's stderr (through Pyodide's fatal-error paths, say):
+	// log a bounded number of lines per minute so it cannot flood the server's logs.
+	const perMinute = 50
+	window, n := time.Now(), 0
 	for sc.Scan() {
-		h.log.Warn("sandbox host stderr", "line", sc.Text())
+		if time.Since(window) > time.Minute {
+			if n > perMinute {
+				h.log.Warn("sandbox host stderr lines dropped", "count", n-perMinute)
+			}
+			window, n = time.Now(), 0
+		}
+		if n++; n <= perMinute {
+			h.log.Warn("sandbox host stderr", "line", sc.Text())
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/sandchat/sandchat"
@@ -101,6 +102,30 @@ func TestStatePersistence(t *testing.T) {
 		info, err := e.Session(ctx, k)
 		if err != nil || len(info.Files) != 2 || info.Version != 2 {
 			t.Fatalf("session %+v err %v", info, err)
+		}
+	})
+
+	t.Run("a heap grown past the base restores", func(t *testing.T) {
+		k := key("grown")
+		r := mustSucceed(t, e, k, "big = list(range(100000))\nblob = bytearray(64 << 20)\nblob[-1] = 7")
+		t.Logf("state of a session with a 100k list and a 64 MiB bytearray: %d bytes", r.Session.StateBytes)
+		evictLive(t, e, k)
+		r = mustSucceed(t, e, k, "[sum(big), len(blob), blob[-1]]")
+		if resultOf(r) != "[4999950000, 67108864, 7]" || r.Session.RestoredFrom != FromSnapshot {
+			t.Fatalf("got %s from %s", resultOf(r), r.Session.RestoredFrom)
+		}
+	})
+
+	t.Run("files too big for Redis stay in the warm session only", func(t *testing.T) {
+		k := key("bigfile")
+		r := mustSucceed(t, e, k, "open('big.bin', 'wb').write(b'x' * (11 << 20))\nopen('small.txt', 'w').write('ok')")
+		if len(r.Artifacts) != 1 || r.Artifacts[0].Name != "small.txt" || !strings.Contains(r.Stderr, "big.bin") {
+			t.Fatalf("artifacts %v stderr %q", r.Artifacts, r.Stderr)
+		}
+		evictLive(t, e, k)
+		r = mustSucceed(t, e, k, "sorted(__import__('os').listdir('.'))")
+		if resultOf(r) != "['small.txt']" {
+			t.Fatalf("files after restore %s", resultOf(r))
 		}
 	})
 

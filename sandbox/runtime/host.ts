@@ -230,23 +230,45 @@ function send(msg: any) {
 
 async function* frames(): AsyncGenerator<{ msg: any; bin: Uint8Array }> {
   const reader = Deno.stdin.readable.getReader();
-  let buf = new Uint8Array(0);
+  // Chunks are joined only once a whole frame is there: joining on every read would
+  // copy a large frame (a session's heap) quadratically.
+  let chunks: Uint8Array[] = [];
+  let have = 0;
+  const take = (n: number): Uint8Array => {
+    const out = new Uint8Array(n);
+    let o = 0;
+    while (o < n) {
+      const c = chunks[0];
+      const k = Math.min(c.length, n - o);
+      out.set(c.subarray(0, k), o);
+      o += k;
+      if (k === c.length) chunks.shift();
+      else chunks[0] = c.subarray(k);
+    }
+    have -= n;
+    return out;
+  };
+  const peek4 = (): number => {
+    const b = chunks[0].length >= 4 ? chunks[0] : take(4);
+    if (b !== chunks[0]) {
+      chunks.unshift(b);
+      have += 4;
+    }
+    return new DataView(b.buffer, b.byteOffset).getUint32(0);
+  };
   for (;;) {
-    while (buf.length >= 4) {
-      const n = new DataView(buf.buffer, buf.byteOffset).getUint32(0);
-      if (buf.length < 4 + n) break;
-      const body = buf.subarray(4, 4 + n);
-      const jl = new DataView(body.buffer, body.byteOffset).getUint32(0);
-      const bin = body.subarray(4 + jl);
-      yield { msg: JSON.parse(dec.decode(body.subarray(4, 4 + jl))), bin };
-      buf = buf.subarray(4 + n);
+    while (have >= 4) {
+      const n = peek4();
+      if (have < 4 + n) break;
+      take(4);
+      const body = take(n);
+      const jl = new DataView(body.buffer).getUint32(0);
+      yield { msg: JSON.parse(dec.decode(body.subarray(4, 4 + jl))), bin: body.subarray(4 + jl) };
     }
     const { value, done } = await reader.read();
     if (done) return;
-    const nb = new Uint8Array(buf.length + value.length);
-    nb.set(buf);
-    nb.set(value, buf.length);
-    buf = nb;
+    chunks.push(value);
+    have += value.length;
   }
 }
 

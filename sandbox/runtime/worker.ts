@@ -240,6 +240,16 @@ function diffHeap(heap: Uint8Array): Uint8Array {
   const aligned = (heap.byteOffset & 3) === 0 && (bheap.byteOffset & 3) === 0;
   for (let p = 0; p < n; p++) {
     const start = p * PAGE, end = Math.min(start + PAGE, heap.length);
+    if (start >= bheap.length && aligned && (end & 3) === 0) {
+      // Past the base heap the restored memory starts zeroed: only non-zero blocks count.
+      for (let i = start >> 2; i < end >> 2; i++) {
+        if (h32[i] !== 0) {
+          changed.push(p);
+          break;
+        }
+      }
+      continue;
+    }
     if (end > bheap.length || !aligned) {
       changed.push(p);
       continue;
@@ -398,20 +408,40 @@ function harden() {
   try {
     delete g.process; // node compatibility globals carry exit() and friends
   } catch { /* ignore */ }
+  // console writes to the host's stderr, i.e. the server's logs.
+  const quiet = () => {};
+  for (const name of ["log", "info", "warn", "error", "debug", "trace", "dir", "table"]) {
+    try {
+      g.console[name] = quiet;
+    } catch { /* ignore */ }
+  }
 }
 
 // The host compiles pyodide.asm.wasm once and hands every Worker the compiled module:
 // Pyodide's own load would compile ~10 MB of wasm again in each one.
 let wasmModule: WebAssembly.Module | undefined;
 let wasmSize = 0;
+// A session whose heap grew past the module's initial memory: Pyodide copies the saved
+// heap into memory as it is after instantiation, so it must be grown to fit first.
+let restoreHeapBytes = 0;
 const realInstantiate = WebAssembly.instantiate;
-(WebAssembly as any).instantiate = function (src: any, imports?: any) {
+(WebAssembly as any).instantiate = async function (src: any, imports?: any) {
+  let result: any;
   if (wasmModule && !(src instanceof WebAssembly.Module) && src?.byteLength === wasmSize) {
     const mod = wasmModule;
     wasmModule = undefined;
-    return realInstantiate(mod, imports).then((instance: WebAssembly.Instance) => ({ module: mod, instance }));
+    result = { module: mod, instance: await realInstantiate(mod, imports) };
+  } else {
+    result = await (realInstantiate as any)(src, imports);
   }
-  return (realInstantiate as any)(src, imports);
+  const instance = result instanceof WebAssembly.Instance ? result : result.instance;
+  const mem = instance?.exports?.memory;
+  if (restoreHeapBytes && mem instanceof WebAssembly.Memory) {
+    const pages = Math.ceil((restoreHeapBytes - mem.buffer.byteLength) / 65536);
+    if (pages > 0) realGrow.call(mem, pages);
+    restoreHeapBytes = 0;
+  }
+  return result;
 };
 
 let pyodideModule: any;
@@ -634,6 +664,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         base = new Uint8Array(m.base);
         const t0 = performance.now();
         const snapshot = m.delta ? undiff(m.header, m.delta, m.baseHash) : base;
+        restoreHeapBytes = snapshot.length - heapOffset(snapshot);
         prepared = null;
         const t1 = performance.now();
         py = await load(m, snapshot);
