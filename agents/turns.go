@@ -57,6 +57,7 @@ type Runner struct {
 	Catalogue  *toolkits.Catalogue
 	Sandbox    *toolkits.Sandbox
 	Limits     func() sandbox.StatusLimits
+	Packages   string // what the tool description says an import can load (toolkits.PackagesText)
 	Providers  func(a *Agent) (Provider, error)
 	Events     conversations.Publisher
 	Cancels    CancelBus
@@ -334,7 +335,7 @@ func (t *turnRun) children(ctx context.Context, agent *Agent, enabled map[string
 func (r *Runner) toolSpecs(enabled map[string]bool, children []*Agent, depth int) []ToolSpec {
 	var specs []ToolSpec
 	if enabled[toolkits.PyodideSandbox] {
-		name, desc, params := toolkits.ToolSpec(r.Limits(), "")
+		name, desc, params := toolkits.ToolSpec(r.Limits(), r.Packages)
 		specs = append(specs, ToolSpec{Name: name, Description: desc, Parameters: params})
 	}
 	if len(children) > 0 && depth < r.MaxDepth {

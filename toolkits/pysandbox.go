@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -183,13 +185,31 @@ func (s *Sandbox) requireOn(ctx context.Context, convID int64) (agentID *int64, 
 	return nil, sandchat.Errorf(sandchat.EINTERNAL, "pyodide_sandbox missing from the catalogue")
 }
 
+// PackagesText says which packages beyond the standard library an import can load, for
+// the tool description: all of them when few, a count and well-known examples when many.
+func PackagesText(pkgs []string) string {
+	switch {
+	case len(pkgs) == 0:
+		return " (no other packages are installed)"
+	case len(pkgs) <= 40:
+		return ", plus " + strings.Join(pkgs, ", ")
+	}
+	var known []string
+	for _, p := range []string{"numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "sympy", "pillow", "networkx"} {
+		if slices.Contains(pkgs, p) {
+			known = append(known, p)
+		}
+	}
+	return fmt.Sprintf(", plus %d packages of the Pyodide distribution (%s, …)", len(pkgs), strings.Join(known, ", "))
+}
+
 // ToolSpec is how the pyodide_sandbox tool is offered to a model. The description
 // tells the model what persists, where files are, and the limits.
 func ToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
 	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
 State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
 The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
-Packages: the standard library%s; other imports are loaded automatically when the deployment's package mirror has them. There is no pip and no network access unless the deployment allows it.
+Packages: the standard library%s. An import of one of these loads it automatically; anything else raises ModuleNotFoundError. There is no pip and no network access unless the deployment allows it.
 Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of memory (MemoryError), %d KiB of stdout/stderr (truncated), %d KiB of code.`,
 		packages, limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)
 	parameters = json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"Python code to run. The last expression's value is returned."}},"required":["code"],"additionalProperties":false}`)

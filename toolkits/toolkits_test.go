@@ -1,6 +1,7 @@
 package toolkits_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/sandchat/sandchat/toolkits"
@@ -39,5 +40,21 @@ func TestResolve(t *testing.T) {
 				t.Fatalf("a tool without a probe must say why it is unavailable: %+v", states[1])
 			}
 		})
+	}
+}
+
+func TestPackagesText(t *testing.T) {
+	if got := toolkits.PackagesText(nil); got != " (no other packages are installed)" {
+		t.Fatal(got)
+	}
+	if got := toolkits.PackagesText([]string{"tinyfmt"}); got != ", plus tinyfmt" {
+		t.Fatal(got)
+	}
+	many := []string{"numpy", "pandas"}
+	for i := range 50 {
+		many = append(many, fmt.Sprintf("pkg%d", i))
+	}
+	if got := toolkits.PackagesText(many); got != ", plus 52 packages of the Pyodide distribution (numpy, pandas, …)" {
+		t.Fatal(got)
 	}
 }
