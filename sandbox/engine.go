@@ -860,8 +860,9 @@ func (e *Engine) evict() {
 		victims = append(victims, old)
 	}
 	e.mu.Unlock()
+	// Off the request path: terminating a Worker is the host's business, not the run's.
 	for _, lv := range victims {
-		e.closeLive(lv)
+		go e.closeLive(lv)
 	}
 }
 
