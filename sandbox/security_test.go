@@ -69,6 +69,12 @@ await attempt('connect', lambda: js.Deno.connect(js.JSON.parse('{"port": 6379}')
 await attempt('exit', lambda: js.Deno.exit(1))
 await attempt('eval', lambda: js.eval('Deno.exit(2)'))
 await attempt('kill', lambda: js.Deno.kill(1, 'SIGKILL'))`},
+		{"close or crash the worker", `import js
+await attempt('close', lambda: js.self.close())
+await attempt('eval', lambda: js.eval('self.close()'))
+js.eval("Promise.reject(new Error('unhandled'))")
+js.eval("setTimeout(() => { throw new Error('uncaught, later') }, 0)")
+print('async errors contained')`},
 		{"spawn workers", `import js
 await attempt('worker', lambda: js.Worker.new('data:text/javascript,1'))
 await attempt('eval', lambda: js.eval("new Worker('data:text/javascript,1', {type: 'module'})"))`},

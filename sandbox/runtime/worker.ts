@@ -637,6 +637,9 @@ async function quietRun(code: string, filename: string) {
 // A KeyboardInterrupt raised inside Pyodide's event loop surfaces as an unhandled
 // rejection; left alone it would take the whole Worker down.
 self.addEventListener("unhandledrejection", (e: PromiseRejectionEvent) => e.preventDefault());
+// Likewise an exception thrown later by JS that user code scheduled (a timer, say): it is
+// the user's bug, not a reason to lose the session.
+self.addEventListener("error", (e: ErrorEvent) => e.preventDefault());
 
 self.onmessage = async ({ data: m }: MessageEvent) => {
   nonce = m.nonce;
