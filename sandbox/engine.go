@@ -675,6 +675,15 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 		res, err = e.runLocked(ctx, key, token, req, true)
 		return err
 	})
+	if res.Status != "" {
+		// JSON callers get [] rather than null.
+		if res.Artifacts == nil {
+			res.Artifacts = []Artifact{}
+		}
+		if res.Session.Packages == nil {
+			res.Session.Packages = []string{}
+		}
+	}
 	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
 		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
 	return res, err
