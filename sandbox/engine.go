@@ -82,7 +82,7 @@ func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, erro
 	}
 	return &Engine{
 		cfg: cfg, log: log, st: st, live: map[string]*live{}, locks: map[string]*keyLock{},
-		stop: make(chan struct{}), reason: "the sandbox engine has not been started",
+		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
 	}, nil
 }
 
