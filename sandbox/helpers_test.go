@@ -43,17 +43,7 @@ func randomPrefix(name string) string {
 
 // cleanPrefix deletes every key under prefix when the test ends.
 func cleanPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-	})
+	t.Cleanup(func() { dropPrefix(context.Background(), rdb, prefix) })
 }
 
 type testLogWriter struct {
