@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
 )
 
@@ -143,39 +144,37 @@ func (s *Sandbox) Session(ctx context.Context, convID int64) (sandbox.SessionInf
 
 // Reset forgets the conversation's interpreter state (edit access).
 func (s *Sandbox) Reset(ctx context.Context, convID int64) error {
-	conv, err := s.requireEdit(ctx, convID)
+	ts, err := s.requireEdit(ctx, convID)
 	if err != nil {
 		return err
 	}
-	return s.Engine.Reset(ctx, s.SessionKey(convID, conv))
+	return s.Engine.Reset(ctx, s.SessionKey(convID, ts.Conversation.AgentID))
 }
 
-func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (agentID *int64, err error) {
+func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (conversations.ToolSettings, error) {
 	ts, err := s.Tools.Conversations.ToolSettings(ctx, convID)
 	if err != nil {
-		return nil, err
+		return ts, err
 	}
 	if r := ts.Conversation.Role; r != sandchat.RoleOwner && r != sandchat.RoleEditor {
-		return nil, sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow running code in this conversation.", r)
+		return ts, sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow running code in this conversation.", r)
 	}
-	return ts.Conversation.AgentID, nil
+	return ts, nil
 }
 
+// requireOn checks edit access and that the sandbox is on, from one read of the
+// conversation's settings, and returns its primary agent.
 func (s *Sandbox) requireOn(ctx context.Context, convID int64) (agentID *int64, err error) {
-	agentID, err = s.requireEdit(ctx, convID)
+	ts, err := s.requireEdit(ctx, convID)
 	if err != nil {
 		return nil, err
 	}
-	states, err := s.Tools.ConversationTools(ctx, convID)
-	if err != nil {
-		return nil, err
-	}
-	for _, st := range states {
+	for _, st := range s.Tools.Catalogue.Resolve(ts.Overrides, ts.Agent) {
 		if st.ID != PyodideSandbox {
 			continue
 		}
 		if st.Enabled {
-			return agentID, nil
+			return ts.Conversation.AgentID, nil
 		}
 		if !st.Available {
 			return nil, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", st.UnavailableReason)
