@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
@@ -209,16 +210,8 @@ func (c *client) tool(conv int64, id string) toolState {
 	return toolState{}
 }
 
-// frame is a server WebSocket frame.
-type frame struct {
-	Type           string          `json:"type"`
-	ConversationID int64           `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	AgentPath      []string        `json:"agent_path"`
-	Data           json.RawMessage `json:"data"`
-}
-
-func (f frame) agentPath() []string { return f.AgentPath }
+// frame is a server WebSocket frame: the server's own event type.
+type frame = conversations.Event
 
 type socket struct {
 	t    *testing.T

@@ -288,7 +288,7 @@ func TestSwarm(t *testing.T) {
 			if f.Type != "agent.handoff" {
 				continue
 			}
-			paths = append(paths, strings.Join(f.agentPath(), "/"))
+			paths = append(paths, strings.Join(f.AgentPath, "/"))
 		}
 		if paths[0] != "lead/alpha" || paths[2] != "lead/beta" || paths[4] != "lead/gamma" {
 			t.Fatalf("handoff paths %v", paths)
