@@ -2,13 +2,14 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -75,11 +76,16 @@ const (
 	benchEngineOnly  = "warm run, engine only (x += 1)"
 	benchWarmPersist = "warm run + durable state in Redis"
 	benchNewConv     = "first run of a new conversation (warm pool)"
+	benchBurstCold   = "burst of 8 new conversations, pool at its floor"
+	benchBurstWarm   = "burst of 8 new conversations, pool sized by demand"
 	benchColdRestore = "cold restore from Redis + run"
 	benchDelta       = "state of a small session (zstd heap delta)"
-	benchRSS         = "RSS per live session"
+	benchRSS         = "RSS per live session process"
 	benchFresh       = "fresh Deno + Pyodide per run (no state kept)"
 )
+
+// burst is how many conversations start at once in the burst rows.
+const burst = 8
 
 // BenchRows runs the benchmark and returns its rows; progress goes to log.
 func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int, log io.Writer) ([]BenchRow, error) {
@@ -89,9 +95,9 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	cfg = Locate(cfg)
 	mainPrefix := cfg.RedisPrefix
 	cfg.RedisPrefix = mainPrefix + "bench-" + newToken()[:8] + ":"
-	cfg.Hosts = 1
 	cfg.WarmPool = max(cfg.WarmPool, 1)
-	cfg.MaxLive = max(cfg.MaxLive, 8)
+	cfg.WarmPoolMax = max(cfg.WarmPoolMax, burst)
+	cfg.MaxLive = max(cfg.MaxLive, 2*burst+4)
 	e, err := New(cfg, rdb, nil)
 	if err != nil {
 		return nil, err
@@ -102,12 +108,10 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	}()
 	// Reuse the deployment's base snapshot when it has one: the bench then measures
 	// sessions, not a Pyodide boot.
-	e.build = buildID(e.cfg, mustDenoVersion(ctx, e.cfg.DenoPath), pyodideVersion(e.cfg.PyodideDir))
-	for _, k := range []string{"build:" + e.build} {
-		if h, err := rdb.Get(ctx, mainPrefix+"sandbox:"+k).Result(); err == nil {
-			rdb.Copy(ctx, mainPrefix+"sandbox:"+k, cfg.RedisPrefix+"sandbox:"+k, 0, true)
-			rdb.Copy(ctx, mainPrefix+"sandbox:base:"+h, cfg.RedisPrefix+"sandbox:base:"+h, 0, true)
-		}
+	build := buildID(e.cfg, mustDenoVersion(ctx, e.cfg.DenoPath), pyodideVersion(e.cfg.PyodideDir))
+	if h, err := rdb.Get(ctx, mainPrefix+"sandbox:build:"+build).Result(); err == nil {
+		rdb.Copy(ctx, mainPrefix+"sandbox:build:"+build, cfg.RedisPrefix+"sandbox:build:"+build, 0, true)
+		rdb.Copy(ctx, mainPrefix+"sandbox:base:"+h, cfg.RedisPrefix+"sandbox:base:"+h, 0, true)
 	}
 	fmt.Fprintln(log, "starting the engine…")
 	if err := e.Start(ctx); err != nil {
@@ -116,6 +120,7 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	if ok, why := e.Available(); !ok {
 		return nil, fmt.Errorf("sandbox unavailable: %s", why)
 	}
+	fmt.Fprintln(log, "isolation:", e.rt.isolation)
 	var rows []BenchRow
 	must := func(key, code string) (Result, error) {
 		r, err := e.Execute(ctx, key, Request{Code: code})
@@ -125,7 +130,7 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		return r, err
 	}
 
-	// Engine only: the Go → host → Worker → Python round trip, without Redis.
+	// Engine only: the Go → control thread → Worker → Python round trip, without Redis.
 	fmt.Fprintln(log, "measuring:", benchEngineOnly)
 	if _, err := must("bench:warm", "x = 0"); err != nil {
 		return nil, err
@@ -136,11 +141,12 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.h.call(ctx, map[string]any{"op": "run", "sid": lv.sid, "code": "x += 1", "filename": "<bench>", "data": []any{}}, nil); err != nil {
+		if _, err := lv.p.call(ctx, runReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []dataFile{}}, nil); err != nil {
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
+	lv.p.freeze()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -152,12 +158,12 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	rows = append(rows, row(benchWarmPersist, "ms", samples, 50))
+	rows = append(rows, row(benchWarmPersist, "ms", samples, 30))
 
 	fmt.Fprintln(log, "measuring:", benchNewConv)
 	samples = samples[:0]
 	for i := range n {
-		if err := waitPool(ctx, e, 1); err != nil {
+		if err := waitPool(ctx, e); err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
@@ -168,6 +174,38 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		e.Reset(ctx, fmt.Sprintf("bench:new:%d", i))
 	}
 	rows = append(rows, row(benchNewConv, "ms", samples, 100))
+
+	// Bursts: the first finds the pool at its configured floor; the pool then sizes
+	// itself by that demand, and the second finds it ready.
+	for _, name := range []string{benchBurstCold, benchBurstWarm} {
+		fmt.Fprintln(log, "measuring:", name)
+		if err := waitPool(ctx, e); err != nil {
+			return nil, err
+		}
+		times := make([]float64, burst)
+		errs := make([]error, burst)
+		var wg sync.WaitGroup
+		for i := range burst {
+			wg.Go(func() {
+				key := fmt.Sprintf("bench:%s:%d", name, i)
+				t0 := time.Now()
+				_, errs[i] = must(key, "x = 1")
+				times[i] = ms(time.Since(t0))
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		for i := range burst {
+			e.Reset(ctx, fmt.Sprintf("bench:%s:%d", name, i))
+		}
+		target := 0.0
+		if name == benchBurstWarm {
+			target = 100
+		}
+		rows = append(rows, row(name, "ms", times, target))
+	}
 
 	fmt.Fprintln(log, "measuring:", benchColdRestore, "and", benchDelta)
 	samples = samples[:0]
@@ -181,10 +219,9 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		sizes = append(sizes, float64(r.Session.StateBytes)/1000)
 		e.mu.Lock()
 		lv := e.live[key]
-		delete(e.live, key)
 		e.mu.Unlock()
-		e.closeLive(lv)
-		if err := waitPool(ctx, e, 1); err != nil {
+		e.dropLive(key, lv, "bench")
+		if err := waitPool(ctx, e); err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
@@ -197,25 +234,18 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	rows = append(rows, row(benchColdRestore, "ms", samples, 400), row(benchDelta, "KB", sizes, 200))
 
 	fmt.Fprintln(log, "measuring:", benchRSS)
-	if err := waitPool(ctx, e, 1); err != nil {
-		return nil, err
-	}
-	h := lv.h
-	time.Sleep(500 * time.Millisecond)
-	before := h.rss()
-	const extra = 4
-	for i := range extra {
-		if _, err := must(fmt.Sprintf("bench:rss:%d", i), "data = list(range(1000))"); err != nil {
+	var mem []float64
+	for i := range 4 {
+		key := fmt.Sprintf("bench:rss:%d", i)
+		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
+		e.mu.Lock()
+		lv := e.live[key]
+		e.mu.Unlock()
+		mem = append(mem, float64(lv.p.rss())/1e6)
 	}
-	// Let the pool refill so its Workers are not counted as sessions.
-	if err := waitPool(ctx, e, 1); err != nil {
-		return nil, err
-	}
-	time.Sleep(500 * time.Millisecond)
-	per := float64(h.rss()-before) / extra / 1e6
-	rows = append(rows, BenchRow{Name: benchRSS, Unit: "MB", P50: per, P95: per, Target: 150})
+	rows = append(rows, row(benchRSS, "MB", mem, 200))
 
 	fmt.Fprintln(log, "measuring:", benchFresh)
 	samples = samples[:0]
@@ -239,31 +269,12 @@ func mustDenoVersion(ctx context.Context, deno string) string {
 	return v
 }
 
-// waitPool waits until the hosts are idle with want pool Workers and a spare ready, so a
-// measurement is not competing with their refill.
-func waitPool(ctx context.Context, e *Engine, want int) error {
-	deadline := time.Now().Add(60 * time.Second)
+// waitPool waits until the warm pool is full and idle, so a measurement is not
+// competing with its refill.
+func waitPool(ctx context.Context, e *Engine) error {
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		e.mu.Lock()
-		hosts := slices.Clone(e.hosts)
-		e.mu.Unlock()
-		total := 0
-		for _, h := range hosts {
-			f, err := h.call(ctx, map[string]any{"op": "stats"}, nil)
-			if err != nil {
-				return err
-			}
-			var r struct {
-				Pool    int  `json:"pool"`
-				Spares  int  `json:"spares"`
-				Filling bool `json:"filling"`
-			}
-			_ = json.Unmarshal(f.raw, &r)
-			if r.Spares > 0 && !r.Filling {
-				total += r.Pool
-			}
-		}
-		if total >= want {
+		if e.pool.idle() {
 			return nil
 		}
 		select {

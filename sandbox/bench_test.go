@@ -64,7 +64,7 @@ func BenchmarkNewConversation(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
-		if err := waitPool(context.Background(), e, 1); err != nil {
+		if err := waitPool(context.Background(), e); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -80,9 +80,8 @@ func BenchmarkColdRestore(b *testing.B) {
 		b.StopTimer()
 		e.mu.Lock()
 		lv := e.live["c"]
-		delete(e.live, "c")
 		e.mu.Unlock()
-		e.closeLive(lv)
+		e.dropLive("c", lv, "bench")
 		b.StartTimer()
 		benchRun(b, e, "c", "f(1)")
 	}

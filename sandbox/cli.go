@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,7 +73,7 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 		return errors.Join(problems...)
 	}
 
-	cfg.Hosts, cfg.WarmPool = 1, 0
+	cfg.WarmPool = 0
 	e, err := New(cfg, rdb, nil)
 	if err != nil {
 		return err
@@ -86,7 +87,8 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 		check("engine", errors.New(why), "")
 		return errors.New(why)
 	}
-	check("engine", nil, fmt.Sprintf("started in %s (base snapshot %.12s)", time.Since(t0).Round(time.Millisecond), e.baseHash))
+	check("engine", nil, fmt.Sprintf("started in %s (base snapshot %.12s)", time.Since(t0).Round(time.Millisecond), e.rt.baseHash))
+	check("isolation", nil, e.rt.isolation)
 	key := "doctor:" + newToken()
 	defer e.Reset(context.WithoutCancel(ctx), key)
 	r, err := e.Execute(ctx, key, Request{Code: "import sys, platform\nf'Python {sys.version.split()[0]} on {platform.machine()}'"})
@@ -98,6 +100,19 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 		return err
 	}
 	check("run", nil, fmt.Sprintf("%s in %d ms, state %d bytes", *r.Result, r.ExecutionMS, r.Session.StateBytes))
+	pi, err := e.Inspect(key)
+	if err != nil {
+		check("session", err, "")
+		return err
+	}
+	desc := fmt.Sprintf("process %d as uid %s", pi.PID, pi.UID)
+	if len(pi.Namespaces) > 0 {
+		desc += "; own namespaces: " + strings.Join(pi.Namespaces, ", ")
+	}
+	if pi.Cgroup != "" {
+		desc += fmt.Sprintf("; cgroup %s (memory max %d MiB, tasks max %d, using %d MiB)", pi.Cgroup, pi.MemoryMax>>20, pi.TasksMax, pi.MemoryUsed>>20)
+	}
+	check("session", nil, desc)
 	return nil
 }
 
@@ -126,7 +141,7 @@ type ExecOptions struct {
 // artifacts. With a Key the session persists in Redis and later runs continue it.
 func Exec(ctx context.Context, cfg Config, rdb redis.UniversalClient, code string, opt ExecOptions, stdout, stderr io.Writer) (Result, error) {
 	cfg = Locate(cfg)
-	cfg.Hosts, cfg.WarmPool = 1, 0
+	cfg.WarmPool = 0
 	e, err := New(cfg, rdb, nil)
 	if err != nil {
 		return Result{}, err

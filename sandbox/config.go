@@ -1,6 +1,7 @@
-// Package sandbox runs Python for the assistant: Pyodide (CPython in WebAssembly) in
-// Deno Workers, one Worker per live session, with each session's interpreter state made
-// durable in Redis after every successful run so any node can pick it up.
+// Package sandbox runs Python for the assistant: Pyodide (CPython in WebAssembly) hosted
+// by Deno, one operating-system process per live session, confined by bubblewrap and a
+// cgroup of its own, with each session's interpreter state made durable in Redis after
+// every successful run so any node can pick it up.
 package sandbox
 
 import (
@@ -24,16 +25,26 @@ type Config struct {
 	RuntimeDir string // holds host.ts and worker.ts
 	PyodideDir string // the pyodide npm package (pyodide.mjs, pyodide.asm.wasm, …)
 
-	Hosts    int // Deno host processes
-	WarmPool int // Workers kept restored from the base snapshot, across all hosts
-	MaxLive  int // live sessions kept in memory; the least recently used is evicted
+	WarmPool    int           // session processes kept restored from the base snapshot, at least
+	WarmPoolMax int           // the most the pool grows to when bursts of new sessions come
+	MaxLive     int           // live session processes; the least recently used is evicted
+	IdleTimeout time.Duration // a session idle this long is evicted (its state is in Redis)
+
+	Isolation   string // IsolationStrict or IsolationProcess
+	SandboxUser string // the unprivileged user session processes run as when the server is root
 
 	Timeout    time.Duration // default per run
 	MaxTimeout time.Duration // the most a caller may ask for
-	Grace      time.Duration // how long code may ignore the interrupt before its Worker is stopped
+	Grace      time.Duration // how long code may ignore the interrupt before its process is killed
+	// RestoreTimeout bounds bringing a session back (restore, packages, replay); a
+	// process that takes longer is killed.
+	RestoreTimeout time.Duration
 
-	MemoryBytes     int64 // WebAssembly heap per session
-	HostMemoryBytes int64 // RSS of one host process; over it the host is killed
+	MemoryBytes int64 // the interpreter's WebAssembly heap: past it Python gets MemoryError
+	// RuntimeOverheadBytes is what Deno, V8 and the compiled wasm need beside the heap:
+	// the kernel caps a whole session process at MemoryBytes + RuntimeOverheadBytes.
+	RuntimeOverheadBytes int64
+	MaxStateBytes        int64 // a session's durable state in Redis (heap delta, files, replay log)
 
 	MaxOutput        int   // bytes of stdout and of stderr per run
 	MaxCode          int   // bytes of code per run
@@ -55,22 +66,27 @@ type Config struct {
 // DefaultConfig returns the limits of DESIGN §4; locations are left for Locate.
 func DefaultConfig() Config {
 	return Config{
-		Hosts:            2,
-		WarmPool:         2,
-		MaxLive:          16,
-		Timeout:          30 * time.Second,
-		MaxTimeout:       300 * time.Second,
-		Grace:            3 * time.Second,
-		MemoryBytes:      512 << 20,
-		HostMemoryBytes:  6 << 30,
-		MaxOutput:        1 << 20,
-		MaxCode:          256 << 10,
-		MaxArtifacts:     20,
-		MaxArtifactBytes: 10 << 20,
-		MaxDataBytes:     64 << 20,
-		SessionTTL:       24 * time.Hour,
-		QueueDepth:       8,
-		RedisPrefix:      "sandchat:",
+		WarmPool:             2,
+		WarmPoolMax:          8,
+		MaxLive:              16,
+		IdleTimeout:          10 * time.Minute,
+		Isolation:            IsolationStrict,
+		SandboxUser:          "nobody",
+		Timeout:              30 * time.Second,
+		MaxTimeout:           300 * time.Second,
+		Grace:                3 * time.Second,
+		RestoreTimeout:       2 * time.Minute,
+		MemoryBytes:          512 << 20,
+		RuntimeOverheadBytes: 384 << 20,
+		MaxStateBytes:        64 << 20,
+		MaxOutput:            1 << 20,
+		MaxCode:              256 << 10,
+		MaxArtifacts:         20,
+		MaxArtifactBytes:     10 << 20,
+		MaxDataBytes:         64 << 20,
+		SessionTTL:           24 * time.Hour,
+		QueueDepth:           8,
+		RedisPrefix:          "sandchat:",
 	}
 }
 
@@ -78,14 +94,26 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.Hosts < 1 || c.Hosts > 64 {
-		bad("sandbox hosts must be between 1 and 64, got %d", c.Hosts)
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		bad("sandbox warm pool must be between 0 and 64, got %d", c.WarmPool)
 	}
-	if c.WarmPool < 0 || c.WarmPool > 256 {
-		bad("sandbox warm pool must be between 0 and 256, got %d", c.WarmPool)
+	if c.WarmPoolMax < c.WarmPool || c.WarmPoolMax > 64 {
+		bad("sandbox warm pool max must be between the warm pool (%d) and 64, got %d", c.WarmPool, c.WarmPoolMax)
 	}
-	if c.MaxLive < 1 {
-		bad("sandbox max live sessions must be at least 1, got %d", c.MaxLive)
+	if c.MaxLive < 1 || c.MaxLive > 4096 {
+		bad("sandbox max live sessions must be between 1 and 4096, got %d", c.MaxLive)
+	}
+	if c.IdleTimeout < time.Second {
+		bad("sandbox idle timeout must be at least 1s, got %s", c.IdleTimeout)
+	}
+	if c.Isolation != IsolationStrict && c.Isolation != IsolationProcess {
+		bad("sandbox isolation must be %q or %q, got %q", IsolationStrict, IsolationProcess, c.Isolation)
+	}
+	if c.SandboxUser == "" {
+		bad("sandbox user must be set")
+	}
+	if c.RestoreTimeout < time.Second || c.RestoreTimeout > 30*time.Minute {
+		bad("sandbox restore timeout must be between 1s and 30m, got %s", c.RestoreTimeout)
 	}
 	if c.Timeout <= 0 {
 		bad("sandbox timeout must be positive, got %s", c.Timeout)
@@ -99,8 +127,11 @@ func (c Config) Validate() error {
 	if c.MemoryBytes < 64<<20 || c.MemoryBytes > 4<<30 {
 		bad("sandbox memory must be between 64 MiB and 4 GiB (wasm32), got %d bytes", c.MemoryBytes)
 	}
-	if c.HostMemoryBytes < c.MemoryBytes+256<<20 {
-		bad("sandbox host memory (%d bytes) must exceed the session memory by at least 256 MiB", c.HostMemoryBytes)
+	if c.RuntimeOverheadBytes < 128<<20 || c.RuntimeOverheadBytes > 8<<30 {
+		bad("sandbox runtime overhead must be between 128 MiB and 8 GiB, got %d bytes", c.RuntimeOverheadBytes)
+	}
+	if c.MaxStateBytes < 1<<20 || c.MaxStateBytes > 4<<30 {
+		bad("sandbox max state must be between 1 MiB and 4 GiB, got %d bytes", c.MaxStateBytes)
 	}
 	if c.MaxOutput < 1024 {
 		bad("sandbox max output must be at least 1024 bytes, got %d", c.MaxOutput)

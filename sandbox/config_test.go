@@ -14,12 +14,15 @@ func TestConfigValidate(t *testing.T) {
 		want   string // substring of the error; "" means valid
 	}{
 		{"defaults are valid", func(*Config) {}, ""},
-		{"no hosts", func(c *Config) { c.Hosts = 0 }, "hosts"},
+		{"no live sessions", func(c *Config) { c.MaxLive = 0 }, "max live"},
+		{"pool max below pool", func(c *Config) { c.WarmPool, c.WarmPoolMax = 4, 2 }, "warm pool max"},
+		{"unknown isolation", func(c *Config) { c.Isolation = "none" }, "isolation"},
+		{"tiny state cap", func(c *Config) { c.MaxStateBytes = 10 }, "max state"},
 		{"timeout above max", func(c *Config) { c.Timeout = 10 * time.Minute }, "max timeout"},
 		{"negative timeout", func(c *Config) { c.Timeout = -1 }, "timeout must be positive"},
 		{"memory too small", func(c *Config) { c.MemoryBytes = 1 << 20 }, "memory"},
 		{"memory past wasm32", func(c *Config) { c.MemoryBytes = 5 << 30 }, "memory"},
-		{"host budget below session memory", func(c *Config) { c.HostMemoryBytes = c.MemoryBytes }, "host memory"},
+		{"no room for the runtime", func(c *Config) { c.RuntimeOverheadBytes = 1 << 20 }, "runtime overhead"},
 		{"tiny output", func(c *Config) { c.MaxOutput = 10 }, "output"},
 		{"allowlist with scheme", func(c *Config) { c.NetworkAllow = []string{"http://example.com"} }, "allowlist"},
 		{"allowlist bad port", func(c *Config) { c.NetworkAllow = []string{"example.com:99999"} }, "port"},
@@ -92,8 +95,11 @@ func TestUnavailableWithoutRuntime(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	e, _, _ := setup(t)
+	if err := waitPool(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
 	st := e.Status(context.Background())
-	if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Deno.Path == "" || st.Pyodide.Version == "" || st.Hosts != 1 {
+	if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Deno.Path == "" || st.Pyodide.Version == "" || st.Isolation == "" || st.WarmPool < 1 || st.Spares < 1 {
 		t.Fatalf("%+v", st)
 	}
 }

@@ -318,7 +318,8 @@ func TestConcurrentRunsOfOneSession(t *testing.T) {
 func TestQueueFullIsBusy(t *testing.T) {
 	e, _ := newEngine(t, func(c *Config) { c.QueueDepth = 1 })
 	k := "busy"
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	waitFor := func(what string, cond func() bool) {
 		for !cond() {
 			select {

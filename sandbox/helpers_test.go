@@ -71,7 +71,6 @@ func testLogger(t testing.TB) *slog.Logger {
 // testConfig is small enough for a 2-core machine.
 func testConfig(prefix string) Config {
 	c := DefaultConfig()
-	c.Hosts = 1
 	c.WarmPool = 1
 	c.MaxLive = 8
 	c.Timeout = 20 * time.Second
@@ -162,7 +161,7 @@ func newEngine(t *testing.T, mutate func(*Config)) (*Engine, bundle) {
 	prefix := randomPrefix(t.Name())
 	cleanPrefix(t, rdb, prefix)
 	ctx := context.Background()
-	for _, k := range []string{"build:" + shared.build, "base:" + shared.baseHash} {
+	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.rt.baseHash} {
 		if err := rdb.Copy(ctx, sb.prefix+"sandbox:"+k, prefix+"sandbox:"+k, 0, true).Err(); err != nil {
 			t.Fatalf("copy base: %v", err)
 		}

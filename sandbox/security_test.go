@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Each case runs hostile Python; its `probe` must print only "contained" lines. After
@@ -78,13 +77,6 @@ print('async errors contained')`},
 		{"spawn workers", `import js
 await attempt('worker', lambda: js.Worker.new('data:text/javascript,1'))
 await attempt('eval', lambda: js.eval("new Worker('data:text/javascript,1', {type: 'module'})"))`},
-		{"forge messages to the host", `import js
-for sid in ['other', 'pool-1', 's-0']:
-    msg = js.JSON.parse('{"op": "done", "run": 1, "status": "success", "stdout": "FORGED", "stderr": "", "changed": [], "deleted": [], "packages": [], "sid": "%s"}' % sid)
-    js.postMessage(msg)
-    js.postMessage(js.JSON.parse('{"op": "out", "run": 1, "stream": "stdout", "chunk": "FORGED", "sid": "%s"}' % sid))
-    js.postMessage(js.JSON.parse('{"op": "attached", "sid": "%s"}' % sid))
-print('forged contained')`},
 		{"read another session's variables", `import js, gc
 await attempt('globals', lambda: secret)
 await attempt('gc', lambda: [o for o in gc.get_objects() if isinstance(o, str) and o == 'neighbour-only'][0])
@@ -122,35 +114,6 @@ await attempt('js', lambda: js.eval('globalThis.secret'))`},
 				t.Errorf("neighbour after the attempt: %s", got)
 			}
 		})
-	}
-}
-
-// JS allocations are outside the WebAssembly cap; the host's memory budget bounds them.
-// The host is killed, and every session on it comes back from Redis.
-func TestJSAllocationsPastTheBudget(t *testing.T) {
-	e, _ := newEngine(t, func(c *Config) {
-		c.MemoryBytes = 256 << 20
-		c.HostMemoryBytes = 1536 << 20
-		c.Grace = 20 * time.Second // the budget must be what stops it, not the timeout
-	})
-	mustSucceed(t, e, "victim", "kept = 'safe'")
-	for _, code := range []string{
-		"import js\njs.eval('globalThis.hog = []; for (;;) hog.push(new Uint8Array(32 << 20).fill(1))')",
-		"import js\njs.eval('globalThis.hog = []; for (;;) hog.push(new Array(1 << 20).fill(1.5))')",
-	} {
-		r, err := e.Execute(context.Background(), "attacker", Request{Code: code, Timeout: 60 * time.Second})
-		if err != nil {
-			t.Fatalf("Execute: %v", err)
-		}
-		if r.Status == StatusSuccess || r.Error == nil || !strings.Contains(r.Error.Message, "sandbox process stopped") {
-			t.Fatalf("status %s %+v", r.Status, r.Error)
-		}
-		t.Logf("attacker: %s", r.Error.Message)
-		r = mustSucceed(t, e, "victim", "kept")
-		if resultOf(r) != "'safe'" || r.Session.RestoredFrom != FromSnapshot {
-			t.Fatalf("victim: %s from %s", resultOf(r), r.Session.RestoredFrom)
-		}
-		mustSucceed(t, e, "attacker", "1")
 	}
 }
 

@@ -13,12 +13,11 @@ func evictLive(t *testing.T, e *Engine, key string) {
 	t.Helper()
 	e.mu.Lock()
 	lv := e.live[key]
-	delete(e.live, key)
 	e.mu.Unlock()
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
-	e.closeLive(lv)
+	e.dropLive(key, lv, "evicted by the test")
 }
 
 func TestStatePersistence(t *testing.T) {

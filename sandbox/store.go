@@ -110,30 +110,52 @@ func (s *store) load(ctx context.Context, session string, withCells bool) (*stat
 
 // saveScript writes a run's state only while the caller still holds the lease and the
 // stored version is the one its run started from: a stale node can never overwrite a
-// newer state (fencing).
+// newer state (fencing). It also keeps the session's total (heap delta, files, replay
+// log) under the cap, refusing the whole save rather than keeping part of it.
 var saveScript = redis.NewScript(`
 local state, files, cells, lease, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if redis.call('GET', lease) ~= ARGV[1] then return -1 end
+if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return -2 end
-local ttl = tonumber(ARGV[4])
-local i = 5
-local nf = tonumber(ARGV[i]); i = i + 1
-for _ = 1, nf do redis.call('HSET', state, ARGV[i], ARGV[i+1]); i = i + 2 end
-local clear = ARGV[i]; i = i + 1
-if clear == '1' then redis.call('DEL', files, cells) end
+if v ~= tonumber(ARGV[2]) then return {-2, 0} end
+local ttl, cap, fixed = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local i = 7
+local fields = i
+local nf = tonumber(ARGV[i]); i = i + 1 + 2 * nf
+local clear = ARGV[i] == '1'; i = i + 1
+local fbytes, cbytes = 0, 0
+if not clear then
+  fbytes = tonumber(redis.call('HGET', state, 'fbytes') or '0')
+  cbytes = tonumber(redis.call('HGET', state, 'cbytes') or '0')
+end
+local changed = i
 local nc = tonumber(ARGV[i]); i = i + 1
-for _ = 1, nc do redis.call('HSET', files, ARGV[i], ARGV[i+1]); i = i + 2 end
+for k = 0, nc - 1 do
+  local name, data = ARGV[i + 2 * k], ARGV[i + 2 * k + 1]
+  if not clear then fbytes = fbytes - redis.call('HSTRLEN', files, name) end
+  fbytes = fbytes + #data
+end
+i = i + 2 * nc
+local deleted = i
 local nd = tonumber(ARGV[i]); i = i + 1
-for _ = 1, nd do redis.call('HDEL', files, ARGV[i]); i = i + 1 end
-local cell = ARGV[i]
-if cell ~= '' then redis.call('RPUSH', cells, cell) end
-redis.call('HSET', state, 'version', ARGV[3])
+for k = 0, nd - 1 do
+  if not clear then fbytes = fbytes - redis.call('HSTRLEN', files, ARGV[i + k]) end
+end
+i = i + nd
+local ncell = tonumber(ARGV[i]); i = i + 1
+for k = 0, ncell - 1 do cbytes = cbytes + #ARGV[i + k] end
+local total = fbytes + cbytes + fixed
+if total > cap then return {-3, total} end
+if clear then redis.call('DEL', files, cells) end
+for k = 0, nf - 1 do redis.call('HSET', state, ARGV[fields + 1 + 2 * k], ARGV[fields + 2 + 2 * k]) end
+for k = 0, nc - 1 do redis.call('HSET', files, ARGV[changed + 1 + 2 * k], ARGV[changed + 2 + 2 * k]) end
+for k = 0, nd - 1 do redis.call('HDEL', files, ARGV[deleted + 1 + k]) end
+for k = 0, ncell - 1 do redis.call('RPUSH', cells, ARGV[i + k]) end
+redis.call('HSET', state, 'version', ARGV[3], 'fbytes', fbytes, 'cbytes', cbytes)
 redis.call('PEXPIRE', state, ttl)
 redis.call('PEXPIRE', files, ttl)
 redis.call('PEXPIRE', cells, ttl)
 redis.call('SET', seen, '1', 'PX', ttl * 7)
-return tonumber(ARGV[3])
+return {tonumber(ARGV[3]), total}
 `)
 
 type saveReq struct {
@@ -148,12 +170,22 @@ type saveReq struct {
 	Packages []string
 	Changed  map[string][]byte
 	Deleted  []string
-	Cell     string
+	Cells    []string // appended to the replay log
+	Cap      int64    // the most the session's state may hold, in bytes
 }
 
 var errFenced = errors.New("session lease lost or state changed by another run")
 
-func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int, error) {
+// errStateFull is a save refused because the session's state would pass its cap.
+type errStateFull struct{ total, cap int64 }
+
+func (e *errStateFull) Error() string {
+	return fmt.Sprintf("the session's saved state would be %.1f MiB, over its %.1f MiB limit", float64(e.total)/(1<<20), float64(e.cap)/(1<<20))
+}
+
+// save writes a run's state; it returns the new version and the bytes the session's
+// state now holds.
+func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int64, error) {
 	var delta []byte
 	if r.Delta != nil {
 		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
@@ -161,7 +193,7 @@ func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int
 	pk, _ := json.Marshal(r.Packages)
 	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "header", r.Header,
 		"delta", delta, "packages", string(pk), "updated", time.Now().UnixMilli()}
-	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), len(fields) / 2}
+	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, len(delta) + len(r.Header), len(fields) / 2}
 	args = append(args, fields...)
 	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh], len(r.Changed))
 	for k, v := range r.Changed {
@@ -171,16 +203,25 @@ func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int
 	for _, d := range r.Deleted {
 		args = append(args, d)
 	}
-	args = append(args, r.Cell)
+	args = append(args, len(r.Cells))
+	for _, c := range r.Cells {
+		args = append(args, c)
+	}
 	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen")}
-	n, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64()
+	res, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}
-	if n < 0 {
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("save: unexpected reply %v", res)
+	}
+	switch {
+	case res[0] == -3:
+		return 0, res[1], &errStateFull{total: res[1], cap: r.Cap}
+	case res[0] < 0:
 		return 0, 0, errFenced
 	}
-	return n, len(delta), nil
+	return res[0], res[1], nil
 }
 
 func (s *store) reset(ctx context.Context, session string) error {

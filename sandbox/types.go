@@ -1,6 +1,9 @@
 package sandbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Request is one run of Python code in a session.
 type Request struct {
@@ -12,6 +15,10 @@ type Request struct {
 	// OnOutput, when set, receives stdout/stderr chunks while the code runs. It is called
 	// from the engine's reader goroutine: it must not block.
 	OnOutput func(stream, chunk string)
+	// History, when set, returns the code of the session's earlier successful runs, in
+	// order. The engine calls it when Redis holds no state for a session that did not
+	// expire (Redis lost it) and rebuilds the interpreter by running them again.
+	History func(ctx context.Context) ([]string, error)
 }
 
 // File is a named blob handed to Python.
@@ -80,14 +87,17 @@ type SessionInfo struct {
 type Status struct {
 	Available bool          `json:"available"`
 	Reason    string        `json:"reason,omitempty"`
+	Isolation string        `json:"isolation,omitempty"` // what confines each session process
 	Deno      DenoStatus    `json:"deno"`
 	Pyodide   PyodideStatus `json:"pyodide"`
-	Hosts     int           `json:"hosts"`
+	Processes int           `json:"processes"` // session processes: live, warm and spare
 	LiveSess  int           `json:"live_sessions"`
 	WarmPool  int           `json:"warm_pool"`
+	Spares    int           `json:"spares"`
 	BaseHash  string        `json:"base_hash,omitempty"`
-	HostRSS   []int64       `json:"host_rss_bytes,omitempty"`
-	Limits    StatusLimits  `json:"limits"`
+	// SessionMemory is what each live session's process holds (its cgroup's charge).
+	SessionMemory []int64      `json:"session_memory_bytes,omitempty"`
+	Limits        StatusLimits `json:"limits"`
 }
 
 type DenoStatus struct {
@@ -103,10 +113,14 @@ type PyodideStatus struct {
 }
 
 type StatusLimits struct {
-	TimeoutMS    int64    `json:"timeout_ms"`
-	MaxTimeoutMS int64    `json:"max_timeout_ms"`
-	MemoryBytes  int64    `json:"memory_bytes"`
-	MaxOutput    int      `json:"max_output"`
-	MaxCode      int      `json:"max_code"`
-	NetworkAllow []string `json:"network_allow"`
+	TimeoutMS    int64 `json:"timeout_ms"`
+	MaxTimeoutMS int64 `json:"max_timeout_ms"`
+	MemoryBytes  int64 `json:"memory_bytes"`
+	// ProcessMemoryBytes is the kernel's cap on a whole session process.
+	ProcessMemoryBytes int64    `json:"process_memory_bytes,omitempty"`
+	MaxStateBytes      int64    `json:"max_state_bytes"`
+	IdleTimeoutMS      int64    `json:"idle_timeout_ms"`
+	MaxOutput          int      `json:"max_output"`
+	MaxCode            int      `json:"max_code"`
+	NetworkAllow       []string `json:"network_allow"`
 }

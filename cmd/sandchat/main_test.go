@@ -69,7 +69,7 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 func (e *testEnv) withSandbox(c *Config, _ *Main) {
 	c.Sandbox.Enabled = true
 	c.Sandbox.Engine = sandbox.DefaultConfig()
-	c.Sandbox.Engine.Hosts, c.Sandbox.Engine.WarmPool = 1, 1
+	c.Sandbox.Engine.WarmPool = 1
 	c.Sandbox.Engine.RedisPrefix = e.redisPrefix
 }
 

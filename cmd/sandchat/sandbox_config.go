@@ -33,15 +33,17 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 	allow := list{}
 	_ = allow.Set(env("SANDBOX_NETWORK_ALLOW", ""))
 	fs.Var(&allow, "sandbox-network-allow", "hosts (host or host:port) Python may reach; empty: no network (SANDCHAT_SANDBOX_NETWORK_ALLOW)")
+	fs.StringVar(&e.Isolation, "sandbox-isolation", env("SANDBOX_ISOLATION", e.Isolation), "strict: each session process under bubblewrap in its own cgroup; process: Deno permissions only, where namespaces or cgroups are unavailable (SANDCHAT_SANDBOX_ISOLATION)")
+	fs.StringVar(&e.SandboxUser, "sandbox-user", env("SANDBOX_USER", e.SandboxUser), "unprivileged user session processes run as when the server runs as root (SANDCHAT_SANDBOX_USER)")
 	fs.BoolVar(&e.ForceReplay, "sandbox-force-replay", envBool("SANDBOX_FORCE_REPLAY", false), "persist every session as packages + replay of its cells (SANDCHAT_SANDBOX_FORCE_REPLAY)")
 
 	ints := []struct {
 		name, help string
 		dst        *int
 	}{
-		{"HOSTS", "Deno host processes", &e.Hosts},
-		{"WARM_POOL", "Workers kept restored and ready for new conversations", &e.WarmPool},
-		{"MAX_LIVE", "live sessions kept in memory per node", &e.MaxLive},
+		{"WARM_POOL", "session processes kept restored and ready for new conversations, at least", &e.WarmPool},
+		{"WARM_POOL_MAX", "the most the warm pool grows to when bursts of new conversations come", &e.WarmPoolMax},
+		{"MAX_LIVE", "live session processes per node", &e.MaxLive},
 		{"MAX_ARTIFACTS", "files returned per run", &e.MaxArtifacts},
 		{"QUEUE_DEPTH", "runs that may wait for one session before 429", &e.QueueDepth},
 	}
@@ -55,8 +57,9 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		name, help string
 		dst        *int64
 	}{
-		{"MEMORY", "WebAssembly memory per session", &e.MemoryBytes},
-		{"HOST_MEMORY", "RSS of one Deno host before it is restarted", &e.HostMemoryBytes},
+		{"MEMORY", "WebAssembly memory per session (past it Python gets MemoryError)", &e.MemoryBytes},
+		{"RUNTIME_OVERHEAD", "memory a session process needs beside the heap; the kernel caps it at MEMORY plus this", &e.RuntimeOverheadBytes},
+		{"MAX_STATE", "a session's durable state in Redis (heap delta, files, replay log)", &e.MaxStateBytes},
 		{"MAX_OUTPUT", "stdout and stderr kept per run, each", &maxOutput},
 		{"MAX_CODE", "code per run", &maxCode},
 		{"MAX_ARTIFACT_BYTES", "size of one returned file", &e.MaxArtifactBytes},
@@ -73,7 +76,9 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 	}{
 		{"TIMEOUT", "default time limit of a run", &e.Timeout},
 		{"MAX_TIMEOUT", "the longest time limit a caller may ask for", &e.MaxTimeout},
-		{"GRACE", "how long code may ignore the interrupt before its Worker is stopped", &e.Grace},
+		{"GRACE", "how long code may ignore the interrupt before its process is killed", &e.Grace},
+		{"RESTORE_TIMEOUT", "how long bringing a session back may take (restore, packages, replay)", &e.RestoreTimeout},
+		{"IDLE_TIMEOUT", "a session idle this long leaves memory (its state stays in Redis)", &e.IdleTimeout},
 		{"SESSION_TTL", "how long an idle session's state is kept", &e.SessionTTL},
 	}
 	durRaw := make([]string, len(durations))

@@ -1,434 +1,196 @@
-// The sandbox host: a Deno process started by the Go engine, speaking length-prefixed
-// frames on stdin/stdout, running one Worker per live session. Frame: u32 BE length of
-// the rest, u32 BE length of a JSON header, the JSON, then binary blobs that the JSON
-// points at with {"$b":[offset,length]}.
+// The control thread of one session process. The Go engine starts one such process per
+// live session (and per warm-pool spare), confined by bubblewrap and a cgroup; it holds
+// the protocol (protocol.ts) on fds 3 and 4, and runs Pyodide in one Worker so that an
+// interrupt can reach Python through a SharedArrayBuffer while it runs.
 //
-// Every message from a Worker is untrusted: user code runs in the Worker's realm and can
-// post anything. The host binds each Worker to its session itself and accepts only the
-// replies it is waiting for, checked for shape and size.
+// Python reaches JavaScript in the Worker's realm, so everything the Worker posts is
+// treated as the user's: checked for shape and size here, and again by the engine. A
+// session can only ever forge its own results: no other session lives in this process.
 
 // deno-lint-ignore-file no-explicit-any
 
-type Pending = { resolve: (v: any) => void; reject: (e: Error) => void; expect: string; nonce: string };
+import { FrameWriter, readFrames, type RuntimeConfig } from "./protocol.ts";
 
-function newNonce(): string {
-  const b = new Uint8Array(16);
-  crypto.getRandomValues(b);
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-}
+const input = await Deno.open("/dev/fd/3", { read: true });
+const output = new FrameWriter(await Deno.open("/dev/fd/4", { write: true }));
+const reply = (id: number, r: Record<string, unknown>) => output.send({ id, ...r });
 
-class Session {
-  worker: Worker;
-  sab = new SharedArrayBuffer(2);
-  pending: Pending | null = null;
-  runId = 0;
-  outBytes = 0;
-  dead = false;
-  constructor(public sid: string, public baseHash: string) {
-    this.worker = new Worker(new URL("./worker.ts", import.meta.url), {
-      type: "module",
-      deno: { permissions: workerPermissions() } as any,
-    } as any);
-    this.worker.onmessage = (e) => this.onMessage(e.data);
-    this.worker.onerror = (e) => {
-      e.preventDefault();
-      this.fail(`worker error: ${e.message}`);
-    };
-    this.worker.onmessageerror = (e) => {
-      e.preventDefault();
-      this.fail("worker sent a message that cannot be read");
-    };
-  }
-
-  call(msg: any, expect: string, transfer: Transferable[] = []): Promise<any> {
-    if (this.dead) return Promise.reject(new Error("worker is gone"));
-    if (this.pending) return Promise.reject(new Error("worker is busy"));
-    return new Promise((resolve, reject) => {
-      const nonce = newNonce();
-      this.pending = { resolve, reject, expect, nonce };
-      this.worker.postMessage({ ...msg, nonce }, transfer);
-    });
-  }
-
-  onMessage(m: any) {
-    if (this.dead || typeof m !== "object" || m === null) return;
-    const p = this.pending;
-    if (!p || m.nonce !== p.nonce) return; // not an answer to the host: a forgery, dropped
-    if (m.op === "out") {
-      // Live output of the current run only; the run's final reply carries the full text.
-      if (p.expect !== "done" || m.run !== this.runId) return;
-      if (typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
-      this.outBytes += m.chunk.length;
-      if (this.outBytes > 4 * config.maxOutput + 65536) return;
-      send({ op: "out", sid: this.sid, stream: m.stream, chunk: m.chunk });
-      return;
-    }
-    if (m.op === "failed") {
-      this.pending = null;
-      p.reject(new Error(typeof m.error === "string" ? m.error.slice(0, 4000) : "worker failed"));
-      return;
-    }
-    if (m.op !== p.expect) return;
-    if (m.op === "done" && m.run !== this.runId) return;
-    this.pending = null;
-    p.resolve(m);
-  }
-
-  fail(reason: string) {
-    if (this.dead) return;
-    this.dead = true;
-    try {
-      this.worker.terminate();
-    } catch { /* already gone */ }
-    const p = this.pending;
-    this.pending = null;
-    p?.reject(new Error(reason));
-  }
-}
-
-let config: any = { maxOutput: 1 << 20, memory: 512 << 20, poolSize: 0 };
-const bases = new Map<string, SharedArrayBuffer>();
-let currentBase = "";
-const sessions = new Map<string, Session>();
-const pool: Session[] = [];
-let filling = false;
-let poolSeq = 0;
-
-function workerPermissions() {
-  return {
-    read: config.read ?? [],
-    net: config.net && config.net.length ? config.net : false,
-    env: false,
-    run: false,
-    write: false,
-    ffi: false,
-    sys: false,
-    import: false,
-  };
-}
-
+let config: RuntimeConfig | null = null;
+let worker: Worker | null = null;
 let wasm: WebAssembly.Module | undefined;
 let wasmSize = 0;
-const spares: Session[] = [];
-let sparing = false;
+let base: Uint8Array | undefined;
+const interrupt = new SharedArrayBuffer(2);
+let outBytes = 0;
 
-// Keeps one primed Worker per host for restoring saved sessions.
-async function fillSpares() {
-  if (sparing) return;
-  sparing = true;
+type Pending = { expect: string; resolve: (v: any) => void; reject: (e: Error) => void };
+let pending: Pending | null = null;
+
+function die(why: string): never {
+  // A broken Worker leaves this process useless: the engine sees the pipe close, and
+  // restores the session elsewhere.
   try {
-    while (spares.length < (config.spares ?? 1) && currentBase) {
-      const s = new Session(`spare-${++poolSeq}`, "");
-      try {
-        await s.call({ op: "prime", pyodideURL: config.pyodideURL, base: bases.get(currentBase), baseHash: currentBase }, "primed");
-        spares.push(s);
-      } catch (e) {
-        s.fail(String(e));
-        await new Promise((r) => setTimeout(r, 1000));
-      }
-    }
-  } finally {
-    sparing = false;
-  }
+    Deno.stderr.writeSync(new TextEncoder().encode(`session process: ${why}\n`));
+  } catch { /* ignore */ }
+  Deno.exit(70);
 }
 
-function initMsg(s: Session, extra: any = {}) {
-  return {
-    op: "init",
-    wasm,
-    wasmSize,
-    pyodideURL: config.pyodideURL,
-    pyodideDir: config.pyodideDir,
-    lockFileURL: config.lockFileURL,
-    packageBaseURL: config.packageBaseURL,
-    memory: config.memory,
-    interrupt: s.sab,
-    base: bases.get(s.baseHash),
-    baseHash: s.baseHash,
-    ...extra,
+function startWorker(cfg: RuntimeConfig) {
+  worker = new Worker(new URL("./worker.ts", import.meta.url), {
+    type: "module",
+    deno: {
+      permissions: {
+        read: cfg.read, net: cfg.net.length ? cfg.net : false,
+        env: false, run: false, write: false, ffi: false, sys: false, import: false,
+      },
+    },
+  } as any);
+  worker.onmessage = (e) => onWorker(e.data);
+  worker.onerror = (e) => {
+    e.preventDefault();
+    die(`worker error: ${e.message}`);
+  };
+  worker.onmessageerror = (e) => {
+    e.preventDefault();
+    die("worker sent a message that cannot be read");
   };
 }
 
-// Keeps config.poolSize workers restored from the current base, so a new session does
-// not pay for loading an interpreter.
-async function fillPool() {
-  if (filling) return;
-  filling = true;
-  try {
-    while (pool.length < config.poolSize && currentBase) {
-      const s = new Session(`pool-${++poolSeq}`, currentBase);
-      try {
-        await s.call(initMsg(s, { warm: true }), "ready");
-        pool.push(s);
-      } catch (e) {
-        s.fail(String(e));
-        await new Promise((r) => setTimeout(r, 1000));
-      }
-    }
-  } finally {
-    filling = false;
+function onWorker(m: any) {
+  if (typeof m !== "object" || m === null) return;
+  const p = pending;
+  if (!p) return;
+  if (m.op === "out") {
+    if (p.expect !== "done" || typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
+    outBytes += m.chunk.length;
+    if (outBytes > 4 * config!.maxOutput + 65536) return;
+    output.send({ id: 0, op: "out", stream: m.stream, chunk: m.chunk });
+    return;
   }
+  if (m.op === "failed") {
+    pending = null;
+    p.reject(new Error(typeof m.error === "string" ? m.error.slice(0, 4000) : "worker failed"));
+    return;
+  }
+  if (m.op !== p.expect) return;
+  pending = null;
+  p.resolve(m);
 }
 
-// ---- framing ----
-
-const enc = new TextEncoder();
-const dec = new TextDecoder();
-const stdout = Deno.stdout.writable.getWriter();
-let writing: Promise<void> = Promise.resolve();
-
-function pack(v: any, blobs: Uint8Array[], off: { n: number }): any {
-  if (v instanceof Uint8Array) {
-    const r = { $b: [off.n, v.length] };
-    blobs.push(v);
-    off.n += v.length;
-    return r;
-  }
-  if (Array.isArray(v)) return v.map((x) => pack(x, blobs, off));
-  if (v && typeof v === "object") {
-    const o: any = {};
-    for (const [k, x] of Object.entries(v)) o[k] = pack(x, blobs, off);
-    return o;
-  }
-  return v;
-}
-
-function unpack(v: any, bin: Uint8Array): any {
-  if (Array.isArray(v)) return v.map((x) => unpack(x, bin));
-  if (v && typeof v === "object") {
-    if (Array.isArray(v.$b) && Object.keys(v).length === 1) return bin.slice(v.$b[0], v.$b[0] + v.$b[1]);
-    const o: any = {};
-    for (const [k, x] of Object.entries(v)) o[k] = unpack(x, bin);
-    return o;
-  }
-  return v;
-}
-
-function send(msg: any) {
-  const blobs: Uint8Array[] = [];
-  const json = enc.encode(JSON.stringify(pack(msg, blobs, { n: 0 })));
-  const binLen = blobs.reduce((a, b) => a + b.length, 0);
-  const head = new Uint8Array(8);
-  const dv = new DataView(head.buffer);
-  dv.setUint32(0, 4 + json.length + binLen);
-  dv.setUint32(4, json.length);
-  let parts = [head, json, ...blobs];
-  if (8 + json.length + binLen <= 4 << 20) {
-    // One write per frame: the Go reader wakes once instead of once per part.
-    const one = new Uint8Array(8 + json.length + binLen);
-    let o = 0;
-    for (const p of parts) {
-      one.set(p, o);
-      o += p.length;
-    }
-    parts = [one];
-  }
-  writing = writing.then(async () => {
-    for (const p of parts) await stdout.write(p);
+function call(msg: any, expect: string, transfer: Transferable[] = []): Promise<any> {
+  if (!worker) return Promise.reject(new Error("not primed"));
+  if (pending) return Promise.reject(new Error("busy"));
+  return new Promise((resolve, reject) => {
+    pending = { expect, resolve, reject };
+    worker!.postMessage(msg, transfer);
   });
 }
 
-async function* frames(): AsyncGenerator<{ msg: any; bin: Uint8Array }> {
-  const reader = Deno.stdin.readable.getReader();
-  // Chunks are joined only once a whole frame is there: joining on every read would
-  // copy a large frame (a session's heap) quadratically.
-  let chunks: Uint8Array[] = [];
-  let have = 0;
-  const take = (n: number): Uint8Array => {
-    const out = new Uint8Array(n);
-    let o = 0;
-    while (o < n) {
-      const c = chunks[0];
-      const k = Math.min(c.length, n - o);
-      out.set(c.subarray(0, k), o);
-      o += k;
-      if (k === c.length) chunks.shift();
-      else chunks[0] = c.subarray(k);
-    }
-    have -= n;
-    return out;
-  };
-  const peek4 = (): number => {
-    const b = chunks[0].length >= 4 ? chunks[0] : take(4);
-    if (b !== chunks[0]) {
-      chunks.unshift(b);
-      have += 4;
-    }
-    return new DataView(b.buffer, b.byteOffset).getUint32(0);
-  };
-  for (;;) {
-    while (have >= 4) {
-      const n = peek4();
-      if (have < 4 + n) break;
-      take(4);
-      const body = take(n);
-      const jl = new DataView(body.buffer).getUint32(0);
-      yield { msg: JSON.parse(dec.decode(body.subarray(4, 4 + jl))), bin: body.subarray(4 + jl) };
-    }
-    const { value, done } = await reader.read();
-    if (done) return;
-    chunks.push(value);
-    have += value.length;
-  }
+function str(v: unknown, max: number): string {
+  return typeof v === "string" ? v.slice(0, max) : "";
 }
 
-// ---- operations ----
-
-function sizeOK(m: any): string | null {
-  if (typeof m.status !== "string" || !["success", "error", "timeout"].includes(m.status)) return "bad status";
-  if (typeof m.stdout !== "string" || typeof m.stderr !== "string") return "bad output";
-  if (m.stdout.length > 2 * config.maxOutput + 1024 || m.stderr.length > 2 * config.maxOutput + 1024) return "output over limit";
-  if (!Array.isArray(m.changed) || !Array.isArray(m.deleted) || !Array.isArray(m.packages)) return "bad files";
-  for (const f of m.changed) if (typeof f?.path !== "string" || !(f.data instanceof Uint8Array)) return "bad file";
+// checkRun bounds what a run's reply may carry before it goes to the engine.
+function checkRun(r: any): string | null {
+  const cfg = config!;
+  if (typeof r.status !== "string" || !["success", "error", "timeout"].includes(r.status)) return "bad status";
+  if (typeof r.stdout !== "string" || typeof r.stderr !== "string") return "bad output";
+  if (r.stdout.length > 2 * cfg.maxOutput + 1024 || r.stderr.length > 2 * cfg.maxOutput + 1024) return "output over limit";
+  if (!Array.isArray(r.changed) || !Array.isArray(r.deleted) || !Array.isArray(r.packages)) return "bad files";
+  if (r.changed.length > cfg.maxFiles || !Number.isInteger(r.omitted) || r.deleted.length > 100000) return "too many files";
+  for (const f of r.changed) {
+    if (typeof f?.path !== "string" || typeof f.size !== "number") return "bad file";
+    if (f.data !== null && (!(f.data instanceof Uint8Array) || f.data.length > cfg.maxFileBytes)) return "bad file data";
+  }
   return null;
 }
 
-async function handle(msg: any, bin: Uint8Array) {
-  const m = unpack(msg, bin);
-  const reply = (r: any) => send({ id: m.id, ...r });
+async function handle(m: any) {
+  const id = typeof m.id === "number" ? m.id : 0;
   try {
     switch (m.op) {
-      case "config": {
-        config = { ...config, ...m.config };
+      case "prime": {
+        // Everything a session needs before its heap is known: the Worker started,
+        // Pyodide's module imported, its wasm compiled, the base heap laid out.
+        config = m.config as RuntimeConfig;
         const bytes = await Deno.readFile(config.pyodideDir + "pyodide.asm.wasm");
         wasmSize = bytes.byteLength;
         wasm = await WebAssembly.compile(bytes);
-        fillSpares();
-        reply({ ok: true, deno: Deno.version.deno });
+        base = m.base instanceof Uint8Array ? m.base : undefined;
+        startWorker(config);
+        // The base heap moves to the Worker (transferred, not copied): this process's
+        // private copy, which nothing else shares.
+        const msg = { op: "prime", pyodideURL: config.pyodideURL, base: base?.buffer };
+        await call(msg, "primed", base ? [base.buffer] : []);
+        base = undefined;
+        await reply(id, { ok: true, deno: Deno.version.deno });
         return;
       }
       case "boot": {
-        const s = new Session("boot", "");
-        try {
-          const r = await s.call({ op: "boot", pyodideURL: config.pyodideURL, pyodideDir: config.pyodideDir }, "booted");
-          if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
-          reply({ ok: true, version: String(r.version), snapshot: r.snapshot });
-        } finally {
-          s.fail("done");
-        }
+        const r = await call({ op: "boot", pyodideURL: config!.pyodideURL, pyodideDir: config!.pyodideDir }, "booted");
+        if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
+        await reply(id, { ok: true, version: String(r.version), snapshot: r.snapshot });
         return;
       }
-      case "base": {
-        const snap: Uint8Array = m.snapshot;
-        const sab = new SharedArrayBuffer(snap.length);
-        new Uint8Array(sab).set(snap);
-        bases.set(m.hash, sab);
-        if (m.current) {
-          currentBase = m.hash;
-          for (const s of pool.splice(0)) s.fail("base changed");
-          for (const s of spares.splice(0)) s.fail("base changed");
-        }
-        reply({ ok: true });
-        fillPool();
-        fillSpares();
+      case "load": {
+        const cfg = config!;
+        const r = await call({
+          op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
+          lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
+          interrupt, header: m.header, delta: m.delta, warm: !!m.warm,
+        }, "ready");
+        wasm = undefined;
+        await reply(id, { ok: true, timings: r.timings && typeof r.timings === "object" ? r.timings : null });
         return;
       }
-      case "pool": {
-        config.poolSize = m.size;
-        while (pool.length > m.size) pool.pop()!.fail("pool shrunk");
-        reply({ ok: true });
-        fillPool();
-        return;
-      }
-      case "open": {
-        sessions.get(m.sid)?.fail("reopened");
-        sessions.delete(m.sid);
-        if (!bases.has(m.base)) throw new Error(`base ${m.base} not loaded`);
-        const t0 = performance.now();
-        let s: Session | undefined;
-        let from = "new";
-        let timings: any = null;
-        if (!m.delta && m.base === currentBase && pool.length) {
-          s = pool.shift()!;
-          s.sid = m.sid;
-          from = "pool";
-        } else {
-          s = spares.shift();
-          if (s && !s.dead) {
-            s.sid = m.sid;
-            s.baseHash = m.base;
-            from = "spare";
-          } else {
-            s = new Session(m.sid, m.base);
-          }
-          try {
-            const r = await s.call(initMsg(s, { header: m.header, delta: m.delta }), "ready");
-            if (r.timings && typeof r.timings === "object") timings = r.timings;
-          } catch (e) {
-            s.fail(String(e));
-            throw e;
-          }
-        }
-        sessions.set(m.sid, s);
-        const r = await s.call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], cells: m.cells ?? [] }, "attached");
-        reply({ ok: true, from, ms: performance.now() - t0, timings, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
-        // Refill once the session's first run is under way: starting a Worker and loading
-        // an interpreter would otherwise compete with it for the CPU.
-        setTimeout(() => {
-          fillPool();
-          fillSpares();
-        }, 300);
+      case "attach": {
+        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], cells: m.cells ?? [] }, "attached");
+        await reply(id, { ok: true, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
         return;
       }
       case "run": {
-        const s = sessions.get(m.sid);
-        if (!s || s.dead) throw new Error("no such session");
-        s.runId++;
-        s.outBytes = 0;
-        new Uint8Array(s.sab)[1] = 0;
-        const r = await s.call({
-          op: "run", run: s.runId, code: m.code, filename: m.filename, maxOutput: config.maxOutput,
-          persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
+        outBytes = 0;
+        new Uint8Array(interrupt)[1] = 0;
+        const cfg = config!;
+        const r = await call({
+          op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
+          maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
         }, "done");
-        const bad = sizeOK(r);
-        if (bad) {
-          s.fail(`worker reply refused: ${bad}`);
-          sessions.delete(m.sid);
-          throw new Error(`worker reply refused: ${bad}`);
-        }
-        reply({
+        const bad = checkRun(r);
+        if (bad) die(`worker reply refused: ${bad}`);
+        await reply(id, {
           ok: true, status: r.status, result: typeof r.result === "string" ? r.result : null,
           error: r.error && typeof r.error === "object"
-            ? { type: String(r.error.type), message: String(r.error.message), traceback: String(r.error.traceback ?? "") }
+            ? { type: str(r.error.type, 200), message: str(r.error.message, 65536), traceback: str(r.error.traceback, 262144) }
             : null,
           stdout: r.stdout, stderr: r.stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
-          changed: r.changed, deleted: r.deleted.map(String), packages: r.packages.map(String),
+          changed: r.changed.map((f: any) => ({ path: f.path, size: f.size, data: f.data })), omitted: r.omitted,
+          deleted: r.deleted.map(String), packages: r.packages.map(String),
           header: r.header instanceof Uint8Array ? r.header : null,
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
-          timings: r.timings && typeof r.timings === "object" ? r.timings : null,
         });
         return;
       }
       case "interrupt": {
-        const s = sessions.get(m.sid);
-        if (s) {
-          const a = new Uint8Array(s.sab);
-          a[1] = 1;
-          a[0] = 2; // SIGINT
-        }
-        return;
-      }
-      case "close": {
-        sessions.get(m.sid)?.fail("closed");
-        sessions.delete(m.sid);
-        reply({ ok: true });
+        const a = new Uint8Array(interrupt);
+        a[1] = 1;
+        a[0] = 2; // SIGINT
         return;
       }
       case "stats": {
-        reply({ ok: true, sessions: sessions.size, pool: pool.length, spares: spares.length, filling: filling || sparing, memory: Deno.memoryUsage() });
+        await reply(id, { ok: true, memory: Deno.memoryUsage() });
         return;
       }
       default:
-        throw new Error(`unknown op ${m.op}`);
+        throw new Error(`unknown op ${String(m.op).slice(0, 40)}`);
     }
   } catch (e) {
-    reply({ ok: false, error: String((e as Error)?.message ?? e) });
+    await reply(id, { ok: false, error: String((e as Error)?.message ?? e).slice(0, 4000) });
   }
 }
 
-for await (const { msg, bin } of frames()) {
-  handle(msg, bin);
-}
-// stdin closed: the engine is gone, and so are we.
+// Frames are handled as they come: an interrupt must get through while a run waits.
+for await (const m of readFrames(input, 2 ** 31)) handle(m);
+// fd 3 closed: the engine is gone, and so are we.
 Deno.exit(0);

@@ -1,6 +1,7 @@
-// One Pyodide interpreter per Worker, one Worker per live session. Everything a message
-// from this Worker says is untrusted by the host: user code shares this realm, so it can
-// call postMessage itself. Deno permissions (set by the host) are the real boundary.
+// The one Pyodide interpreter of a session process. User code shares this realm (Python
+// reaches it through `js` and `pyodide_js`), so whatever this Worker says is the user's
+// word: the control thread (host.ts) and the engine check it. The real boundaries are the
+// process, confined by the kernel, and the Deno permissions set by host.ts.
 
 // deno-lint-ignore-file no-explicit-any
 
@@ -14,10 +15,7 @@ const DATADIR = "/data";
 // module, cannot undo the cap or forge the host's view of this worker.
 const realGrow = WebAssembly.Memory.prototype.grow;
 const postRaw = globalThis.postMessage.bind(globalThis);
-// The host's nonce for the request being served. Module bindings are invisible to user
-// code, so a message it forges cannot carry the nonce and the host drops it.
-let nonce = "";
-const post = (m: any, transfer: Transferable[] = []) => postRaw({ ...m, nonce }, transfer);
+const post = (m: any, transfer: Transferable[] = []) => postRaw(m, transfer);
 let memoryCap = 512 * 1024 * 1024;
 WebAssembly.Memory.prototype.grow = function (this: WebAssembly.Memory, pages: number) {
   // Refusing growth makes malloc fail inside the interpreter: Python raises MemoryError
@@ -156,6 +154,13 @@ def _install():
 
     sys.meta_path.insert(0, PyplotHook())
 
+    import builtins
+
+    def no_input(prompt=""):
+        raise EOFError("input() is not available: the sandbox has no interactive stdin; "
+                       "put the data in the code or upload a file and read it under /data")
+    builtins.input = no_input
+
     def no_processes(*args, **kwargs):
         raise OSError(138, "processes are not available in the sandbox")
     # Emscripten's system() reaches for node:child_process and wedges the interpreter
@@ -183,7 +188,7 @@ del _install, _m
 
 let py: any;
 let interrupt: Uint8Array;
-let base: Uint8Array; // this session's base snapshot, shared by every worker of the host
+let base: Uint8Array; // the base snapshot, this process's private copy
 let files = new Map<string, string>(); // path -> "mtime:size" of the working dir after the last run
 
 function heapOffset(s: Uint8Array): number {
@@ -292,24 +297,23 @@ function diffHeap(heap: Uint8Array): Uint8Array {
 // restore only writes the header and the changed blocks. Pyodide reads the snapshot
 // through offsets relative to its view, so the view can start anywhere 16-aligned.
 const SLACK = 1 << 20;
-let prepared: { hash: string; buf: Uint8Array } | null = null;
+let prepared: Uint8Array | null = null;
 
-function prepare(hash: string, b: Uint8Array) {
+function prepare(b: Uint8Array) {
   const bheap = b.subarray(heapOffset(b));
-  const buf = new Uint8Array(SLACK + bheap.length);
-  buf.set(bheap, SLACK);
-  prepared = { hash, buf };
+  prepared = new Uint8Array(SLACK + bheap.length);
+  prepared.set(bheap, SLACK);
 }
 
-function undiff(header: Uint8Array, delta: Uint8Array, baseHash: string): Uint8Array {
+function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
   const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
   const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true), page = dv.getUint32(8, true);
   const bheap = base.subarray(heapOffset(base));
   let snap: Uint8Array;
   const p = prepared;
   prepared = null;
-  if (p && p.hash === baseHash && heapLen === bheap.length && header.length <= SLACK && header.length % 16 === 0) {
-    snap = p.buf.subarray(SLACK - header.length);
+  if (p && heapLen === bheap.length && header.length <= SLACK && header.length % 16 === 0) {
+    snap = p.subarray(SLACK - header.length);
     snap.set(header);
   } else {
     snap = new Uint8Array(header.length + heapLen);
@@ -332,7 +336,9 @@ function walk(dir: string, out: Map<string, string>) {
   for (const name of FS.readdir(dir)) {
     if (name === "." || name === "..") continue;
     const p = dir + "/" + name;
-    const st = FS.stat(p);
+    // lstat: a symlink (dangling or not) is not followed, so it can neither break the
+    // walk nor pull a file from outside the working directory into the results.
+    const st = FS.lstat(p);
     if (FS.isDir(st.mode)) walk(p, out);
     else if (FS.isFile(st.mode)) out.set(p, `${new Date(st.mtime).getTime()}:${st.size}`);
   }
@@ -362,7 +368,7 @@ function rmTree(dir: string) {
   for (const name of names) {
     if (name === "." || name === "..") continue;
     const p = dir + "/" + name;
-    if (FS.isDir(FS.stat(p).mode)) {
+    if (FS.isDir(FS.lstat(p).mode)) {
       rmTree(p);
       FS.rmdir(p);
     } else FS.unlink(p);
@@ -388,7 +394,7 @@ function mountData(data: { name: string; data: Uint8Array }[]) {
 // writes; these are the ones permissions do not cover.
 function harden() {
   const g = globalThis as any;
-  for (const name of ["Worker", "SharedWorker", "close"]) {
+  for (const name of ["Worker", "SharedWorker", "close", "caches", "CacheStorage", "Cache", "BroadcastChannel"]) {
     try {
       delete g[name];
     } catch { /* non-configurable */ }
@@ -407,6 +413,9 @@ function harden() {
   }
   try {
     delete g.process; // node compatibility globals carry exit() and friends
+  } catch { /* ignore */ }
+  try {
+    Object.defineProperty(g.navigator, "gpu", { value: undefined, configurable: false });
   } catch { /* ignore */ }
   // console writes to the host's stderr, i.e. the server's logs.
   const quiet = () => {};
@@ -562,17 +571,25 @@ async function run(m: any) {
   walk(WORKDIR, after);
   lap("files");
   files = after;
-  const changed: { path: string; data: Uint8Array }[] = [];
+  const changed: { path: string; size: number; data: Uint8Array | null }[] = [];
+  let omitted = 0;
   for (const [p, sig] of after) {
-    const mtime = Number(sig.split(":")[0]);
-    if (before.get(p) !== sig || mtime >= startMs) changed.push({ path: p.slice(WORKDIR.length + 1), data: py.FS.readFile(p) });
+    const [mtime, size] = sig.split(":").map(Number);
+    if (before.get(p) === sig && mtime < startMs) continue;
+    // Files over the size limit are named but not sent, files past the count limit only
+    // counted: the engine reports both as not returned.
+    if (changed.length >= m.maxFiles) {
+      omitted++;
+      continue;
+    }
+    changed.push({ path: p.slice(WORKDIR.length + 1), size, data: size <= m.maxFileBytes ? py.FS.readFile(p) : null });
   }
   const deleted = [...before.keys()].filter((p) => !after.has(p)).map((p) => p.slice(WORKDIR.length + 1));
   const packages = Object.keys(py.loadedPackages ?? {});
   const reply: any = {
     op: "done", run: runId, status, result, error,
     stdout: out.text, stderr: err.text, stdoutTruncated: out.truncated, stderrTruncated: err.truncated,
-    changed, deleted, packages, timings,
+    changed, omitted, deleted, packages, timings,
   };
   if (m.persist && status === "success") {
     if (m.replay) {
@@ -642,7 +659,6 @@ self.addEventListener("unhandledrejection", (e: PromiseRejectionEvent) => e.prev
 self.addEventListener("error", (e: ErrorEvent) => e.preventDefault());
 
 self.onmessage = async ({ data: m }: MessageEvent) => {
-  nonce = m.nonce;
   try {
     switch (m.op) {
       case "boot": {
@@ -657,16 +673,18 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A spare Worker: loaded and ready to restore a session without paying for
         // starting a Worker and importing Pyodide.
         await prime(m);
-        if (m.base) prepare(m.baseHash, new Uint8Array(m.base));
+        if (m.base) {
+          base = new Uint8Array(m.base);
+          prepare(base);
+        }
         post({ op: "primed" });
         return;
       }
       case "init": {
         memoryCap = m.memory;
         interrupt = new Uint8Array(m.interrupt);
-        base = new Uint8Array(m.base);
         const t0 = performance.now();
-        const snapshot = m.delta ? undiff(m.header, m.delta, m.baseHash) : base;
+        const snapshot = m.delta ? undiff(m.header, m.delta) : base;
         restoreHeapBytes = snapshot.length - heapOffset(snapshot);
         prepared = null;
         const t1 = performance.now();
@@ -675,6 +693,8 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         py.setInterruptBuffer(interrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
         py.setStderr({ write: (b: Uint8Array) => sinks.stderr(b) });
+        // No interactive stdin: reads see end of file (input() raises a clear EOFError).
+        py.setStdin({ stdin: () => null });
         harden();
         if (m.warm) {
           // A pool Worker waits for a new session: pay now for what its first run would

@@ -1,0 +1,196 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Isolation modes.
+const (
+	// IsolationStrict runs each session process under bubblewrap (new user, PID, mount,
+	// IPC, UTS and, without an allowlist, network namespaces; a read-only view of the
+	// runtime only) in a cgroup of its own (memory, tasks, freezer). The default.
+	IsolationStrict = "strict"
+	// IsolationProcess runs each session in its own process with Deno's permissions as
+	// the only wall. An operator's explicit choice where namespaces or cgroups are not
+	// available (some containers); never picked silently.
+	IsolationProcess = "process"
+)
+
+// sessionTasks bounds the processes and threads of one session process (Deno runs about
+// 20); a session cannot exhaust the machine's PIDs.
+const sessionTasks = 128
+
+// jail builds the command of a session process and its confinement.
+type jail struct {
+	mode     string
+	bwrap    string
+	cgroups  *cgroups
+	uid, gid int // the unprivileged user sessions run as; -1: as the server's own user
+	cfg      Config
+}
+
+// openJail checks that the isolation the configuration asks for is available; the
+// error says what is missing and how to choose the weaker mode.
+func openJail(cfg Config, name string) (*jail, error) {
+	j := &jail{mode: cfg.Isolation, cfg: cfg, uid: -1, gid: -1}
+	if os.Geteuid() == 0 {
+		uid, gid, err := lookupUser(cfg.SandboxUser)
+		if err != nil {
+			return nil, err
+		}
+		j.uid, j.gid = uid, gid
+	}
+	if j.mode == IsolationProcess {
+		return j, nil
+	}
+	weaker := " (to run with Deno's permissions as the only wall, set SANDCHAT_SANDBOX_ISOLATION=process)"
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil, errors.New("bubblewrap (bwrap) is not installed: apt-get install bubblewrap" + weaker)
+	}
+	j.bwrap = bw
+	// Namespaces: a throwaway sandbox proves they can be made here, as the sessions' user.
+	probe := exec.Command(bw, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+		"--ro-bind", "/", "/", "--proc", "/proc", "--die-with-parent", "--", "/bin/true")
+	probe.SysProcAttr = j.sysProcAttr()
+	if out, err := probe.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("bubblewrap cannot create namespaces here (%v: %s)%s", err, strings.TrimSpace(string(out)), weaker)
+	}
+	if j.cgroups, err = openCgroups(name); err != nil {
+		return nil, fmt.Errorf("no writable cgroup for session limits: %v%s", err, weaker)
+	}
+	return j, nil
+}
+
+func lookupUser(name string) (int, int, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sandbox user %q: %w (set SANDCHAT_SANDBOX_USER to an unprivileged user)", name, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return 0, 0, fmt.Errorf("sandbox user %q is root", name)
+	}
+	return uid, gid, nil
+}
+
+func (j *jail) sysProcAttr() *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setsid: true}
+	if j.uid >= 0 {
+		a.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
+	}
+	return a
+}
+
+// describe names the isolation in force, for doctor, the status endpoint and the
+// tool catalogue.
+func (j *jail) describe() string {
+	if j.mode == IsolationProcess {
+		return "process per session, Deno permissions only (no namespaces, no cgroup limits)"
+	}
+	ctrl := "memory, pids, freezer"
+	if j.cgroups.version == 2 {
+		ctrl = "memory, pids, freeze"
+	}
+	net := "no network"
+	if len(netAllow(j.cfg)) > 0 {
+		net = "network allowlist " + strings.Join(netAllow(j.cfg), ",")
+	}
+	return fmt.Sprintf("process per session under bubblewrap (user, pid, mount, ipc, uts namespaces; %s) in cgroup v%d (%s)",
+		net, j.cgroups.version, ctrl)
+}
+
+// memoryLimit is the kernel's cap on a whole session process: the interpreter's heap
+// plus what Deno, V8 and the compiled wasm need beside it.
+func (j *jail) memoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOverheadBytes }
+
+// denoArgs is the command line of the session process inside its sandbox.
+func (j *jail) denoArgs() []string {
+	cfg := j.cfg
+	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, "/dev/fd/3")
+	args := []string{cfg.DenoPath, "run", "--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
+		"--unstable-worker-options", "--quiet",
+		"--allow-read=" + strings.Join(reads, ","),
+		"--allow-write=/dev/fd/4",
+		"--v8-flags=--max-old-space-size=" + strconv.FormatInt(min(cfg.MemoryBytes>>20, 1024), 10),
+	}
+	if nets := netAllow(cfg); len(nets) > 0 {
+		args = append(args, "--allow-net="+strings.Join(nets, ","))
+	}
+	return append(args, filepath.Join(cfg.RuntimeDir, "host.ts"))
+}
+
+// bwrapArgs confines the session process: nothing of the host but the dynamic loader's
+// libraries and the runtime, read-only; a private /tmp (bounded) and /dev; no network
+// namespace interfaces but loopback unless the network allowlist asks for the host's.
+func (j *jail) bwrapArgs() []string {
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox",
+		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", "/tmp/deno", "--setenv", "NO_COLOR", "1",
+		"--setenv", "DENO_NO_UPDATE_CHECK", "1", "--setenv", "DENO_NO_PROMPT", "1", "--setenv", "PATH", "/nonexistent",
+		"--proc", "/proc", "--dev", "/dev", "--size", strconv.Itoa(64 << 20), "--tmpfs", "/tmp", "--chdir", "/tmp",
+	}
+	if len(netAllow(j.cfg)) == 0 {
+		a = append(a, "--unshare-net")
+	} else {
+		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"} {
+			a = append(a, "--ro-bind-try", f, f)
+		}
+	}
+	for _, d := range []string{"/lib", "/lib64", "/lib32", "/libx32"} {
+		if t, err := os.Readlink(d); err == nil {
+			a = append(a, "--symlink", t, d)
+		} else {
+			a = append(a, "--ro-bind-try", d, d)
+		}
+	}
+	a = append(a, "--ro-bind-try", "/usr/lib", "/usr/lib", "--ro-bind-try", "/usr/lib64", "/usr/lib64",
+		"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache")
+	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.DenoPath) {
+		a = append(a, "--ro-bind", d, d)
+	}
+	return append(a, "--")
+}
+
+// command makes the session process's command. In strict mode a gate shell starts it:
+// the engine moves the gate into the session's cgroup and only then lets it exec
+// bubblewrap, so no task of the session ever runs outside its limits. The gate reads fd
+// 5; fds 3 and 4 are the protocol's pipes.
+func (j *jail) command() *exec.Cmd {
+	var cmd *exec.Cmd
+	if j.mode == IsolationProcess {
+		deno := j.denoArgs()
+		cmd = exec.Command(deno[0], deno[1:]...)
+	} else {
+		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs()...)
+		cmd = exec.Command("/bin/sh", append(args, j.denoArgs()...)...)
+	}
+	cmd.SysProcAttr = j.sysProcAttr()
+	// A task that outlived the kill must not keep Wait on the console pipe for ever.
+	cmd.WaitDelay = time.Second
+	cmd.Dir = "/"
+	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1"}
+	return cmd
+}
+
+func uniq(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

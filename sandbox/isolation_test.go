@@ -1,0 +1,320 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The isolation boundary is one process per session, confined by the kernel. These tests
+// attack it from inside Python the ways that broke the shared-process design, and check
+// each time that what the attacker can reach is only its own process.
+
+// TestSessionProcessIsConfined: a live session's process is in namespaces of its own, in
+// a cgroup with a hard memory cap, and runs as an unprivileged user.
+func TestSessionProcessIsConfined(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("confined")
+	mustSucceed(t, e, k, "x = 1")
+	pi, err := e.Inspect(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", pi)
+	for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts"} {
+		if !strings.Contains(strings.Join(pi.Namespaces, ","), ns) {
+			t.Errorf("the session shares the server's %s namespace (own: %v)", ns, pi.Namespaces)
+		}
+	}
+	if pi.UID == "" || pi.UID == "0" {
+		t.Errorf("the session runs as uid %q", pi.UID)
+	}
+	if pi.Cgroup == "" || pi.MemoryMax != e.cfg.MemoryBytes+e.cfg.RuntimeOverheadBytes || pi.TasksMax != sessionTasks {
+		t.Errorf("cgroup %q memory max %d tasks max %d", pi.Cgroup, pi.MemoryMax, pi.TasksMax)
+	}
+	if b, err := os.ReadFile(pi.Cgroup + "/memory.limit_in_bytes"); err == nil && strings.TrimSpace(string(b)) != strconv.FormatInt(pi.MemoryMax, 10) {
+		t.Errorf("kernel memory limit %s, want %d", b, pi.MemoryMax)
+	}
+}
+
+// growWasm is a WebAssembly module with its own memory and a function that runs the
+// memory.grow instruction: no JavaScript hook sees that growth.
+const growWasm = `new Uint8Array([0,97,115,109,1,0,0,0, 1,6,1,96,1,127,1,127, 3,2,1,0, 5,3,1,0,1,
+  7,9,2,1,109,2,0,1,103,0,0, 10,8,1,6,0,32,0,64,0,11])`
+
+// TestNeighbourRunInFlight: while a neighbour's run is in flight, an attacker forges
+// protocol frames, reads every descriptor it can name, hooks its Worker's messages and
+// exhausts memory. The neighbour's run completes with its own result, and nothing of it
+// (code or values) reaches the attacker.
+func TestNeighbourRunInFlight(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.MemoryBytes = 256 << 20 })
+	const secret = "n-42-secret"
+	forgedFrame := `(() => { const j = new TextEncoder().encode(JSON.stringify({id: 1, ok: true, status: "success", result: "'FORGED'", stdout: "FORGED", stderr: "", changed: [], omitted: 0, deleted: [], packages: []}));
+  const b = new Uint8Array(8 + j.length); const d = new DataView(b.buffer); d.setUint32(0, 4 + j.length); d.setUint32(4, j.length); b.set(j, 8); return b; })()`
+	tests := []struct {
+		name, code string
+		killed     bool // the attack costs the attacker its own process
+	}{
+		{"forge frames on every descriptor", fmt.Sprintf(`import js
+js.eval('''globalThis.frame = %s''')
+js.eval('''(async () => { const fs = await import("node:fs");
+  for (let fd = 0; fd < 64; fd++) { try { fs.writeSync(fd, frame) } catch {} }
+  try { Deno.stdout.writeSync(frame) } catch {}
+  try { Deno[Deno.internal].core.writeSync(1, frame) } catch {} })()''')
+print("forged")`, forgedFrame), false},
+		{"read stdin and every descriptor", `import js
+out = await js.eval('''(async () => { const fs = await import("node:fs"); let got = "";
+  for (let fd = 0; fd < 64; fd++) { try { const b = new Uint8Array(65536); const n = fs.readSync(fd, b); got += new TextDecoder().decode(b.subarray(0, n)) } catch {} }
+  try { const b = new Uint8Array(65536); const n = Deno.stdin.readSync(b); if (n) got += new TextDecoder().decode(b.subarray(0, n)) } catch {}
+  return got })()''')
+print("read", len(out), out[:2000])`, false},
+		{"hook onmessage and forge replies", `import js
+js.eval('''self.onmessage = (e) => postMessage({op: "done", status: "success", result: "'FORGED'", stdout: "FORGED", stderr: "", changed: [], omitted: 0, deleted: [], packages: []});
+postMessage({op: "done", status: "success", result: "'FORGED'", stdout: "FORGED", stderr: "", changed: [], omitted: 0, deleted: [], packages: []})''')
+print("hooked")`, false},
+		{"JS memory bomb", `import js
+js.eval('globalThis.hog = []; for (;;) hog.push(new Uint8Array(32 << 20).fill(1))')`, true},
+		{"wasm memory.grow past the cap", `import js
+js.eval('''const inst = new WebAssembly.Instance(new WebAssembly.Module(` + growWasm + `));
+for (let i = 0; i < 8; i++) { if (inst.exports.g(4096) < 0) break; new Uint8Array(inst.exports.m.buffer).fill(7); }''')
+print("grew past the cap")`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			neighbour, attacker := "neighbour "+tt.name, "attacker "+tt.name
+			mustSucceed(t, e, attacker, "x = 1")
+			mustSucceed(t, e, neighbour, "y = 1")
+			type out struct {
+				r   Result
+				err error
+			}
+			done := make(chan out, 1)
+			go func() {
+				r, err := e.Execute(ctx, neighbour, Request{Code: fmt.Sprintf("import time\nsecret = %q\ntime.sleep(2)\nsecret", secret)})
+				done <- out{r, err}
+			}()
+			time.Sleep(300 * time.Millisecond)
+			var streamed strings.Builder
+			r, err := e.Execute(ctx, attacker, Request{Code: tt.code, Timeout: 30 * time.Second,
+				OnOutput: func(_, c string) { streamed.WriteString(c) }})
+			if err != nil {
+				t.Fatalf("attacker: %v", err)
+			}
+			t.Logf("attacker: %s %q %+v", r.Status, r.Stdout[:min(len(r.Stdout), 300)], r.Error)
+			if tt.killed {
+				if r.Status == StatusSuccess || r.Error == nil || !strings.Contains(r.Error.Message, "memory limit") {
+					t.Errorf("the attacker's process was not stopped by its memory limit: %s %+v", r.Status, r.Error)
+				}
+			}
+			all := r.Stdout + r.Stderr + streamed.String()
+			if r.Result != nil {
+				all += *r.Result
+			}
+			if strings.Contains(all, secret) || strings.Contains(all, "time.sleep(2)") {
+				t.Errorf("the attacker saw the neighbour's run: %q", all)
+			}
+			n := <-done
+			if n.err != nil || n.r.Status != StatusSuccess || resultOf(n.r) != fmt.Sprintf("'%s'", secret) {
+				t.Fatalf("neighbour: %v %s %q %+v", n.err, n.r.Status, resultOf(n.r), n.r.Error)
+			}
+			if strings.Contains(n.r.Stdout, "FORGED") {
+				t.Errorf("a forged frame reached the neighbour")
+			}
+			// Whatever the attacker did to its own process, a reset gives it a clean one.
+			if err := e.Reset(ctx, attacker); err != nil {
+				t.Fatal(err)
+			}
+			if got := resultOf(mustSucceed(t, e, attacker, "2 + 2")); got != "4" {
+				t.Errorf("attacker's session afterwards: %s", got)
+			}
+		})
+	}
+}
+
+// TestInputIsEOF: there is no interactive stdin, and input() says so instead of hanging.
+func TestInputIsEOF(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("input")
+	r := run(t, e, k, "input('name? ')")
+	if r.Status != StatusError || r.Error.Type != "EOFError" || !strings.Contains(r.Error.Message, "no interactive stdin") {
+		t.Fatalf("input(): %s %+v", r.Status, r.Error)
+	}
+	if got := resultOf(mustSucceed(t, e, k, "import sys\nsys.stdin.read()")); got != "''" {
+		t.Fatalf("sys.stdin.read() = %s", got)
+	}
+}
+
+// TestBaseSnapshotIsPrivate: a session that overwrites every snapshot buffer it can reach
+// changes nothing for the sessions that start after it.
+func TestBaseSnapshotIsPrivate(t *testing.T) {
+	e, _, key := setup(t)
+	mustSucceed(t, e, key("planter"), `import pyodide_js, js
+planted = 'PLANTED'
+snap = pyodide_js._api.config._loadSnapshot
+if snap is not None:
+    js.eval('(s) => new Uint8Array(s.buffer || s).fill(65)')(snap)
+js.eval('for (const k of Object.getOwnPropertyNames(globalThis)) { try { const v = globalThis[k]; if (v instanceof SharedArrayBuffer) new Uint8Array(v).fill(65) } catch {} }')`)
+	for i := range 3 {
+		k := key(fmt.Sprintf("after-%d", i))
+		if got := resultOf(mustSucceed(t, e, k, "'planted' in globals(), 1 + 1")); got != "(False, 2)" {
+			t.Fatalf("session %d after the planter: %s", i, got)
+		}
+	}
+}
+
+// TestNothingRunsBetweenRuns: timers and nested Workers a run leaves behind get no CPU
+// once it has returned: the session's process is frozen until its next run.
+func TestNothingRunsBetweenRuns(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("timers")
+	mustSucceed(t, e, k, `import js
+js.eval("globalThis.ticks = 0; setInterval(() => { ticks++; const t = Date.now(); while (Date.now() - t < 20) {} }, 1)")
+js.eval("(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()")
+import asyncio
+await asyncio.sleep(0.3)`)
+	pids := sessionPIDs(t, e, k)
+	before := cpuTicks(pids)
+	time.Sleep(1500 * time.Millisecond)
+	used := cpuTicks(pids) - before
+	t.Logf("CPU between runs: %d ticks (1/100 s) over 1.5 s", used)
+	if used > 10 {
+		t.Fatalf("the session used %d ticks of CPU between runs", used)
+	}
+	// Its next run thaws it, and the interval ticks again while it runs.
+	if got := resultOf(mustSucceed(t, e, k, "import js, asyncio\na = js.ticks\nawait asyncio.sleep(0.2)\njs.ticks > a")); got != "True" {
+		t.Fatalf("the session's timers did not resume during its run: %s", got)
+	}
+}
+
+// TestGraceKillLeavesNothing: code that ignores the interrupt is killed with its whole
+// process: no thread of it runs afterwards.
+func TestGraceKillLeavesNothing(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.Grace = 500 * time.Millisecond })
+	k := "stubborn"
+	mustSucceed(t, e, k, "x = 1")
+	pids := sessionPIDs(t, e, k)
+	r, err := e.Execute(context.Background(), k, Request{Timeout: time.Second, Code: `import js
+js.eval("(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()")
+while True:
+    try:
+        while True:
+            pass
+    except KeyboardInterrupt:
+        pass`})
+	if err != nil || r.Status != StatusTimeout || !strings.Contains(r.Error.Message, "terminated") {
+		t.Fatalf("%v %s %+v", err, r.Status, r.Error)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for _, pid := range pids {
+		// A zombie waiting for the host's init to reap it runs nothing.
+		if st := procState(pid); st != "" && st != "Z" {
+			t.Errorf("process %d of the killed session is still there (state %s)", pid, st)
+		}
+	}
+	if got := resultOf(mustSucceed(t, e, k, "x")); got != "1" {
+		t.Fatalf("restored session: %s", got)
+	}
+}
+
+// TestRestoreDeadline: bringing a session back is bounded: a replay that never ends gets
+// its process killed, and the engine goes on.
+func TestRestoreDeadline(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.ForceReplay, c.RestoreTimeout = true, 3*time.Second })
+	k := "wedged"
+	mustSucceed(t, e, k, "import os\nwhile os.path.exists('flag'):\n    pass\nx = 1")
+	mustSucceed(t, e, k, "open('flag', 'w').write('1')")
+	evictLive(t, e, k)
+	t0 := time.Now()
+	_, err := e.Execute(context.Background(), k, Request{Code: "x"})
+	took := time.Since(t0)
+	t.Logf("err %v after %s", err, took)
+	if err == nil || took > 15*time.Second {
+		t.Fatalf("restore of a wedged replay: err %v after %s", err, took)
+	}
+	if got := resultOf(mustSucceed(t, e, "other", "1 + 1")); got != "2" {
+		t.Fatalf("another session afterwards: %s", got)
+	}
+}
+
+// TestStorageCaps: a session's durable state is bounded; past the cap the heap gives way
+// to replay, then the save is refused with the sizes, and the run still reports what ran.
+func TestStorageCaps(t *testing.T) {
+	e, b := newEngine(t, func(c *Config) { c.MaxStateBytes = 2 << 20 })
+	k := "big"
+	r := mustSucceed(t, e, k, "import os\ndata = bytearray(os.urandom(3_000_000))\nlen(data)")
+	if r.Session.Mode != modeReplay || !strings.Contains(r.Stderr, "comes back by replay") {
+		t.Fatalf("a 3 MB heap under a 2 MiB cap: mode %s stderr %q", r.Session.Mode, r.Stderr)
+	}
+	r = mustSucceed(t, e, k, "open('big.bin', 'wb').write(b'x' * 3_000_000)")
+	if !strings.Contains(r.Stderr, "session state not saved") || !strings.Contains(r.Stderr, "2.0 MiB limit") {
+		t.Fatalf("3 MB of files under a 2 MiB cap: %q", r.Stderr)
+	}
+	n, err := b.rdb.HStrLen(context.Background(), e.st.key(k, "files"), "big.bin").Result()
+	if err != nil || n != 0 {
+		t.Fatalf("the refused file is in Redis: %d %v", n, err)
+	}
+	// The warm session still has it.
+	if got := resultOf(mustSucceed(t, e, k, "len(open('big.bin', 'rb').read())")); got != "3000000" {
+		t.Fatalf("warm file: %s", got)
+	}
+}
+
+// TestHiddenGlobals: browser and Deno APIs that would reach shared or host state are not
+// there for user code.
+func TestHiddenGlobals(t *testing.T) {
+	e, _, key := setup(t)
+	got := resultOf(mustSucceed(t, e, key("globals"), `import js
+[str(js.eval("typeof " + n)) for n in ["caches", "navigator.gpu", "Worker", "BroadcastChannel", "process"]]`))
+	if got != "['undefined', 'undefined', 'undefined', 'undefined', 'undefined']" {
+		t.Fatalf("globals: %s", got)
+	}
+}
+
+func sessionPIDs(t *testing.T, e *Engine, key string) []int {
+	t.Helper()
+	e.mu.Lock()
+	lv := e.live[key]
+	e.mu.Unlock()
+	if lv == nil || lv.p.cg == nil {
+		t.Fatalf("session %s is not live in a cgroup", key)
+	}
+	pids := lv.p.cg.pids()
+	if len(pids) == 0 {
+		t.Fatalf("no tasks in %s", lv.p.cg.dir())
+	}
+	return pids
+}
+
+// procState is a process's state letter, "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])[0]
+}
+
+// cpuTicks adds up the user and system CPU time of processes, in clock ticks.
+func cpuTicks(pids []int) int64 {
+	var total int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			k, _ := strconv.ParseInt(f[12], 10, 64)
+			total += u + k
+		}
+	}
+	return total
+}

@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandchat/sandchat"
+)
+
+// keyLock queues one node's runs of a session; it lives only while someone holds or
+// waits for it.
+type keyLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// lockKey serialises this node's runs of one session, so only one of them polls Redis
+// for the lease at a time.
+func (e *Engine) lockKey(ctx context.Context, key string) (func(), error) {
+	e.mu.Lock()
+	l := e.locks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		e.locks[key] = l
+	}
+	l.refs++
+	e.mu.Unlock()
+	done := func() {
+		e.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(e.locks, key)
+		}
+		e.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}
+
+// withLease runs fn holding the session's lease: queued behind other runs of the same
+// session on any node, refused when that queue is full. The lease has a fencing token:
+// a save made without it is refused, so a node that lost the lease can never overwrite
+// a newer state.
+func (e *Engine) withLease(ctx context.Context, key string, fn func(token string) error) error {
+	token := newToken()
+	ok, err := e.st.admit(ctx, key, token, e.cfg.QueueDepth, e.cfg.MaxTimeout+e.cfg.Grace+time.Minute)
+	if err != nil {
+		return e.redisErr(ctx, err)
+	}
+	defer func() { _ = e.st.leave(context.WithoutCancel(ctx), key, token) }()
+	if !ok {
+		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 2,
+			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", e.cfg.QueueDepth)}
+	}
+	unlock, err := e.lockKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := e.st.acquire(ctx, key, token); err != nil {
+		return e.redisErr(ctx, err)
+	}
+	defer func() { _ = e.st.release(context.WithoutCancel(ctx), key, token) }()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(leaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_, _ = e.st.renew(context.Background(), key, token)
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	return fn(token)
+}
+
+func (e *Engine) redisErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("sandbox state store: %w", err)
+}

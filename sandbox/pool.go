@@ -1,0 +1,251 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// pool keeps session processes ready ahead of demand, so that a new conversation's
+// first run does not pay for starting Deno and restoring Pyodide (~0.4 s):
+//   - ready processes hold the base interpreter, warmed up, waiting for a new session;
+//   - spares are primed (Deno up, Pyodide imported, wasm compiled, base heap laid out)
+//     and wait for a saved session's heap, so a cold restore skips all of that.
+//
+// The number of ready processes follows demand: it is the most new sessions seen in
+// any minute of the last quarter hour, between WarmPool and WarmPoolMax, so a burst that
+// came once finds the pool sized for it when it comes again. Refills run one or two
+// at a time, and wait while a session's first run is under way.
+type pool struct {
+	e *Engine
+
+	mu           sync.Mutex
+	ready        []*proc
+	spares       []*proc
+	fillingReady int
+	fillingSpare int
+	takes        []time.Time
+	quiet        time.Time // no refill before this: a new session's first run goes first
+	wake         chan struct{}
+	started      bool
+}
+
+const (
+	poolSpares      = 1
+	poolFillers     = 2
+	poolDemandSpan  = 15 * time.Minute
+	poolDemandSlot  = time.Minute
+	poolQuietAfter  = 250 * time.Millisecond
+	poolRetryPause  = time.Second
+	poolStartBudget = 2 * time.Minute
+)
+
+func newPool(e *Engine) *pool { return &pool{e: e, wake: make(chan struct{}, 1)} }
+
+func (p *pool) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return
+	}
+	p.started = true
+	for range poolFillers {
+		p.e.wg.Add(1)
+		go p.fill()
+	}
+}
+
+func (p *pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// target is how many ready processes the pool aims for now.
+func (p *pool) target() int {
+	cfg := p.e.cfg
+	now := time.Now()
+	keep := p.takes[:0]
+	for _, t := range p.takes {
+		if now.Sub(t) < poolDemandSpan {
+			keep = append(keep, t)
+		}
+	}
+	p.takes = keep
+	peak := 0
+	for i := range keep {
+		n := 0
+		for j := i; j < len(keep) && keep[j].Sub(keep[i]) < poolDemandSlot; j++ {
+			n++
+		}
+		peak = max(peak, n)
+	}
+	return min(max(cfg.WarmPool, peak), cfg.WarmPoolMax)
+}
+
+// takeReady hands out a process holding the base interpreter, or nil.
+func (p *pool) takeReady() *proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.takes = append(p.takes, time.Now())
+	p.quiet = time.Now().Add(poolQuietAfter)
+	defer p.poke()
+	for len(p.ready) > 0 {
+		pr := p.ready[0]
+		p.ready = p.ready[1:]
+		if pr.alive() {
+			return pr
+		}
+	}
+	return nil
+}
+
+// takeSpare hands out a primed process for a restore, or nil.
+func (p *pool) takeSpare() *proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.quiet = time.Now().Add(poolQuietAfter)
+	defer p.poke()
+	for len(p.spares) > 0 {
+		pr := p.spares[0]
+		p.spares = p.spares[1:]
+		if pr.alive() {
+			return pr
+		}
+	}
+	return nil
+}
+
+func (p *pool) sizes() (ready, spares int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready), len(p.spares)
+}
+
+// idle tells whether the pool is full and no refill is under way, for the bench.
+func (p *pool) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fillingReady+p.fillingSpare == 0 && len(p.ready) >= p.target() && len(p.spares) >= poolSpares
+}
+
+// next says what a filler should make: a ready process, a spare, or nothing yet.
+func (p *pool) next() (what string, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := time.Until(p.quiet); d > 0 {
+		return "", d
+	}
+	for _, list := range []*[]*proc{&p.ready, &p.spares} {
+		alive := (*list)[:0]
+		for _, pr := range *list {
+			if pr.alive() {
+				alive = append(alive, pr)
+			}
+		}
+		*list = alive
+	}
+	needReady := p.target() - len(p.ready) - p.fillingReady
+	needSpare := poolSpares - len(p.spares) - p.fillingSpare
+	switch {
+	case needReady > 0 && len(p.ready)+p.fillingReady == 0, needReady > 0 && needSpare <= 0:
+		// A ready process first: a new conversation is the commoner wait.
+		p.fillingReady++
+		return "ready", 0
+	case needSpare > 0:
+		p.fillingSpare++
+		return "spare", 0
+	case needReady > 0:
+		p.fillingReady++
+		return "ready", 0
+	}
+	return "", time.Minute
+}
+
+func (p *pool) fill() {
+	defer p.e.wg.Done()
+	for {
+		what, wait := p.next()
+		if what == "" {
+			select {
+			case <-p.e.stop:
+				return
+			case <-p.wake:
+			case <-time.After(wait):
+			}
+			continue
+		}
+		pr, err := p.make(what == "ready")
+		p.mu.Lock()
+		if what == "ready" {
+			p.fillingReady--
+		} else {
+			p.fillingSpare--
+		}
+		closed := p.e.isClosed()
+		if err == nil && !closed {
+			if what == "ready" {
+				p.ready = append(p.ready, pr)
+			} else {
+				p.spares = append(p.spares, pr)
+			}
+		}
+		p.mu.Unlock()
+		if err == nil && closed {
+			pr.close("the sandbox engine is shut down")
+		}
+		if err != nil {
+			if closed {
+				return
+			}
+			p.e.log.Warn("sandbox warm pool refill failed", "err", err)
+			select {
+			case <-p.e.stop:
+				return
+			case <-time.After(poolRetryPause):
+			}
+		}
+	}
+}
+
+// make starts a process: primed with the current base, and for a ready one, the base
+// interpreter loaded and warmed up (its RNG seeded and the first passes of the driver
+// and of the heap diff paid for).
+func (p *pool) make(ready bool) (*proc, error) {
+	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
+	defer cancel()
+	e := p.e
+	pr, err := e.startProc(ctx, e.currentBase())
+	if err != nil {
+		return nil, err
+	}
+	if ready {
+		if _, err := pr.call(ctx, loadReq{Op: "load", Warm: true}, nil); err != nil {
+			pr.close("warm-up failed")
+			return nil, err
+		}
+	}
+	return pr, nil
+}
+
+// drain empties the pool for shutdown.
+func (p *pool) drain() []*proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := append(p.ready, p.spares...)
+	p.ready, p.spares = nil, nil
+	return out
+}
+
+func (e *Engine) currentBase() []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rt.base
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}

@@ -1,0 +1,438 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// errProcGone is returned for a call in flight when its session process exits.
+var errProcGone = errors.New("sandbox session process exited")
+
+// procError is an operation the process refused or its interpreter failed.
+type procError struct{ msg string }
+
+func (e *procError) Error() string { return "sandbox process: " + e.msg }
+
+// proc is one session process (or a warm spare) and the engine's end of its protocol.
+// Calls are one at a time; an interrupt may be sent while one waits.
+type proc struct {
+	id       string
+	log      *slog.Logger
+	cmd      *exec.Cmd
+	cg       *cgroup // nil without cgroup isolation
+	req      *os.File
+	maxFrame int
+	tmp      string // DENO_DIR of a process without a private /tmp
+
+	callMu sync.Mutex // one call at a time
+	wmu    sync.Mutex // frame writes
+	mu     sync.Mutex
+	nextID int64
+	wantID int64
+	reply  chan frame
+	onOut  func(stream, chunk string)
+	frozen bool
+
+	done    chan struct{}
+	why     atomic.Pointer[string]
+	console *consoleLog
+	started time.Time
+}
+
+// startProc starts a session process and primes it: Deno up, Pyodide imported and its
+// wasm compiled, the base heap handed over (a private copy: nothing is shared with other
+// processes). base is nil for the process that boots a new base.
+func (e *Engine) startProc(ctx context.Context, base []byte) (_ *proc, err error) {
+	j := e.jail
+	id := "s" + newToken()[:12]
+	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
+		reply: make(chan frame, 1), started: time.Now()}
+	p.console = &consoleLog{log: p.log}
+	defer func() {
+		if err != nil {
+			p.kill("start failed")
+			p.cleanup()
+		}
+	}()
+	if j.cgroups != nil {
+		if p.cg, err = j.cgroups.create(id, j.memoryLimit(), sessionTasks); err != nil {
+			return nil, err
+		}
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		repR.Close()
+		repW.Close()
+		return nil, err
+	}
+	defer gateW.Close()
+	if j.uid >= 0 {
+		// The process reopens its ends through /dev/fd as the sandbox user.
+		for _, f := range []*os.File{reqR, repW} {
+			if err := f.Chown(j.uid, j.gid); err != nil {
+				return nil, fmt.Errorf("chown protocol pipe: %w", err)
+			}
+		}
+	}
+	cmd := j.command()
+	if j.mode == IsolationProcess {
+		if p.tmp, err = os.MkdirTemp(e.cacheDir, "deno-"); err != nil {
+			return nil, err
+		}
+		if j.uid >= 0 {
+			_ = os.Chown(p.tmp, j.uid, j.gid)
+		}
+		cmd.Env = append(cmd.Env, "DENO_DIR="+p.tmp, "HOME="+p.tmp)
+	}
+	cmd.ExtraFiles = []*os.File{reqR, repW, gateR}
+	cmd.Stdout, cmd.Stderr = p.console, p.console
+	p.cmd, p.req = cmd, reqW
+	err = cmd.Start()
+	reqR.Close()
+	repW.Close()
+	gateR.Close()
+	if err != nil {
+		reqW.Close()
+		repR.Close()
+		p.cmd = nil
+		return nil, fmt.Errorf("start session process: %w", err)
+	}
+	go p.wait()
+	go p.read(repR)
+	if p.cg != nil {
+		if err := p.cg.add(cmd.Process.Pid); err != nil {
+			return nil, fmt.Errorf("join cgroup: %w", err)
+		}
+	}
+	if _, err := gateW.Write([]byte("go\n")); err != nil && p.cg != nil {
+		return nil, fmt.Errorf("open gate: %w", err)
+	}
+	var o blobs
+	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base)}
+	if _, err := p.call(ctx, prime, &o); err != nil {
+		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
+	}
+	return p, nil
+}
+
+func (p *proc) wait() {
+	err := p.cmd.Wait()
+	if p.cg != nil && p.cg.oomKilled() {
+		p.setWhy("the session exceeded its memory limit and was stopped by the kernel")
+	}
+	p.why.CompareAndSwap(nil, ptr(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err)))
+	// Whatever the process started goes with it.
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	close(p.done)
+	p.cleanup()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (p *proc) setWhy(why string) { p.why.CompareAndSwap(nil, &why) }
+
+// reason says why the process is gone.
+func (p *proc) reason() string {
+	if s := p.why.Load(); s != nil {
+		return *s
+	}
+	return "the sandbox process stopped unexpectedly"
+}
+
+func (p *proc) cleanup() {
+	if p.cg != nil {
+		p.cg.remove()
+	}
+	if p.tmp != "" {
+		_ = os.RemoveAll(p.tmp)
+	}
+}
+
+// read takes frames from the process. Anything but the reply to the call in flight or
+// an output chunk of a run is a protocol violation, and the process is killed.
+func (p *proc) read(r *os.File) {
+	defer r.Close()
+	br := bufio.NewReaderSize(r, 1<<20)
+	for {
+		f, err := readFrame(br, p.maxFrame)
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) && err.Error() != "EOF" && p.alive() {
+				p.kill("protocol: " + err.Error())
+			}
+			return
+		}
+		var h replyHead
+		if err := json.Unmarshal(f.raw, &h); err != nil {
+			p.kill("protocol: unreadable frame")
+			return
+		}
+		p.mu.Lock()
+		want, fn := p.wantID, p.onOut
+		p.mu.Unlock()
+		if h.ID == 0 && h.Op == "out" {
+			if h.Stream != "stdout" && h.Stream != "stderr" {
+				p.kill("protocol: bad output stream")
+				return
+			}
+			if fn != nil {
+				fn(h.Stream, h.Chunk)
+			}
+			continue
+		}
+		if h.ID == 0 || h.ID != want {
+			p.kill(fmt.Sprintf("protocol: reply %d while waiting for %d", h.ID, want))
+			return
+		}
+		p.mu.Lock()
+		p.wantID = 0
+		p.mu.Unlock()
+		p.reply <- f
+	}
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// call sends a request and waits for its reply. A process that does not answer before
+// ctx ends is killed: no wait on a session process is unbounded.
+func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
+	p.callMu.Lock()
+	defer p.callMu.Unlock()
+	if !p.alive() {
+		return frame{}, errProcGone
+	}
+	p.thaw()
+	p.mu.Lock()
+	p.nextID++
+	id := p.nextID
+	p.wantID = id
+	p.mu.Unlock()
+	if err := p.send(id, msg, o); err != nil {
+		return frame{}, err
+	}
+	select {
+	case f := <-p.reply:
+		var r struct {
+			OK    bool            `json:"ok"`
+			Error json.RawMessage `json:"error"` // a refusal's reason; a run's Python error is an object
+		}
+		if err := json.Unmarshal(f.raw, &r); err != nil {
+			p.kill("protocol: unreadable reply")
+			return frame{}, errProcGone
+		}
+		if !r.OK {
+			var msg string
+			_ = json.Unmarshal(r.Error, &msg)
+			return f, &procError{msg: msg}
+		}
+		return f, nil
+	case <-p.done:
+		return frame{}, errProcGone
+	case <-ctx.Done():
+		p.kill(fmt.Sprintf("the sandbox process did not answer in time (%v)", context.Cause(ctx)))
+		<-p.done
+		return frame{}, errProcGone
+	}
+}
+
+// send writes one frame with the given id spliced into the message's JSON.
+func (p *proc) send(id int64, msg any, o *blobs) error {
+	js, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	if len(js) < 2 || js[0] != '{' {
+		return fmt.Errorf("request is not an object")
+	}
+	sep := ","
+	if len(js) == 2 {
+		sep = ""
+	}
+	js = append([]byte(`{"id":`+strconv.FormatInt(id, 10)+sep), js[1:]...)
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := writeFrame(p.req, json.RawMessage(js), o); err != nil {
+		return fmt.Errorf("%w: %v", errProcGone, err)
+	}
+	return nil
+}
+
+// interrupt raises KeyboardInterrupt in the running code.
+func (p *proc) interrupt() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = writeFrame(p.req, interruptReq{Op: "interrupt"}, nil)
+}
+
+// setOutput routes a run's output chunks; nil stops them.
+func (p *proc) setOutput(fn func(stream, chunk string)) {
+	p.mu.Lock()
+	p.onOut = fn
+	p.mu.Unlock()
+}
+
+// freeze stops every thread of the process between runs: timers and Workers that user
+// code left behind get no CPU until its next run. Without a cgroup, SIGSTOP does it.
+func (p *proc) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen || !p.alive() {
+		return
+	}
+	var err error
+	if p.cg != nil {
+		err = p.cg.freeze(true)
+	} else {
+		err = p.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+	p.frozen = err == nil
+}
+
+func (p *proc) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.frozen {
+		return
+	}
+	if p.cg != nil {
+		_ = p.cg.freeze(false)
+	} else {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	p.frozen = false
+}
+
+// kill ends the process and everything it started; why is what its session is told.
+func (p *proc) kill(why string) {
+	p.setWhy(why)
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		if p.cg == nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	if p.req != nil {
+		_ = p.req.Close()
+	}
+}
+
+// close stops the process and waits for it to be gone.
+func (p *proc) close(why string) {
+	if p.cmd == nil {
+		return
+	}
+	p.kill(why)
+	<-p.done
+}
+
+// memory is what the kernel charges the session for: its cgroup's charge (page cache of
+// the runtime files it read included), or without a cgroup its resident set.
+func (p *proc) memory() int64 {
+	if p.cg != nil {
+		return p.cg.memory()
+	}
+	return p.rss()
+}
+
+// rss is the resident memory of the session's processes.
+func (p *proc) rss() int64 {
+	pids := []int{p.cmd.Process.Pid}
+	if p.cg != nil {
+		pids = p.cg.pids()
+	}
+	var total int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}
+
+// consoleLog takes a session process's stdout and stderr, which user code can write to:
+// it keeps the last few KiB for error reports and logs a bounded number of lines a
+// minute, so a session can neither fill the disk nor flood the server's logs.
+type consoleLog struct {
+	log    *slog.Logger
+	mu     sync.Mutex
+	last   []byte
+	window time.Time
+	lines  int
+}
+
+const consoleKeep = 4 << 10
+
+func (c *consoleLog) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = append(c.last, b...)
+	if len(c.last) > consoleKeep {
+		c.last = append([]byte(nil), c.last[len(c.last)-consoleKeep:]...)
+	}
+	if time.Since(c.window) > time.Minute {
+		c.window, c.lines = time.Now(), 0
+	}
+	for _, line := range bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n")) {
+		if c.lines++; c.lines <= 20 {
+			c.log.Debug("sandbox process console", "line", string(line[:min(len(line), 500)]))
+		}
+	}
+	return len(b), nil
+}
+
+// tail is the end of the console, for an error message.
+func (c *consoleLog) tail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := strings.TrimSpace(string(c.last))
+	if s == "" {
+		return ""
+	}
+	if len(s) > 1000 {
+		s = s[len(s)-1000:]
+	}
+	return " (process said: " + s + ")"
+}

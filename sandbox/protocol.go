@@ -1,0 +1,242 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// The frame protocol between the engine and one session process; runtime/protocol.ts is
+// its other half. A frame is: u32 BE length of the rest, u32 BE length of a JSON header,
+// the JSON, then binary blobs that the JSON points at with {"$b":[offset,length]}.
+//
+// Requests go on the process's fd 3 and replies come back on its fd 4, pipes that only
+// the process's control thread opens. Everything that comes back is checked: a reply
+// with the wrong id, shape or size gets the process killed.
+
+// blob points at bytes in a frame's binary section.
+type blob struct {
+	B []int `json:"$b"`
+}
+
+type frame struct {
+	raw json.RawMessage
+	bin []byte
+}
+
+// bytes resolves a blob; nil when it is absent or points outside the frame.
+func (f frame) bytes(b *blob) []byte {
+	if !f.valid(b) {
+		return nil
+	}
+	return f.bin[b.B[0] : b.B[0]+b.B[1]]
+}
+
+// valid tells whether b points inside the frame.
+func (f frame) valid(b *blob) bool {
+	return b != nil && len(b.B) == 2 && b.B[0] >= 0 && b.B[1] >= 0 && b.B[0] <= len(f.bin) && b.B[1] <= len(f.bin)-b.B[0]
+}
+
+// blobs collects the binary sections of a frame being built.
+type blobs struct {
+	bins [][]byte
+	n    int
+}
+
+func (o *blobs) add(b []byte) *blob {
+	if b == nil {
+		return nil
+	}
+	r := &blob{B: []int{o.n, len(b)}}
+	o.bins = append(o.bins, b)
+	o.n += len(b)
+	return r
+}
+
+func readFrame(r io.Reader, max int) (frame, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return frame{}, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n < 4 || int64(n) > int64(max) {
+		return frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, max)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return frame{}, err
+	}
+	jl := binary.BigEndian.Uint32(body[:4])
+	if int64(jl) > int64(len(body)-4) {
+		return frame{}, fmt.Errorf("bad json length %d", jl)
+	}
+	return frame{raw: body[4 : 4+jl], bin: body[4+jl:]}, nil
+}
+
+func writeFrame(w io.Writer, msg any, o *blobs) error {
+	js, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	var bins [][]byte
+	n := 0
+	if o != nil {
+		bins, n = o.bins, o.n
+	}
+	hdr := make([]byte, 8)
+	binary.BigEndian.PutUint32(hdr[:4], uint32(4+len(js)+n))
+	binary.BigEndian.PutUint32(hdr[4:], uint32(len(js)))
+	for _, b := range append([][]byte{hdr, js}, bins...) {
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- requests ----
+
+type runtimeConfig struct {
+	PyodideURL     string   `json:"pyodideURL"`
+	PyodideDir     string   `json:"pyodideDir"`
+	LockFileURL    *string  `json:"lockFileURL"`
+	PackageBaseURL *string  `json:"packageBaseURL"`
+	Memory         int64    `json:"memory"`
+	MaxOutput      int      `json:"maxOutput"`
+	MaxFileBytes   int64    `json:"maxFileBytes"`
+	MaxFiles       int      `json:"maxFiles"`
+	Read           []string `json:"read"`
+	Net            []string `json:"net"`
+}
+
+type primeReq struct {
+	Op     string        `json:"op"` // prime
+	Config runtimeConfig `json:"config"`
+	Base   *blob         `json:"base,omitempty"`
+}
+
+type bootReq struct {
+	Op string `json:"op"` // boot
+}
+
+type loadReq struct {
+	Op     string `json:"op"` // load
+	Header *blob  `json:"header,omitempty"`
+	Delta  *blob  `json:"delta,omitempty"`
+	Warm   bool   `json:"warm"`
+}
+
+type fileBlob struct {
+	Path string `json:"path"`
+	Data *blob  `json:"data"`
+}
+
+type dataFile struct {
+	Name string `json:"name"`
+	Data *blob  `json:"data"`
+}
+
+type attachReq struct {
+	Op       string     `json:"op"` // attach
+	Reseed   bool       `json:"reseed"`
+	Files    []fileBlob `json:"files"`
+	Packages []string   `json:"packages"`
+	Cells    []string   `json:"cells"`
+}
+
+type runReq struct {
+	Op       string     `json:"op"` // run
+	Code     string     `json:"code"`
+	Filename string     `json:"filename"`
+	Persist  bool       `json:"persist"`
+	Replay   bool       `json:"replay"`
+	Data     []dataFile `json:"data"`
+}
+
+type interruptReq struct {
+	ID int64  `json:"id"` // always 0: no reply
+	Op string `json:"op"` // interrupt
+}
+
+// ---- replies ----
+
+// replyHead is what every frame from a process starts with: a reply to request ID, or
+// (ID 0, Op "out") a chunk of a run's output.
+type replyHead struct {
+	ID     int64  `json:"id"`
+	OK     bool   `json:"ok"`
+	Op     string `json:"op"`
+	Stream string `json:"stream"`
+	Chunk  string `json:"chunk"`
+}
+
+type primeReply struct {
+	Deno string `json:"deno"`
+}
+
+type bootReply struct {
+	Version  string `json:"version"`
+	Snapshot *blob  `json:"snapshot"`
+}
+
+type loadReply struct {
+	Timings map[string]float64 `json:"timings"`
+}
+
+type attachReply struct {
+	Error *string `json:"error"`
+}
+
+type changedFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Data *blob  `json:"data"` // nil when over the size or count limit
+}
+
+type runReply struct {
+	Status          string        `json:"status"`
+	Result          *string       `json:"result"`
+	Error           *ExecError    `json:"error"`
+	Stdout          string        `json:"stdout"`
+	Stderr          string        `json:"stderr"`
+	StdoutTruncated bool          `json:"stdoutTruncated"`
+	StderrTruncated bool          `json:"stderrTruncated"`
+	Changed         []changedFile `json:"changed"`
+	Omitted         int           `json:"omitted"` // changed files past maxChangedFiles, not listed
+	Deleted         []string      `json:"deleted"`
+	Packages        []string      `json:"packages"`
+	Header          *blob         `json:"header"`
+	Delta           *blob         `json:"delta"`
+	SnapshotError   *string       `json:"snapshotError"`
+}
+
+// check refuses a run reply that no honest runtime sends; the process is then killed.
+func (r *runReply) check(cfg Config, f frame) error {
+	switch r.Status {
+	case StatusSuccess, StatusError, StatusTimeout:
+	default:
+		return fmt.Errorf("run status %q", r.Status)
+	}
+	if len(r.Stdout) > 4*cfg.MaxOutput+4096 || len(r.Stderr) > 4*cfg.MaxOutput+4096 {
+		return fmt.Errorf("output over limit")
+	}
+	if len(r.Changed) > maxChangedFiles || r.Omitted < 0 {
+		return fmt.Errorf("%d changed files", len(r.Changed))
+	}
+	for _, c := range r.Changed {
+		if c.Path == "" || len(c.Path) > 4096 || c.Size < 0 {
+			return fmt.Errorf("changed file %q", c.Path)
+		}
+		if c.Data != nil && !f.valid(c.Data) {
+			return fmt.Errorf("changed file %q points outside the frame", c.Path)
+		}
+	}
+	if (r.Header == nil) != (r.Delta == nil) {
+		return fmt.Errorf("snapshot header without delta")
+	}
+	if r.Header != nil && (!f.valid(r.Header) || !f.valid(r.Delta)) {
+		return fmt.Errorf("snapshot points outside the frame")
+	}
+	return nil
+}

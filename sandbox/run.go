@@ -1,0 +1,545 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sandchat/sandchat"
+)
+
+// maxSavedFilesPerRun bounds how many working-directory files one save may write.
+const maxSavedFilesPerRun = maxChangedFiles
+
+func (e *Engine) check(key string, req *Request) error {
+	if ok, why := e.Available(); !ok {
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
+	}
+	if key == "" || len(key) > 512 {
+		return sandchat.Errorf(sandchat.EINVALID, "Session key must be 1 to 512 bytes.")
+	}
+	if len(req.Code) > e.cfg.MaxCode {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "Code is %d bytes; the limit is %d bytes.", len(req.Code), e.cfg.MaxCode)
+	}
+	if req.Timeout < 0 || req.Timeout > e.cfg.MaxTimeout {
+		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", e.cfg.MaxTimeout)
+	}
+	var total int64
+	for _, f := range req.Data {
+		if f.Name == "" || strings.ContainsAny(f.Name, "/\\\x00") || f.Name == "." || f.Name == ".." {
+			return sandchat.Errorf(sandchat.EINVALID, "Data file name %q is not a plain file name.", f.Name)
+		}
+		total += int64(len(f.Data))
+	}
+	if total > e.cfg.MaxDataBytes {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "Data files total %d bytes; the limit is %d bytes.", total, e.cfg.MaxDataBytes)
+	}
+	return nil
+}
+
+// Execute runs req.Code in the session named by key (chosen by the caller, e.g.
+// "conv:42" or "conv:42/agent:7"). Runs of one session are serialised across nodes.
+// Cancelling ctx interrupts the running code; the interrupted Result comes back along
+// with ctx's error.
+func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, error) {
+	if err := e.check(key, &req); err != nil {
+		return Result{}, err
+	}
+	if req.Timeout == 0 {
+		req.Timeout = e.cfg.Timeout
+	}
+	var res Result
+	t0 := time.Now()
+	var waited time.Duration
+	err := e.withLease(ctx, key, func(token string) error {
+		waited = time.Since(t0)
+		var err error
+		res, err = e.runLocked(ctx, key, token, req)
+		return err
+	})
+	if res.Status != "" {
+		// JSON callers get [] rather than null.
+		if res.Artifacts == nil {
+			res.Artifacts = []Artifact{}
+		}
+		if res.Session.Packages == nil {
+			res.Session.Packages = []string{}
+		}
+	}
+	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
+		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
+	return res, err
+}
+
+// attached is a session made current for a run.
+type attached struct {
+	lv       *live
+	info     SessionInfo
+	notes    []string
+	replayed []string // cells replayed from the caller's history: they join the replay log
+}
+
+// attach makes sure key has a current interpreter, bringing it back when the warm copy
+// is missing or stale: from its heap in Redis, by replaying its cells, or from the
+// caller's history when Redis lost it. Called with the lease held.
+func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
+	a := &attached{}
+	stored, err := e.st.version(ctx, key)
+	if err != nil {
+		return nil, e.redisErr(ctx, err)
+	}
+	if lv := e.claim(key, stored); lv != nil {
+		a.lv, a.info.RestoredFrom = lv, FromLive
+		return a, nil
+	}
+	var st *state
+	if stored > 0 {
+		if st, err = e.st.load(ctx, key, false); err != nil {
+			return nil, e.redisErr(ctx, err)
+		}
+	}
+	// Bringing a session back goes on if the caller gives up (another run may want it);
+	// each step of it has its own deadline.
+	ctx = context.WithoutCancel(ctx)
+	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}}
+	var o blobs
+	var p *proc
+	mode := modeSnapshot
+	base := e.rt.baseHash
+	switch {
+	case st == nil:
+		a.info.RestoredFrom = FromFresh
+		seen, _ := e.st.seen(ctx, key)
+		a.info.Expired = seen
+		at.Reseed = true
+		if e.cfg.ForceReplay {
+			mode = modeReplay
+		}
+		if !seen && req.History != nil {
+			cells, err := req.History(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("session history: %w", err)
+			}
+			if len(cells) > 0 {
+				// Redis lost the session, but its runs are on record: bring it back by
+				// running them again.
+				a.info.RestoredFrom, a.replayed, at.Cells = FromReplay, cells, cells
+			}
+		}
+		if p, err = e.readyProc(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		files := make([]fileBlob, 0, len(st.Files))
+		for name, d := range st.Files {
+			files = append(files, fileBlob{Path: name, Data: o.add(d)})
+		}
+		at.Files, at.Packages = files, nonNil(st.Packages)
+		// A heap is only meaningful to the exact build that saved it; after an upgrade
+		// the session comes back by replay.
+		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
+			if p, err = e.restoreProc(ctx, st); err != nil {
+				var pe *procError
+				if !errors.As(err, &pe) {
+					return nil, err
+				}
+				e.log.Warn("session heap did not restore, replaying cells", "session", key, "err", err)
+				a.notes = append(a.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
+				p = nil
+			} else {
+				a.info.RestoredFrom, base = FromSnapshot, st.Base
+			}
+		}
+		if p == nil {
+			a.info.RestoredFrom, mode = FromReplay, modeReplay
+			cells, err := e.st.rdb.LRange(ctx, e.st.key(key, "cells"), 0, -1).Result()
+			if err != nil {
+				return nil, e.redisErr(ctx, err)
+			}
+			at.Cells, at.Reseed = cells, true
+			if p, err = e.readyProc(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	defer cancel()
+	f, err := p.call(actx, at, &o)
+	if err != nil {
+		p.close("attach failed")
+		return nil, e.procErr(err, p, 0)
+	}
+	var r attachReply
+	_ = json.Unmarshal(f.raw, &r)
+	if r.Error != nil {
+		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
+	}
+	lv := newLive(p, base, mode)
+	if st != nil {
+		lv.version, lv.packages = st.Version, st.Packages
+	}
+	a.lv = lv
+	e.adopt(key, lv)
+	return a, nil
+}
+
+// readyProc is a process with the base interpreter: from the warm pool, or started now.
+func (e *Engine) readyProc(ctx context.Context) (*proc, error) {
+	if p := e.pool.takeReady(); p != nil {
+		return p, nil
+	}
+	// Starting is bounded on its own (a loaded machine may take seconds): RestoreTimeout
+	// bounds the restore work that follows.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+	defer cancel()
+	p, err := e.startProc(ctx, e.currentBase())
+	if err != nil {
+		return nil, e.procErr(err, nil, 0)
+	}
+	if _, err := p.call(ctx, loadReq{Op: "load"}, nil); err != nil {
+		p.close("load failed")
+		return nil, e.procErr(err, p, 0)
+	}
+	return p, nil
+}
+
+// restoreProc brings a saved heap back in a process primed with the base it was saved
+// against: a spare from the pool when that is the current base.
+func (e *Engine) restoreProc(ctx context.Context, st *state) (*proc, error) {
+	var p *proc
+	if st.Base == e.rt.baseHash {
+		p = e.pool.takeSpare()
+	}
+	if p == nil {
+		base := e.currentBase()
+		if st.Base != e.rt.baseHash {
+			b, err := e.st.loadBase(ctx, st.Base)
+			if err != nil {
+				return nil, e.redisErr(ctx, err)
+			}
+			if b == nil {
+				return nil, &procError{msg: "the base snapshot of this session is gone"}
+			}
+			base = b
+		}
+		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+		defer cancel()
+		var err error
+		if p, err = e.startProc(start, base); err != nil {
+			return nil, e.procErr(err, nil, 0)
+		}
+	}
+	var o blobs
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	defer cancel()
+	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(st.Delta)}, &o); err != nil {
+		p.close("restore failed")
+		if errors.Is(err, errProcGone) {
+			// The heap itself took the process down (over the memory cap, say).
+			return nil, &procError{msg: p.reason()}
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// procErr turns a failure to start or reach a session process into the error callers see.
+func (e *Engine) procErr(err error, p *proc, version int64) error {
+	var pe *procError
+	switch {
+	case errors.Is(err, errProcGone) && p != nil:
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session process stopped (%s); try again.", p.reason())
+	case errors.As(err, &pe):
+		return fmt.Errorf("sandbox session: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session did not start in time; try again.")
+	}
+	return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session could not be started: %v", err)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (Result, error) {
+	a, err := e.attach(ctx, key, req)
+	if err != nil {
+		return Result{}, err
+	}
+	lv, info, notes := a.lv, a.info, a.notes
+	p := lv.p
+	defer e.release(lv)
+	var o blobs
+	data := make([]dataFile, 0, len(req.Data))
+	for _, f := range req.Data {
+		data = append(data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+	}
+	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
+		Persist: true, Replay: lv.mode == modeReplay, Data: data}
+	if req.OnOutput != nil {
+		p.setOutput(req.OnOutput)
+		defer p.setOutput(nil)
+	}
+	session := func() SessionInfo {
+		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
+	}
+
+	type reply struct {
+		f   frame
+		err error
+	}
+	done := make(chan reply, 1)
+	start := time.Now()
+	// The call's own deadline is the backstop: past the run's timeout, the grace and
+	// time to save, the process is killed whatever it is doing.
+	hard, cancelHard := context.WithTimeout(context.Background(), req.Timeout+e.cfg.Grace+time.Minute)
+	defer cancelHard()
+	go func() {
+		f, err := p.call(hard, msg, &o)
+		done <- reply{f, err}
+	}()
+	timer := time.NewTimer(req.Timeout)
+	defer timer.Stop()
+	var rep reply
+	var ctxErr error
+	interrupted := false
+	select {
+	case rep = <-done:
+	case <-timer.C:
+		interrupted = true
+	case <-ctx.Done():
+		interrupted, ctxErr = true, ctx.Err()
+	}
+	if interrupted {
+		p.interrupt()
+		select {
+		case rep = <-done:
+		case <-time.After(e.cfg.Grace):
+			// The code ignored KeyboardInterrupt: kill its process, and with it every
+			// thread it started. The session goes back to its last durable state.
+			e.dropLive(key, lv, "the run ignored the interrupt")
+			<-done
+			res := Result{Status: StatusTimeout, ExecutionMS: time.Since(start).Milliseconds(),
+				Error: &ExecError{Type: "TimeoutError", Message: fmt.Sprintf(
+					"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
+					e.cfg.Grace, lv.version)},
+				Session: session()}
+			return res, ctxErr
+		}
+	}
+	ms := time.Since(start).Milliseconds()
+	if rep.err != nil {
+		e.dropLive(key, lv, "the run failed")
+		var pe *procError
+		switch {
+		case errors.Is(rep.err, errProcGone):
+			return Result{Status: StatusError, ExecutionMS: ms,
+				Error: &ExecError{Type: "SandboxError", Message: fmt.Sprintf(
+					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)},
+				Session: session()}, ctxErr
+		case errors.As(rep.err, &pe):
+			return Result{Status: StatusError, ExecutionMS: ms,
+				Error:   &ExecError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.msg},
+				Session: session()}, ctxErr
+		}
+		return Result{}, rep.err
+	}
+	var r runReply
+	if err := json.Unmarshal(rep.f.raw, &r); err == nil {
+		err = r.check(e.cfg, rep.f)
+	}
+	if err != nil {
+		e.dropLive(key, lv, "protocol: run reply refused")
+		return Result{}, fmt.Errorf("sandbox reply: %w", err)
+	}
+	res := e.result(&r, rep.f, lv, notes)
+	res.ExecutionMS = ms
+	if interrupted && res.Status == StatusTimeout && res.Error != nil {
+		if ctxErr != nil {
+			res.Error.Message = "Execution was cancelled."
+		} else {
+			res.Error.Message = fmt.Sprintf("Execution exceeded the %s time limit and was interrupted; the session keeps its state.", req.Timeout)
+		}
+	}
+	lv.packages = r.Packages
+	res.Session = session()
+	res.Session.Live = true
+	if res.Status != StatusSuccess {
+		// A failed run never replaces the last good state; the warm interpreter keeps
+		// whatever the run left, like a notebook after an exception.
+		return res, ctxErr
+	}
+	return res, e.persist(ctx, key, token, lv, a, req, &r, rep.f, &res, ctxErr)
+}
+
+// result turns a run reply into a Result: output with truncation markers, artifacts
+// within their limits, and what happened to changed files the session keeps.
+func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
+	res := Result{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []Artifact{}}
+	if r.StdoutTruncated {
+		res.Stdout += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
+	}
+	if r.StderrTruncated {
+		res.Stderr += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
+	}
+	if len(notes) > 0 {
+		res.Stderr = strings.Join(notes, "\n") + "\n" + res.Stderr
+	}
+	var skipped, unsaved []string
+	for _, c := range r.Changed {
+		b := f.bytes(c.Data)
+		switch {
+		case c.Data == nil || c.Size > e.cfg.MaxArtifactBytes:
+			skipped = append(skipped, fmt.Sprintf("%s (%d bytes, over the %d-byte limit)", c.Path, c.Size, e.cfg.MaxArtifactBytes))
+		case len(res.Artifacts) >= e.cfg.MaxArtifacts:
+			skipped = append(skipped, c.Path+fmt.Sprintf(" (over the limit of %d files per run)", e.cfg.MaxArtifacts))
+		default:
+			res.Artifacts = append(res.Artifacts, Artifact{Name: c.Path, ContentType: contentType(c.Path, b), Data: b, Size: int64(len(b))})
+		}
+		if c.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[c.Path] == nil) {
+			// Redis is no place for big files: they live on in the warm session only.
+			unsaved = append(unsaved, c.Path)
+			continue
+		}
+		lv.unsaved[c.Path] = b
+		delete(lv.unsavedDel, c.Path)
+	}
+	if r.Omitted > 0 {
+		skipped = append(skipped, fmt.Sprintf("%d more changed files", r.Omitted))
+	}
+	sort.Slice(res.Artifacts, func(i, j int) bool { return res.Artifacts[i].Name < res.Artifacts[j].Name })
+	if len(skipped) > 0 {
+		sort.Strings(skipped)
+		res.Stderr += "[sandbox] files not returned: " + strings.Join(skipped, ", ") + "\n"
+	}
+	if len(unsaved) > 0 {
+		sort.Strings(unsaved)
+		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
+			e.cfg.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
+	}
+	for _, p := range r.Deleted {
+		delete(lv.unsaved, p)
+		lv.unsavedDel[p] = true
+	}
+	return res
+}
+
+// persist saves a successful run's state before the run is reported complete.
+func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *runReply, f frame, res *Result, ctxErr error) error {
+	mode := lv.mode
+	var header, delta []byte
+	if mode == modeSnapshot {
+		header, delta = f.bytes(r.Header), f.bytes(r.Delta)
+		if header == nil || delta == nil {
+			mode = modeReplay
+			if r.SnapshotError != nil {
+				e.log.Warn("session switches to replay persistence", "session", key, "reason", *r.SnapshotError)
+			}
+		}
+	}
+	deleted := make([]string, 0, len(lv.unsavedDel))
+	for p := range lv.unsavedDel {
+		deleted = append(deleted, p)
+	}
+	fresh := lv.version == 0
+	cells := append(append([]string{}, a.replayed...), req.Code)
+	save := saveReq{
+		Token: token, From: lv.version, Fresh: fresh, Base: lv.base, Build: e.rt.build, Mode: mode,
+		Header: header, Delta: delta, Packages: r.Packages, Changed: lv.unsaved, Deleted: deleted,
+		Cells: cells, Cap: e.cfg.MaxStateBytes,
+	}
+	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)
+	var full *errStateFull
+	if errors.As(err, &full) && mode == modeSnapshot {
+		// The heap is too big to keep: the session can still persist as its cells.
+		save.Mode, save.Header, save.Delta = modeReplay, nil, nil
+		if v, stateBytes, err = e.st.save(context.WithoutCancel(ctx), key, save); err == nil {
+			mode = modeReplay
+			res.Stderr += "[sandbox] " + full.Error() + " as an interpreter heap; it is kept as its code instead and comes back by replay\n"
+		}
+	}
+	if errors.As(err, &full) {
+		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
+		// durable; the user is told what an eviction would take back.
+		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, lv.version)
+		return ctxErr
+	}
+	if err != nil {
+		// The warm interpreter is now ahead of Redis: drop it, so the next run starts
+		// from the last state that was saved.
+		e.dropLive(key, lv, "its state could not be saved")
+		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run starts from version %d.", lv.version)
+	}
+	e.mu.Lock()
+	lv.version, lv.mode = v, mode
+	e.mu.Unlock()
+	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
+	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, mode, stateBytes
+	return ctxErr
+}
+
+func contentType(name string, b []byte) string {
+	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
+		sniff := http.DetectContentType(b)
+		// Trust the bytes over the name when they clearly say image or archive.
+		if strings.HasPrefix(sniff, "image/") || sniff == "application/pdf" || sniff == "application/zip" {
+			return sniff
+		}
+		return t
+	}
+	return http.DetectContentType(b)
+}
+
+// Session describes the durable state of key; ENOTFOUND when there is none.
+func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
+	st, err := e.st.load(ctx, key, false)
+	if err != nil {
+		return SessionInfo{}, e.redisErr(ctx, err)
+	}
+	if st == nil {
+		return SessionInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "This conversation has no Python session.")
+	}
+	info := SessionInfo{Version: st.Version, Packages: nonNil(st.Packages), Mode: st.Mode, UpdatedAt: st.Updated, Files: []string{}}
+	for p := range st.Files {
+		info.Files = append(info.Files, p)
+	}
+	sort.Strings(info.Files)
+	info.StateBytes = int64(len(st.Header))
+	if n, err := e.st.rdb.HStrLen(ctx, e.st.key(key, "state"), "delta").Result(); err == nil {
+		info.StateBytes += n
+	}
+	info.Live = e.isLive(key, st.Version)
+	return info, nil
+}
+
+// Reset forgets key's state; the next run starts a fresh interpreter. It waits for a
+// run in progress to finish.
+func (e *Engine) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
+	}
+	return e.withLease(ctx, key, func(string) error {
+		if err := e.st.reset(ctx, key); err != nil {
+			return e.redisErr(ctx, err)
+		}
+		e.mu.Lock()
+		lv := e.live[key]
+		delete(e.live, key)
+		e.mu.Unlock()
+		if lv != nil {
+			lv.p.close("reset")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,149 @@
+// The frame protocol between the Go engine and one session process, mirrored by
+// sandbox/protocol.go. It runs over two pipes that only the control thread holds: the
+// engine writes requests to fd 3 and reads replies from fd 4. The process's stdin is
+// /dev/null and its stdout/stderr go to a capped log, so nothing user code can reach
+// (the Worker's own stdio, node:fs on fds 0–2) speaks this protocol.
+//
+// Frame: u32 BE length of the rest, u32 BE length of a JSON header, the JSON, then binary
+// blobs that the JSON points at with {"$b":[offset,length]}.
+
+// deno-lint-ignore-file no-explicit-any
+
+export type Blob = Uint8Array;
+
+/** Requests from the engine. One is in flight at a time, except interrupt. */
+export type Request =
+  | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob }
+  | { id: number; op: "boot" }
+  | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
+  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; cells: string[] }
+  | { id: number; op: "run"; code: string; filename: string; persist: boolean; replay: boolean; data: DataFile[] }
+  | { id: 0; op: "interrupt" }
+  | { id: number; op: "stats" };
+
+export type RuntimeConfig = {
+  pyodideURL: string;
+  pyodideDir: string;
+  lockFileURL: string | null;
+  packageBaseURL: string | null;
+  memory: number;
+  maxOutput: number;
+  maxFileBytes: number;
+  maxFiles: number;
+  read: string[];
+  net: string[];
+};
+
+export type FileBlob = { path: string; data: Blob };
+export type DataFile = { name: string; data: Blob };
+
+/** Replies carry the request's id; "out" frames stream a run's output (id 0). */
+export type Reply = { id: number; ok: true; [k: string]: any } | { id: number; ok: false; error: string };
+export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string };
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+function pack(v: any, blobs: Uint8Array[], off: { n: number }): any {
+  if (v instanceof Uint8Array) {
+    const r = { $b: [off.n, v.length] };
+    blobs.push(v);
+    off.n += v.length;
+    return r;
+  }
+  if (Array.isArray(v)) return v.map((x) => pack(x, blobs, off));
+  if (v && typeof v === "object") {
+    const o: any = {};
+    for (const [k, x] of Object.entries(v)) o[k] = pack(x, blobs, off);
+    return o;
+  }
+  return v;
+}
+
+function unpack(v: any, bin: Uint8Array): any {
+  if (Array.isArray(v)) return v.map((x) => unpack(x, bin));
+  if (v && typeof v === "object") {
+    if (Array.isArray(v.$b) && Object.keys(v).length === 1) return bin.slice(v.$b[0], v.$b[0] + v.$b[1]);
+    const o: any = {};
+    for (const [k, x] of Object.entries(v)) o[k] = unpack(x, bin);
+    return o;
+  }
+  return v;
+}
+
+/** Writer of frames to the engine, in order. */
+export class FrameWriter {
+  #f: Deno.FsFile;
+  #chain: Promise<void> = Promise.resolve();
+  constructor(file: Deno.FsFile) {
+    // Plain writes: a pipe's WritableStream (file.writable) here does not flush.
+    this.#f = file;
+  }
+  send(msg: Reply | Out | Record<string, unknown>): Promise<void> {
+    const blobs: Uint8Array[] = [];
+    const json = enc.encode(JSON.stringify(pack(msg, blobs, { n: 0 })));
+    const binLen = blobs.reduce((a, b) => a + b.length, 0);
+    const head = new Uint8Array(8);
+    const dv = new DataView(head.buffer);
+    dv.setUint32(0, 4 + json.length + binLen);
+    dv.setUint32(4, json.length);
+    let parts = [head, json, ...blobs];
+    if (8 + json.length + binLen <= 4 << 20) {
+      // One write per frame: the Go reader wakes once instead of once per part.
+      const one = new Uint8Array(8 + json.length + binLen);
+      let o = 0;
+      for (const p of parts) {
+        one.set(p, o);
+        o += p.length;
+      }
+      parts = [one];
+    }
+    this.#chain = this.#chain.then(async () => {
+      for (const p of parts) {
+        for (let o = 0; o < p.length;) o += await this.#f.write(p.subarray(o));
+      }
+    });
+    return this.#chain;
+  }
+}
+
+/** Reads the engine's frames. Chunks are joined only once a whole frame is there:
+ * joining on every read would copy a large frame (a session's heap) quadratically. */
+export async function* readFrames(file: Deno.FsFile, maxFrame: number): AsyncGenerator<any> {
+  const reader = file.readable.getReader();
+  const chunks: Uint8Array[] = [];
+  let have = 0;
+  const take = (n: number): Uint8Array => {
+    const out = new Uint8Array(n);
+    let o = 0;
+    while (o < n) {
+      const c = chunks[0];
+      const k = Math.min(c.length, n - o);
+      out.set(c.subarray(0, k), o);
+      o += k;
+      if (k === c.length) chunks.shift();
+      else chunks[0] = c.subarray(k);
+    }
+    have -= n;
+    return out;
+  };
+  for (;;) {
+    while (have >= 4) {
+      const len = take(4);
+      const n = new DataView(len.buffer).getUint32(0);
+      if (n < 4 || n > maxFrame) throw new Error(`bad frame length ${n}`);
+      chunks.unshift(len);
+      have += 4;
+      if (have < 4 + n) break;
+      take(4);
+      const body = take(n);
+      const jl = new DataView(body.buffer).getUint32(0);
+      if (jl > n - 4) throw new Error(`bad json length ${jl}`);
+      yield unpack(JSON.parse(dec.decode(body.subarray(4, 4 + jl))), body.subarray(4 + jl));
+    }
+    const { value, done } = await reader.read();
+    if (done) return;
+    chunks.push(value);
+    have += value.length;
+  }
+}

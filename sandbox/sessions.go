@@ -1,0 +1,135 @@
+package sandbox
+
+import (
+	"time"
+)
+
+// live is a session whose interpreter is warm in a process of its own.
+type live struct {
+	p        *proc
+	version  int64 // the durable version this interpreter matches
+	base     string
+	mode     string
+	packages []string
+	used     time.Time
+	busy     bool
+	// Files changed by runs that were not saved (a Python error): the next save carries them.
+	unsaved    map[string][]byte
+	unsavedDel map[string]bool
+}
+
+func newLive(p *proc, base, mode string) *live {
+	return &live{p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+}
+
+// claim marks key's live session busy if it is current at version; it returns nil
+// (after forgetting a stale or dead one, whose process it closes) when the session has
+// to be brought back.
+func (e *Engine) claim(key string, version int64) *live {
+	e.mu.Lock()
+	lv := e.live[key]
+	if lv != nil && lv.p.alive() && lv.version == version {
+		lv.busy, lv.used = true, time.Now()
+		e.mu.Unlock()
+		return lv
+	}
+	if lv != nil {
+		delete(e.live, key)
+	}
+	e.mu.Unlock()
+	if lv != nil {
+		go lv.p.close("the session moved on")
+	}
+	return nil
+}
+
+// adopt makes lv key's live session, busy, and evicts past MaxLive.
+func (e *Engine) adopt(key string, lv *live) {
+	lv.busy, lv.used = true, time.Now()
+	e.mu.Lock()
+	e.live[key] = lv
+	e.mu.Unlock()
+	e.evictLRU()
+}
+
+// release marks lv idle after a run; its process is frozen until the next one.
+func (e *Engine) release(lv *live) {
+	lv.p.freeze()
+	e.mu.Lock()
+	lv.busy, lv.used = false, time.Now()
+	e.mu.Unlock()
+}
+
+// dropLive forgets key's live session and kills its process: the next run starts from
+// the last durable state.
+func (e *Engine) dropLive(key string, lv *live, why string) {
+	e.mu.Lock()
+	if e.live[key] == lv {
+		delete(e.live, key)
+	}
+	e.mu.Unlock()
+	lv.p.close(why)
+}
+
+// evictLRU keeps at most MaxLive session processes: the least recently used idle ones
+// go, their state being safe in Redis.
+func (e *Engine) evictLRU() {
+	e.mu.Lock()
+	var victims []*proc
+	for len(e.live) > e.cfg.MaxLive {
+		var oldKey string
+		var old *live
+		for k, lv := range e.live {
+			if !lv.busy && (old == nil || lv.used.Before(old.used)) {
+				oldKey, old = k, lv
+			}
+		}
+		if old == nil {
+			break
+		}
+		delete(e.live, oldKey)
+		victims = append(victims, old.p)
+	}
+	e.mu.Unlock()
+	for _, p := range victims {
+		go p.close("evicted (least recently used)")
+	}
+}
+
+// evictIdle stops the processes of sessions idle past IdleTimeout, and forgets sessions
+// whose process died between runs.
+func (e *Engine) evictIdle() {
+	e.mu.Lock()
+	var victims []*proc
+	for k, lv := range e.live {
+		if lv.busy {
+			continue
+		}
+		if !lv.p.alive() || time.Since(lv.used) > e.cfg.IdleTimeout {
+			delete(e.live, k)
+			victims = append(victims, lv.p)
+		}
+	}
+	e.mu.Unlock()
+	for _, p := range victims {
+		go p.close("evicted (idle)")
+	}
+}
+
+func (e *Engine) liveProcs() []*proc {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*proc, 0, len(e.live))
+	for _, lv := range e.live {
+		out = append(out, lv.p)
+	}
+	return out
+}
+
+// isLive tells whether key's interpreter is warm at version.
+func (e *Engine) isLive(key string, version int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lv := e.live[key]
+	return lv != nil && lv.version == version && lv.p.alive()
+}
