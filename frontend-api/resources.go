@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -158,7 +159,8 @@ func (s *Server) putConversationTool(c *fiber.Ctx) error {
 	default:
 		return sandchat.Errorf(sandchat.EINVALID, `Body must be {"enabled": true|false|null} (null inherits from the agent).`)
 	}
-	st, err := s.Tools.SetConversationTool(c.UserContext(), id, c.Params("tool"), enabled)
+	// The id reaches events and logs: copy it out of fasthttp's reused buffer.
+	st, err := s.Tools.SetConversationTool(c.UserContext(), id, utils.CopyString(c.Params("tool")), enabled)
 	if err != nil {
 		return err
 	}

@@ -124,6 +124,7 @@ func (s *Server) routes() {
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {
+		c.Locals(localUnmatched, true)
 		return sandchat.Errorf(sandchat.ENOTFOUND, "No route for %s %s.", c.Method(), c.Path())
 	})
 }

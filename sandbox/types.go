@@ -1,6 +1,9 @@
 package sandbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Request is one run of Python code in a session.
 type Request struct {
@@ -12,6 +15,7 @@ type Request struct {
 	// OnOutput, when set, receives stdout/stderr chunks while the code runs. It is called
 	// from the engine's reader goroutine: it must not block.
 	OnOutput func(stream, chunk string)
+	History  func(ctx context.Context) ([]string, error)
 }
 
 // File is a named blob handed to Python.

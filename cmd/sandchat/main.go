@@ -303,7 +303,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}
 	srv.Files = m.Store
-	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions}
+	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
+		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Log: m.Log.With("component", "executions")}
 	limits := func() sandbox.StatusLimits {
 		c := cfg.Sandbox.Engine
 		return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
