@@ -318,6 +318,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Packages:  toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine)),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+		Nodes: redisbus.NewNodes(rdb, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
+		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
 	}
 	srv.Turns, srv.Messages = m.Runner, m.Store
 	go m.Runner.Run(bg)
