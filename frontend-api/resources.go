@@ -174,7 +174,9 @@ type memberService interface {
 	RemoveMember(ctx context.Context, id, userID int64) error
 }
 
-func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService) {
+// memberRoutes serves a resource's members; removed, when set, runs after a member was
+// removed.
+func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService, removed func(ctx context.Context, id, userID int64)) {
 	r.Get(path, func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")
 		if err != nil {
@@ -215,6 +217,9 @@ func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberServ
 		}
 		if err := svc().RemoveMember(c.UserContext(), id, userID); err != nil {
 			return err
+		}
+		if removed != nil {
+			removed(c.UserContext(), id, userID)
 		}
 		return c.SendStatus(fiber.StatusNoContent)
 	})

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -109,13 +110,13 @@ func (s *Server) routes() {
 	v1.Get("/agents/:id", s.getAgent)
 	v1.Put("/agents/:id", s.updateAgent)
 	v1.Delete("/agents/:id", s.deleteAgent)
-	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents })
+	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents }, nil)
 
 	v1.Post("/conversations", s.createConversation)
 	v1.Get("/conversations", s.listConversations)
 	v1.Get("/conversations/:id", s.getConversation)
 	v1.Delete("/conversations/:id", s.deleteConversation)
-	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations })
+	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations }, s.revokeSockets)
 	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
@@ -216,5 +217,58 @@ func decode(c *fiber.Ctx, v any) error {
 	if dec.More() {
 		return sandchat.Errorf(sandchat.EINVALID, "Malformed JSON body: data after the JSON value.")
 	}
+	// Postgres text cannot hold NUL, and no name, title, prompt or message needs one:
+	// refuse it here, naming the field, instead of failing deep in a store.
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		var doc any
+		if err := json.Unmarshal(body, &doc); err == nil {
+			if field, ok := nulField(doc, ""); ok {
+				return sandchat.Errorf(sandchat.EINVALID, "%s must not contain NUL characters (\\u0000).", field)
+			}
+		}
+	}
 	return nil
+}
+
+// nulField returns the path of the first string (or key) in v that holds a NUL.
+func nulField(v any, path string) (string, bool) {
+	name := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch x := v.(type) {
+	case string:
+		if path == "" {
+			path = "the body"
+		}
+		return path, strings.ContainsRune(x, 0)
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) {
+				return name(strings.ReplaceAll(k, "\x00", `\u0000`)), true
+			}
+			if f, ok := nulField(e, name(k)); ok {
+				return f, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if f, ok := nulField(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return f, true
+			}
+		}
+	}
+	return "", false
+}
+
+// revokeSockets tells every socket of a removed member, on every node, to stop
+// delivering the conversation. The removal is committed: if the publish fails, the
+// next replay of that socket is refused by the access check and stops it as well.
+func (s *Server) revokeSockets(ctx context.Context, convID, userID int64) {
+	data, _ := json.Marshal(map[string]int64{"conversation_id": convID})
+	if err := s.Tools.Events.PublishUser(ctx, userID, conversations.Event{Type: EventAccessRevoked, Data: data}); err != nil {
+		s.log.WarnContext(ctx, "publish access revocation", "conversation_id", convID, "user_id", userID, "err", err)
+	}
 }
