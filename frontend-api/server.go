@@ -15,6 +15,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/valyala/fasthttp"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -62,6 +63,9 @@ type Server struct {
 	Messages      MessageStore
 }
 
+// headerTimeout bounds the wait for a request's headers.
+const headerTimeout = 5 * time.Second
+
 // New builds the app. Fields that hold services must be set before Serve.
 func New(cfg Config, log *slog.Logger) *Server {
 	if cfg.RequestTimeout == 0 {
@@ -78,10 +82,16 @@ func New(cfg Config, log *slog.Logger) *Server {
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
 		BodyLimit:             cfg.BodyLimit,
-		ReadTimeout:           time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		AppName:               "sandchat",
+		// Headers must arrive within a few seconds: fasthttp waits out the whole read
+		// timeout on some malformed headers (a line without a colon). The body then
+		// gets the minute an upload may need.
+		ReadTimeout: headerTimeout,
+		IdleTimeout: 2 * time.Minute,
+		AppName:     "sandchat",
 	})
+	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: time.Minute}
+	}
 	s.routes()
 	return s
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -87,7 +88,12 @@ type Sandbox struct {
 	Log        *slog.Logger
 
 	background sync.WaitGroup
+	closing    atomic.Bool
 }
+
+// Shutdown marks the server as stopping: a run the engine fails from now on was cut
+// off by the shutdown, and is reported so rather than as an engine failure.
+func (s *Sandbox) Shutdown() { s.closing.Store(true) }
 
 // RunRequest is one run. AgentID is the agent whose settings allow it (nil for a
 // conversation without one); TurnID ties it to an assistant turn.
@@ -153,8 +159,12 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
 	if err != nil {
 		reason := sandchat.ErrorMessage(err)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
+		case s.closing.Load():
+			reason = "The server shut down during the run, which was cut off; run it again."
+			err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
 		}
 		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
 			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)

@@ -400,11 +400,26 @@ func (m *Main) close() error {
 		m.cancel()
 	}
 	if m.HTTP != nil && m.ln != nil {
-		errs = append(errs, m.HTTP.Shutdown(ctx))
+		// Reaching the deadline with requests still running is what the deadline is
+		// for, not a failure of the shutdown: those requests are cut off and said so.
+		if err := m.HTTP.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			errs = append(errs, err)
+		} else if err != nil {
+			m.Log.Warn("shutdown deadline reached; cutting off the requests still running", "timeout", timeout)
+		}
 		<-m.served
+	}
+	if m.HTTP != nil && m.HTTP.Sandbox != nil {
+		m.HTTP.Sandbox.Shutdown() // runs cut off from now on are reported as such
 	}
 	if m.Runner != nil {
 		m.Runner.Shutdown(ctx) // running turns reach their end, or are failed at the deadline
+	}
+	if m.HTTP != nil && m.HTTP.Sandbox != nil {
+		// Outcomes of runs still being written get a last chance before the pool goes.
+		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.HTTP.Sandbox.Wait(wctx)
+		wcancel()
 	}
 	if m.Hub != nil {
 		m.Hub.Wait(ctx) // sockets leave their channels before Redis goes

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -144,6 +145,60 @@ func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error
 		values ($1, $2, coalesce((select max(id) from executions where conversation_id = $1 and session_key = $2), 0), $3)`,
 		convID, key, nullID(sandchat.UserIDFromContext(ctx)))
 	return sandchat.PgError(err, "session reset")
+}
+
+// StoredExecution is a run as recorded, with its whole output.
+type StoredExecution struct {
+	ID             int64              `json:"id"`
+	ConversationID int64              `json:"conversation_id"`
+	TurnID         *int64             `json:"turn_id,omitempty"`
+	Status         string             `json:"status"`
+	Code           string             `json:"code"`
+	Stdout         string             `json:"stdout"`
+	Stderr         string             `json:"stderr"`
+	Result         *string            `json:"result"`
+	Error          json.RawMessage    `json:"error,omitempty"`
+	ExecutionMS    int64              `json:"execution_ms"`
+	SessionVersion *int64             `json:"session_version,omitempty"`
+	RestoredFrom   *string            `json:"restored_from,omitempty"`
+	Artifacts      []toolkits.FileRef `json:"artifacts"`
+	CreatedAt      time.Time          `json:"created_at"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+}
+
+// Execution returns one recorded run of a conversation the caller may view: where
+// clients get the full output that events carry truncated.
+func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecution, error) {
+	var e StoredExecution
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return e, err
+	}
+	var code, stdout, stderr, result []byte
+	var errJSON []byte
+	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, status, code, stdout, stderr, result, error, execution_ms,
+		session_version, restored_from, created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
+		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
+			&e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt)
+	if err != nil {
+		return e, sandchat.PgError(err, "Execution")
+	}
+	e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
+	if result != nil {
+		r := string(result)
+		e.Result = &r
+	}
+	if errJSON != nil {
+		e.Error = errJSON
+	}
+	rows, err := s.db.Query(ctx, `select id, name, content_type, size from files where execution_id = $1 order by id`, id)
+	if err != nil {
+		return e, err
+	}
+	e.Artifacts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.FileRef, error) {
+		var f toolkits.FileRef
+		return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size)
+	})
+	return e, err
 }
 
 func nullText(s string) *string {
