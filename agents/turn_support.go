@@ -36,7 +36,8 @@ const (
 	// streamCap bounds what one stream (a run's output, a model's answer) sends as
 	// events: past it, clients get a marker and the full text over REST, so no frame
 	// and no socket queue is flooded by one chatty program.
-	streamCap = 64 << 10
+	streamCap    = 64 << 10
+	eventTextMax = 16 << 10
 )
 
 func (t *turnRun) stream(ctx context.Context, typ string, path []string, base map[string]any) *streamer {
@@ -59,9 +60,24 @@ func (s *streamer) addStream(stream, text string) {
 		s.capped = true
 		text = "\n…[live output truncated; the full output is in the result]…\n"
 	}
-	s.buf.WriteString(text)
-	if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
-		s.flushLocked()
+	// One event carries at most eventTextMax: a program printing a megabyte at once
+	// still makes small frames.
+	for len(text) > 0 {
+		n := min(len(text), eventTextMax-s.buf.Len())
+		for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		if n <= 0 && s.buf.Len() > 0 {
+			s.flushLocked()
+			continue
+		} else if n <= 0 {
+			n = min(len(text), eventTextMax) // not UTF-8 here: cut anywhere
+		}
+		s.buf.WriteString(text[:n])
+		text = text[n:]
+		if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
+			s.flushLocked()
+		}
 	}
 }
 

@@ -57,6 +57,9 @@ const (
 	closeSlow    = websocket.CloseTryAgainLater
 )
 
+// closeGrace is how long a closing socket still reads, waiting for the client's close.
+const closeGrace = time.Second
+
 const (
 	opFrame       = iota // a server frame, written as is
 	opEvent              // a conversation or user event from the bus
@@ -316,10 +319,18 @@ func (cl *client) writeLoop() {
 			if code == 0 {
 				code, msg = websocket.CloseNormalClosure, ""
 			}
-			_ = cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
-			// fasthttp ignores Close on a hijacked connection: close the socket itself,
-			// which also ends the reader, however often the client pings.
-			_ = cl.conn.NetConn().Close()
+			err := cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
+			// fasthttp ignores Close on a hijacked connection (its wrapper's Close is a
+			// no-op too): a read deadline ends the reader, however often the client
+			// pings, and fasthttp closes the socket when the handler returns. After a
+			// close frame went out the reader gets a moment for the client's answer:
+			// a socket closed with unread input is reset, and the reset would destroy
+			// the close frame before the client reads it.
+			deadline := time.Now()
+			if err == nil {
+				deadline = deadline.Add(closeGrace)
+			}
+			_ = cl.conn.NetConn().SetReadDeadline(deadline)
 			return
 		case <-ping.C:
 			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {

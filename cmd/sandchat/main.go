@@ -215,6 +215,9 @@ type Main struct {
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
+	// SandboxEngine, when set before Run, is the engine behind the sandbox tool instead
+	// of sandbox.Engine (fault tests script the engine's side of the contract).
+	SandboxEngine toolkits.Engine
 
 	ln        net.Listener
 	served    chan error
@@ -312,6 +315,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.Engine != nil {
 		srv.Sandbox.Engine = m.Engine
 		srv.SandboxStatus = m.Engine
+	}
+	if m.SandboxEngine != nil {
+		srv.Sandbox.Engine = m.SandboxEngine
 	}
 	m.Runner = &agents.Runner{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue, Sandbox: srv.Sandbox, Limits: limits,
