@@ -10,13 +10,19 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 // rawDo sends a request and returns the response with its body read, for checks on
@@ -506,4 +512,154 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("cut-off turn %s %q", status, turnErr)
 		}
 	})
+}
+
+// TestZombieTurn pauses a server (SIGSTOP) in the middle of a turn. Another node knows
+// it is gone within seconds (its liveness key in Redis expired, long before the stale
+// limit) and fails the turn; when the paused server resumes, every write it tries for
+// that turn is fenced out, so nothing is appended to the failed turn or after newer ones.
+func TestZombieTurn(t *testing.T) {
+	// A model whose answer is held back until the test releases it: the paused server
+	// gets it when it wakes up, and then tries to store it.
+	release := make(chan struct{})
+	asked := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		flusher := w.(http.Flusher)
+		send := func(delta map[string]any, finish any) {
+			b, _ := json.Marshal(map[string]any{"id": "chatcmpl-zombie", "object": "chat.completion.chunk", "created": time.Now().Unix(),
+				"model": "m", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+			flusher.Flush()
+		}
+		send(map[string]any{"role": "assistant", "content": "Once upon a time"}, nil)
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		send(map[string]any{"content": ", the end."}, nil)
+		send(map[string]any{}, "stop")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	e := newEnv(t)
+	bin := buildSandchat(t)
+	addr := freeAddr(t)
+	env := append(os.Environ(),
+		"SANDCHAT_ADDR="+addr,
+		"SANDCHAT_DATABASE_URL="+e.databaseURL,
+		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
+		"SANDCHAT_REDIS_PREFIX="+e.redisPrefix,
+		"SANDCHAT_SANDBOX_ENABLED=false",
+		"SANDCHAT_LLM_PROVIDER=openai",
+		"SANDCHAT_LLM_BASE_URL="+srv.URL,
+		"SANDCHAT_LLM_API_KEY=sk-zombie",
+		"SANDCHAT_LLM_MAX_RETRIES=0",
+		"SANDCHAT_LOG_LEVEL=warn",
+	)
+	var stdout, stderr bytes.Buffer
+	create := exec.Command(bin, "user", "create", "--name", "alice")
+	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
+	if err := create.Run(); err != nil {
+		t.Fatalf("user create: %v\n%s", err, stderr.String())
+	}
+	token := strings.TrimSpace(stdout.String())
+
+	logs := &lockedBuffer{}
+	serve := exec.Command(bin, "serve")
+	serve.Env, serve.Stdout, serve.Stderr = env, logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = serve.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(syscall.SIGCONT)
+		_ = serve.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("paused server's output:\n%s", logs.String())
+		}
+	})
+	eventually(t, 60*time.Second, "the server to listen", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	alice := &client{t: t, base: "http://" + addr, token: token}
+	conv := alice.createConversation(0)
+	turn := alice.post(conv, "Tell me a long story.")
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was not asked")
+	}
+	time.Sleep(300 * time.Millisecond) // its first words are stored as deltas
+
+	// A second node, with the default 30 s stale limit.
+	b := e.node()
+	alice = b.as(t, token)
+	if err := serve.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var tj turnJSON
+	took := eventually(t, 20*time.Second, "the paused server's turn failed", func() bool {
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
+		return tj.Status != "running"
+	})
+	if tj.Status != "failed" || !strings.Contains(tj.Error, "stopped") {
+		t.Fatalf("turn %+v, want failed because its server stopped", tj)
+	}
+	t.Logf("turn of the paused server failed %s after SIGSTOP (stale limit 30 s)", took.Round(time.Millisecond))
+
+	ctx := context.Background()
+	// A newer turn runs on the live node while the old one is still paused.
+	next := alice.post(conv, "Are you there?")
+	if s := alice.finishTurn(conv, next); s.Status != "completed" {
+		t.Fatalf("newer turn %+v", s)
+	}
+	var lastSeq int64
+	_ = b.DB.QueryRow(ctx, `select max(seq) from conversation_events where conversation_id = $1`, conv).Scan(&lastSeq)
+
+	// The paused server wakes up with the model's answer waiting: it must notice it
+	// lost the turn and write nothing.
+	close(release)
+	if err := serve.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the resumed server to stop its lost turn", func() bool {
+		return strings.Contains(logs.String(), "ended elsewhere")
+	})
+	time.Sleep(500 * time.Millisecond)
+	var zombie int
+	if err := b.DB.QueryRow(ctx, `select count(*) from conversation_events where conversation_id = $1 and seq > $2`, conv, lastSeq).Scan(&zombie); err != nil {
+		t.Fatal(err)
+	}
+	var late int
+	if err := b.DB.QueryRow(ctx, `select count(*) from messages where turn_id = $1 and role <> 'user'`, turn).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if zombie != 0 || late != 0 {
+		t.Fatalf("the resumed server wrote %d events and %d messages after losing its turn", zombie, late)
+	}
+	var status string
+	_ = b.DB.QueryRow(ctx, `select status from turns where id = $1`, turn).Scan(&status)
+	if status != "failed" {
+		t.Fatalf("lost turn is %s after its server resumed", status)
+	}
 }
