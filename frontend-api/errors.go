@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/sandchat/sandchat"
 )
@@ -64,7 +65,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		status = fe.Code // 405 and friends have no application code of their own
 	}
 	if code == sandchat.EINTERNAL {
-		s.log.ErrorContext(c.UserContext(), "request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		s.log.ErrorContext(c.UserContext(), "request failed", "method", utils.CopyString(c.Method()), "path", utils.CopyString(c.Path()), "err", err)
 	}
 	var ae *sandchat.Error
 	if errors.As(err, &ae) && ae.RetryAfter > 0 {
