@@ -359,5 +359,6 @@ func (r *Runner) Shutdown(ctx context.Context) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
+		r.abandoned.Store(true)
 	}
 }

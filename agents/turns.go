@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -92,6 +93,9 @@ type Runner struct {
 	running  map[int64]*activeTurn
 	closing  bool
 	finished sync.WaitGroup
+	// abandoned is set when shutdown stops waiting: retries give up, the store is
+	// about to close.
+	abandoned atomic.Bool
 }
 
 type activeTurn struct {
@@ -221,7 +225,7 @@ func (t *turnRun) write(ctx context.Context, fn func(ctx context.Context) error)
 		case errors.Is(err, conversations.ErrFenced):
 			t.cancel(errFenced)
 			return err
-		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil:
+		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil || t.r.abandoned.Load():
 			return err
 		}
 		time.Sleep(delay)
@@ -279,7 +283,7 @@ func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string)
 		case errors.Is(err, conversations.ErrFenced):
 			r.Log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
 			return
-		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline):
+		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || r.abandoned.Load():
 			r.Log.Error("finish turn", "turn_id", t.turnID, "err", err)
 			return
 		}

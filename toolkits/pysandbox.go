@@ -89,6 +89,7 @@ type Sandbox struct {
 
 	background sync.WaitGroup
 	closing    atomic.Bool
+	abandoned  atomic.Bool // the process is going away: background writes give up
 }
 
 // Shutdown marks the server as stopping: a run the engine fails from now on was cut
@@ -217,7 +218,7 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex Execution) {
 	go func() {
 		defer s.background.Done()
 		deadline := time.Now().Add(time.Hour)
-		for time.Now().Before(deadline) {
+		for time.Now().Before(deadline) && !s.abandoned.Load() {
 			time.Sleep(2 * time.Second)
 			_, err := s.Store.FinishExecution(ctx, id, ex, "")
 			if err == nil {
@@ -233,13 +234,16 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex Execution) {
 	}()
 }
 
-// Wait returns when the background writes of run outcomes are done, or ctx ends.
+// Wait returns when the background writes of run outcomes are done, or when ctx ends:
+// then they give up (the store is about to close) and the logs name the runs left
+// pending.
 func (s *Sandbox) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { s.background.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
+		s.abandoned.Store(true)
 	}
 }
 
