@@ -3,6 +3,7 @@ package frontendapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -180,7 +181,8 @@ func (s *Server) websocket() fiber.Handler {
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
 			cancel()
-			return sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again.")
+			// Joining fails only when Redis does not confirm the subscription.
+			return errors.Join(sandchat.Unavailable(sandchat.DepRedis, err), err)
 		}
 		cl.channels = append(cl.channels, h.bus.UserChannel(user.ID))
 		c.Locals("client", cl)
@@ -297,7 +299,7 @@ func (cl *client) subscribe(f clientFrame) {
 		return
 	}
 	if err := cl.hub.join(ctx, cl, name, f.ConversationID); err != nil {
-		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again."))
+		cl.errorFrame(f.ConversationID, sandchat.Unavailable(sandchat.DepRedis, err))
 		return
 	}
 	cl.chMu.Lock()

@@ -252,6 +252,14 @@ func TestFaults(t *testing.T) {
 		alice.unavailable("redis", "POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), map[string]any{"code": "counter += 1"})
 		alice.unavailable("redis", "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil)
 		alice.must(200, "GET", "/api/v1/me", nil, nil) // what does not need Redis goes on
+		start := time.Now()
+		_, resp, err := alice.dial(http.Header{"Authorization": {"Bearer " + alice.token}}, "")
+		if err == nil || resp == nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("WebSocket during the Redis outage: %v %+v, want 503 with Retry-After", err, resp)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("WebSocket refusal took %s", took)
+		}
 		f.redis.start()
 		eventually(t, 10*time.Second, "a run after Redis came back", func() bool {
 			return alice.do("POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), map[string]any{"code": "counter += 1"}, nil) == 200
