@@ -167,6 +167,11 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			reason = "The server shut down during the run, which was cut off; run it again."
 			err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
 		}
+		if res.Status != "" {
+			// The engine still reports what the run did (interrupted code keeps its
+			// state): record that, not a failure.
+			ex.Result, reason = res, ""
+		}
 		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
 			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
 		}
