@@ -3,8 +3,13 @@
 package sandchat
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 )
 
 // Error codes. Each maps to one HTTP status in frontend-api; adapters translate
@@ -25,8 +30,12 @@ const (
 type Error struct {
 	Code    string
 	Message string
-	// RetryAfter, when set on EBUSY, is the number of seconds a client should wait.
+	// RetryAfter, when set on EBUSY or EUNAVAILABLE, is the number of seconds a client
+	// should wait.
 	RetryAfter int
+	// Dependency names the part that is down on EUNAVAILABLE ("postgres", "redis",
+	// "sandbox"), so clients and operators see which one without reading logs.
+	Dependency string
 }
 
 func (e *Error) Error() string {
@@ -37,6 +46,70 @@ func (e *Error) Error() string {
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+// Dependencies an EUNAVAILABLE error can name.
+const (
+	DepPostgres = "postgres"
+	DepRedis    = "redis"
+)
+
+// Unavailable is the error for a dependency that cannot be reached: the caller should
+// retry after a few seconds, and is told which part is down.
+func Unavailable(dep string, cause error) *Error {
+	name := map[string]string{DepPostgres: "The database (Postgres)", DepRedis: "The event and session store (Redis)"}[dep]
+	if name == "" {
+		name = "A backing service"
+	}
+	return &Error{Code: EUNAVAILABLE, RetryAfter: 2, Dependency: dep,
+		Message: name + " is unavailable right now; nothing was lost, try again in a few seconds."}
+}
+
+// IsConnError reports whether err is a failure to reach a server (refused, reset,
+// closed, timed out) rather than an answer from it.
+func IsConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe), errors.As(err, &ne):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "connection reset", "broken pipe", "conn closed",
+		"closed pool", "connection pool timeout", "redis: client is closed", "i/o timeout", "no such host"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedisError translates a go-redis error at an adapter boundary: a Redis that cannot be
+// reached is EUNAVAILABLE naming Redis; anything else passes through.
+func RedisError(err error) error {
+	var e *Error
+	if err == nil || errors.As(err, &e) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if IsConnError(err) || errors.Is(err, context.DeadlineExceeded) || strings.HasPrefix(err.Error(), "LOADING") {
+		return &wrapped{app: Unavailable(DepRedis, err), cause: err}
+	}
+	return err
+}
+
+// wrapped keeps the driver error in the chain for logs while showing the app error.
+type wrapped struct {
+	app   *Error
+	cause error
+}
+
+func (w *wrapped) Error() string   { return w.app.Error() + ": " + w.cause.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.app, w.cause} }
 
 // ErrorCode returns the code of an application error in err's chain, EINTERNAL for any
 // other non-nil error and "" for nil.

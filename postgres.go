@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Querier is what the Postgres adapters need of a pool or a transaction.
@@ -21,9 +23,14 @@ type Querier interface {
 // invalid input, anything else passes through as internal.
 func PgError(err error, noun string) error {
 	var pgErr *pgconn.PgError
+	var appErr *Error
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &appErr):
+		return err
+	case pgUnreachable(err):
+		return &wrapped{app: Unavailable(DepPostgres, err), cause: err}
 	case errors.Is(err, pgx.ErrNoRows):
 		return Errorf(ENOTFOUND, "%s not found.", noun)
 	case errors.As(err, &pgErr):
@@ -34,6 +41,8 @@ func PgError(err error, noun string) error {
 			return Errorf(ECONFLICT, "The %s already exists.", noun)
 		case "23514", "22001": // check_violation, string_data_right_truncation
 			return Errorf(EINVALID, "Invalid %s.", noun)
+		case "22P05", "22021": // untranslatable_character (NUL), character_not_in_repertoire
+			return Errorf(EINVALID, "The %s contains a NUL character or invalid UTF-8.", noun)
 		}
 	}
 	return err
@@ -154,3 +163,91 @@ func lower(s string) string {
 	}
 	return string(b)
 }
+
+// pgUnreachable reports whether err means Postgres could not be reached or is shutting
+// down, as opposed to an answer about the query.
+func pgUnreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &pgErr):
+		c := pgErr.Code
+		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03" || c == "53300"
+	case errors.As(err, &ce), pgconn.Timeout(err), errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	return IsConnError(err)
+}
+
+// Pool is a pgx pool whose errors are translated at the boundary: a Postgres that
+// cannot be reached surfaces as EUNAVAILABLE naming Postgres, from every query, scan,
+// transaction and commit, so no caller has to remember to translate.
+type Pool struct{ P *pgxpool.Pool }
+
+// NewPool wraps p.
+func NewPool(p *pgxpool.Pool) *Pool { return &Pool{P: p} }
+
+func connErr(err error) error {
+	if err != nil && pgUnreachable(err) {
+		return PgError(err, "")
+	}
+	return err
+}
+
+func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := p.P.Exec(ctx, sql, args...)
+	return tag, connErr(err)
+}
+
+func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := p.P.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, connErr(err)
+	}
+	return rowsT{rows}, nil
+}
+
+func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return rowT{p.P.QueryRow(ctx, sql, args...)}
+}
+
+func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.P.Begin(ctx)
+	if err != nil {
+		return nil, connErr(err)
+	}
+	return txT{tx}, nil
+}
+
+func (p *Pool) Ping(ctx context.Context) error { return connErr(p.P.Ping(ctx)) }
+
+type rowT struct{ r pgx.Row }
+
+func (r rowT) Scan(dest ...any) error { return connErr(r.r.Scan(dest...)) }
+
+type rowsT struct{ pgx.Rows }
+
+func (r rowsT) Err() error { return connErr(r.Rows.Err()) }
+
+func (r rowsT) Scan(dest ...any) error { return connErr(r.Rows.Scan(dest...)) }
+
+type txT struct{ pgx.Tx }
+
+func (t txT) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.Tx.Exec(ctx, sql, args...)
+	return tag, connErr(err)
+}
+
+func (t txT) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := t.Tx.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, connErr(err)
+	}
+	return rowsT{rows}, nil
+}
+
+func (t txT) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return rowT{t.Tx.QueryRow(ctx, sql, args...)}
+}
+
+func (t txT) Commit(ctx context.Context) error { return connErr(t.Tx.Commit(ctx)) }

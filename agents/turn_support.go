@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/toolkits"
@@ -25,11 +26,18 @@ type streamer struct {
 	buf    strings.Builder
 	last   time.Time
 	err    error
+	sent   int  // bytes emitted so far
+	capped bool // the cap was reached and said so
 }
 
 const (
 	flushBytes = 512
 	flushEvery = 50 * time.Millisecond
+	// streamCap bounds what one stream (a run's output, a model's answer) sends as
+	// events: past it, clients get a marker and the full text over REST, so no frame
+	// and no socket queue is flooded by one chatty program.
+	streamCap    = 64 << 10
+	eventTextMax = 16 << 10
 )
 
 func (t *turnRun) stream(ctx context.Context, typ string, path []string, base map[string]any) *streamer {
@@ -45,9 +53,31 @@ func (s *streamer) addStream(stream, text string) {
 		s.flushLocked()
 	}
 	s.stream = stream
-	s.buf.WriteString(text)
-	if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
-		s.flushLocked()
+	if s.sent+s.buf.Len()+len(text) > streamCap {
+		if s.capped {
+			return
+		}
+		s.capped = true
+		text = "\n…[live output truncated; the full output is in the result]…\n"
+	}
+	// One event carries at most eventTextMax: a program printing a megabyte at once
+	// still makes small frames.
+	for len(text) > 0 {
+		n := min(len(text), eventTextMax-s.buf.Len())
+		for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		if n <= 0 && s.buf.Len() > 0 {
+			s.flushLocked()
+			continue
+		} else if n <= 0 {
+			n = min(len(text), eventTextMax) // not UTF-8 here: cut anywhere
+		}
+		s.buf.WriteString(text[:n])
+		text = text[n:]
+		if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
+			s.flushLocked()
+		}
 	}
 }
 
@@ -67,8 +97,9 @@ func (s *streamer) flushLocked() {
 	if s.stream != "" {
 		data["stream"] = s.stream
 	}
+	s.sent += s.buf.Len()
 	s.buf.Reset()
-	s.err = s.t.r.emit(s.ctx, s.t.convID, s.typ, s.path, data)
+	s.err = s.t.emit(s.ctx, s.typ, s.path, data)
 }
 
 // toolResult is the compact form of a tool's outcome given to the model.
@@ -104,6 +135,47 @@ func clip(s string) string {
 	return s[:modelHead] + "\n…[output truncated for the model]…\n" + s[len(s)-modelTail:]
 }
 
+// eventOutputMax bounds each text of a run in its tool.completed event; the event then
+// says so and where the whole run is.
+const eventOutputMax = 16 << 10
+
+func completedData(run toolkits.Run) map[string]any {
+	truncated := false
+	cut := func(s string) string {
+		if len(s) <= eventOutputMax {
+			return s
+		}
+		truncated = true
+		i := eventOutputMax
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		return s[:i] + "\n…[truncated]"
+	}
+	d := map[string]any{
+		"execution_id": run.ID, "status": run.Status, "stdout": cut(run.Stdout), "stderr": cut(run.Stderr),
+		"artifacts": run.Artifacts, "execution_ms": run.ExecutionMS, "session": run.Session,
+	}
+	if run.Result.Result != nil {
+		v := cut(*run.Result.Result)
+		d["result"] = &v
+	} else {
+		d["result"] = nil
+	}
+	if run.Error != nil {
+		e := *run.Error
+		e.Message, e.Traceback = cut(e.Message), cut(e.Traceback)
+		d["error"] = e
+	}
+	if run.Notice != "" {
+		d["notice"] = run.Notice
+	}
+	if truncated {
+		d["truncated"] = true
+	}
+	return d
+}
+
 func compactRun(run toolkits.Run) string {
 	r := toolResult{Status: run.Status, Stdout: clip(run.Stdout), Stderr: clip(run.Stderr)}
 	if run.Result.Result != nil {
@@ -116,7 +188,12 @@ func compactRun(run toolkits.Run) string {
 	for _, a := range run.Artifacts {
 		r.Artifacts = append(r.Artifacts, a.Name)
 	}
+	if run.Notice != "" {
+		r.Message = run.Notice
+	}
 	switch {
+	case run.Session.RestoredFrom == "replay":
+		r.Session = "The session's saved state was lost and was rebuilt by replaying its earlier successful runs."
 	case run.Session.Expired:
 		r.Session = "The previous session expired and this run started fresh: re-run earlier setup (imports, variables) if needed."
 	case run.Session.RestoredFrom == "fresh" && run.Session.Version <= 1:
@@ -169,36 +246,86 @@ func modelContext(history []conversations.Message) []ChatMessage {
 	return out
 }
 
-// Run keeps this node's running turns alive in the store and fails the turns of nodes
-// that died, until ctx ends.
+// Run keeps this node's running turns alive in the store, stops those it lost, and fails
+// the turns of nodes that died, until ctx ends.
 func (r *Runner) Run(ctx context.Context) {
 	if r.StaleAfter <= 0 {
 		r.StaleAfter = 30 * time.Second
 	}
-	heartbeat := time.NewTicker(r.StaleAfter / 3)
+	if r.NodeTTL <= 0 {
+		r.NodeTTL = 3 * time.Second
+	}
+	if r.QuietAfter <= 0 {
+		r.QuietAfter = r.NodeTTL + time.Second
+	}
+	if r.WriteRetry <= 0 {
+		r.WriteRetry = 15 * time.Second
+	}
+	if r.FinishRetry <= 0 {
+		r.FinishRetry = 10 * time.Minute
+	}
+	r.QuietAfter = min(r.QuietAfter, r.StaleAfter)
+	beat := min(time.Second, r.StaleAfter/3, r.NodeTTL/3)
+	heartbeat := time.NewTicker(beat)
 	defer heartbeat.Stop()
+	r.beat(ctx)
 	r.sweep(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-heartbeat.C:
-			r.mu.Lock()
-			ids := make([]int64, 0, len(r.running))
-			for id := range r.running {
-				ids = append(ids, id)
-			}
-			r.mu.Unlock()
-			if err := r.Store.Heartbeat(ctx, ids); err != nil && ctx.Err() == nil {
-				r.Log.Warn("turn heartbeat", "err", err)
-			}
+			r.beat(ctx)
 			r.sweep(ctx)
 		}
 	}
 }
 
+// beat renews this node's liveness key and its turns; a turn the store says this node
+// no longer runs is cancelled at once, so its code is interrupted.
+func (r *Runner) beat(ctx context.Context) {
+	if r.Nodes != nil {
+		if err := r.Nodes.Beat(ctx, r.NodeID, r.NodeTTL); err != nil && ctx.Err() == nil {
+			r.Log.Debug("node heartbeat", "err", err)
+		}
+	}
+	r.mu.Lock()
+	ids := make([]int64, 0, len(r.running))
+	for id := range r.running {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	lost, err := r.Store.Heartbeat(ctx, r.NodeID, ids)
+	if err != nil && ctx.Err() == nil {
+		r.Log.Warn("turn heartbeat", "err", err)
+	}
+	r.mu.Lock()
+	for _, id := range lost {
+		if t := r.running[id]; t != nil {
+			r.Log.Warn("turn ended elsewhere; stopping it here", "turn_id", id)
+			t.cancel(errFenced)
+		}
+	}
+	r.mu.Unlock()
+}
+
 func (r *Runner) sweep(ctx context.Context) {
-	evs, err := r.Store.FailStaleTurns(ctx, r.StaleAfter, "the server running this turn stopped (crash or restart); send the message again")
+	var dead []string
+	if r.Nodes != nil {
+		quiet, err := r.Store.QuietNodes(ctx, r.QuietAfter)
+		if err == nil && len(quiet) > 0 {
+			// Without Redis nobody is known dead: only the stale limit applies.
+			if alive, err := r.Nodes.Alive(ctx, quiet); err == nil {
+				for _, n := range quiet {
+					if !alive[n] && n != r.NodeID {
+						dead = append(dead, n)
+					}
+				}
+			}
+		}
+	}
+	evs, err := r.Store.FailStaleTurns(ctx, r.StaleAfter, r.QuietAfter, dead,
+		"the server running this turn stopped (crash, kill or restart); send the message again")
 	if err != nil && ctx.Err() == nil {
 		r.Log.Warn("fail stale turns", "err", err)
 	}
@@ -232,5 +359,6 @@ func (r *Runner) Shutdown(ctx context.Context) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
+		r.abandoned.Store(true)
 	}
 }

@@ -2,6 +2,8 @@ package agents
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -26,16 +29,27 @@ const DelegateTool = "delegate"
 type TurnStore interface {
 	FindConversationByID(ctx context.Context, id int64) (*conversations.Conversation, error)
 	ToolSettings(ctx context.Context, id int64) (conversations.ToolSettings, error)
-	StartTurn(ctx context.Context, convID int64, nodeID, content string) (conversations.Turn, conversations.Message, []conversations.Event, error)
+	StartTurn(ctx context.Context, convID int64, nodeID, owner, content string) (conversations.Turn, conversations.Message, []conversations.Event, error)
 	History(ctx context.Context, convID int64) ([]conversations.Message, error)
-	AddMessage(ctx context.Context, m conversations.Message) (conversations.Message, conversations.Event, error)
-	Emit(ctx context.Context, convID int64, typ string, agentPath []string, data any) (conversations.Event, error)
-	FinishTurn(ctx context.Context, convID, turnID int64, status, errText string) (*conversations.Event, error)
 	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
-	Heartbeat(ctx context.Context, turnIDs []int64) error
-	FailStaleTurns(ctx context.Context, staleAfter time.Duration, reason string) ([]conversations.Event, error)
-	StartHandoff(ctx context.Context, convID, turnID, from, to int64, path []string, task string) (int64, conversations.Event, error)
-	FinishHandoff(ctx context.Context, convID, turnID, id int64, path []string, status, result string) (conversations.Event, error)
+	// The writes of a turn are fenced: they fail with conversations.ErrFenced once the
+	// turn no longer runs for f.Owner.
+	AddMessage(ctx context.Context, f conversations.Fence, m conversations.Message) (conversations.Message, conversations.Event, error)
+	Emit(ctx context.Context, f conversations.Fence, convID int64, typ string, agentPath []string, data any) (conversations.Event, error)
+	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error)
+	StartHandoff(ctx context.Context, f conversations.Fence, convID, from, to int64, path []string, task string) (int64, conversations.Event, error)
+	FinishHandoff(ctx context.Context, f conversations.Fence, convID, id int64, path []string, status, result string) (conversations.Event, error)
+	// Heartbeat renews this node's turns and returns the ones it no longer runs.
+	Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost []int64, err error)
+	QuietNodes(ctx context.Context, quietAfter time.Duration) ([]string, error)
+	FailStaleTurns(ctx context.Context, staleAfter, quietAfter time.Duration, deadNodes []string, reason string) ([]conversations.Event, error)
+}
+
+// Nodes tells which nodes are alive: each renews a key with a short TTL, so a node that
+// was killed or paused is known dead within seconds, not after the stale limit.
+type Nodes interface {
+	Beat(ctx context.Context, nodeID string, ttl time.Duration) error
+	Alive(ctx context.Context, nodeIDs []string) (map[string]bool, error)
 }
 
 // AgentLoader reads agents without a permission check: the turn acts for a user who was
@@ -67,11 +81,21 @@ type Runner struct {
 	MaxSteps   int           // model calls per agent per turn
 	MaxDepth   int           // nesting of delegations
 	StaleAfter time.Duration // a running turn not renewed for this long is failed
+	// Nodes, when set, makes a dead node's turns fail once its liveness key expired
+	// (NodeTTL) and they went QuietAfter without renewal, long before StaleAfter.
+	Nodes       Nodes
+	NodeTTL     time.Duration
+	QuietAfter  time.Duration
+	WriteRetry  time.Duration // how long a turn's write is retried while Postgres is away
+	FinishRetry time.Duration // how long the end of a turn is retried
 
 	mu       sync.Mutex
 	running  map[int64]*activeTurn
 	closing  bool
 	finished sync.WaitGroup
+	// abandoned is set when shutdown stops waiting: retries give up, the store is
+	// about to close.
+	abandoned atomic.Bool
 }
 
 type activeTurn struct {
@@ -82,6 +106,7 @@ type activeTurn struct {
 var (
 	errCancelled = errors.New("cancelled by the user")
 	errShutdown  = errors.New("the server shut down during the turn")
+	errFenced    = errors.New("the turn was ended elsewhere while this server was not answering")
 )
 
 // Started is the answer to a new message.
@@ -112,7 +137,8 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 			return Started{}, err
 		}
 	}
-	turn, msg, evs, err := r.Store.StartTurn(ctx, convID, r.NodeID, content)
+	owner := ownerToken()
+	turn, msg, evs, err := r.Store.StartTurn(ctx, convID, r.NodeID, owner, content)
 	if err != nil {
 		return Started{}, err
 	}
@@ -127,7 +153,7 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 	r.running[turn.ID] = &activeTurn{convID: convID, cancel: cancel}
 	r.finished.Add(1)
 	r.mu.Unlock()
-	go r.run(tctx, convID, turn.ID)
+	go r.run(tctx, &turnRun{r: r, convID: convID, turnID: turn.ID, fence: conversations.Fence{TurnID: turn.ID, Owner: owner}, cancel: cancel})
 	return Started{Message: msg, TurnID: turn.ID}, nil
 }
 
@@ -171,36 +197,64 @@ func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
 	}
 }
 
-// emit stores and publishes an event; a turn whose events cannot be stored fails.
-func (r *Runner) emit(ctx context.Context, convID int64, typ string, path []string, data any) error {
-	ev, err := r.Store.Emit(context.WithoutCancel(ctx), convID, typ, path, data)
+// emit stores and publishes an event of the turn; a turn whose events cannot be stored
+// fails.
+func (t *turnRun) emit(ctx context.Context, typ string, path []string, data any) error {
+	var ev conversations.Event
+	err := t.write(ctx, func(wctx context.Context) (err error) {
+		ev, err = t.r.Store.Emit(wctx, t.fence, t.convID, typ, path, data)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	r.publish(ctx, ev)
+	t.r.publish(ctx, ev)
 	return nil
 }
 
-func (r *Runner) run(ctx context.Context, convID, turnID int64) {
+// write runs one fenced write of the turn. While Postgres is away it is retried for
+// WriteRetry, so a short outage costs a pause rather than the turn; a fenced write
+// stops the whole turn, whose work now belongs to nobody.
+func (t *turnRun) write(ctx context.Context, fn func(ctx context.Context) error) error {
+	wctx := context.WithoutCancel(ctx)
+	deadline := time.Now().Add(t.r.WriteRetry)
+	delay := 100 * time.Millisecond
+	for {
+		err := fn(wctx)
+		switch {
+		case errors.Is(err, conversations.ErrFenced):
+			t.cancel(errFenced)
+			return err
+		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil || t.r.abandoned.Load():
+			return err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (r *Runner) run(ctx context.Context, t *turnRun) {
 	defer r.finished.Done()
 	status, errText := conversations.TurnCompleted, ""
 	defer func() {
 		if p := recover(); p != nil {
-			r.Log.Error("turn panicked", "turn_id", turnID, "panic", p)
+			r.Log.Error("turn panicked", "turn_id", t.turnID, "panic", p)
 			status, errText = conversations.TurnFailed, "internal error"
 		}
-		r.mu.Lock()
-		delete(r.running, turnID)
-		r.mu.Unlock()
-		ev, err := r.Store.FinishTurn(context.WithoutCancel(ctx), convID, turnID, status, errText)
-		if err != nil {
-			r.Log.Error("finish turn", "turn_id", turnID, "err", err)
-		} else if ev != nil {
-			r.publish(ctx, *ev)
+		// The turn stays in running (and renewed) until its end is stored, so no other
+		// node fails it with a wrong reason meanwhile.
+		if status != "" {
+			r.finish(ctx, t, status, errText)
 		}
+		r.mu.Lock()
+		delete(r.running, t.turnID)
+		r.mu.Unlock()
 	}()
-	err := r.turn(ctx, convID, turnID)
+	err := t.turn(ctx)
 	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errFenced) || errors.Is(err, conversations.ErrFenced):
+		r.Log.Warn("turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
+		status = ""
 	case err == nil:
 	case errors.Is(cause, errCancelled):
 		status, errText = conversations.TurnCancelled, errCancelled.Error()
@@ -209,12 +263,37 @@ func (r *Runner) run(ctx context.Context, convID, turnID int64) {
 	default:
 		status, errText = conversations.TurnFailed, sandchat.ErrorMessage(err)
 		if sandchat.ErrorCode(err) == sandchat.EINTERNAL {
-			r.Log.Error("turn failed", "turn_id", turnID, "err", err)
+			r.Log.Error("turn failed", "turn_id", t.turnID, "err", err)
 		}
 	}
 }
 
-func (r *Runner) turn(ctx context.Context, convID, turnID int64) error {
+// finish stores the end of the turn, retrying while Postgres is away: a turn must not
+// stay running (and its conversation blocked) because of an outage it outlived.
+func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string) {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(r.FinishRetry)
+	delay := 100 * time.Millisecond
+	for {
+		ev, err := r.Store.FinishTurn(ctx, t.fence, t.convID, status, errText)
+		switch {
+		case err == nil:
+			r.publish(ctx, *ev)
+			return
+		case errors.Is(err, conversations.ErrFenced):
+			r.Log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
+			return
+		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || r.abandoned.Load():
+			r.Log.Error("finish turn", "turn_id", t.turnID, "err", err)
+			return
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (t *turnRun) turn(ctx context.Context) error {
+	r, convID := t.r, t.convID
 	ts, err := r.Store.ToolSettings(ctx, convID)
 	if err != nil {
 		return err
@@ -230,9 +309,14 @@ func (r *Runner) turn(ctx context.Context, convID, turnID int64) error {
 		return err
 	}
 	enabled := toolkits.Enabled(r.Catalogue.Resolve(ts.Overrides, ts.Agent))
-	t := &turnRun{r: r, convID: convID, turnID: turnID}
 	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), enabled, 0)
 	return err
+}
+
+func ownerToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // turnRun is one turn's state shared by the agents that take part in it.
@@ -240,6 +324,8 @@ type turnRun struct {
 	r      *Runner
 	convID int64
 	turnID int64
+	fence  conversations.Fence
+	cancel context.CancelCauseFunc
 }
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
@@ -280,15 +366,18 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		if len(comp.ToolCalls) == 0 {
 			calls = nil
 		}
-		stored, ev, err := r.Store.AddMessage(ctx, conversations.Message{
-			ConversationID: t.convID, TurnID: &t.turnID, Role: RoleAssistant, AgentID: agentID, AgentPath: path,
-			Content: comp.Content, ToolCalls: calls,
+		var ev conversations.Event
+		err = t.write(ctx, func(wctx context.Context) (err error) {
+			_, ev, err = r.Store.AddMessage(wctx, t.fence, conversations.Message{
+				ConversationID: t.convID, Role: RoleAssistant, AgentID: agentID, AgentPath: path,
+				Content: comp.Content, ToolCalls: calls,
+			})
+			return err
 		})
 		if err != nil {
 			return "", err
 		}
 		r.publish(ctx, ev)
-		_ = stored
 		msgs = append(msgs, ChatMessage{Role: RoleAssistant, Content: comp.Content, ToolCalls: comp.ToolCalls})
 		if len(comp.ToolCalls) == 0 {
 			return comp.Content, nil
@@ -300,9 +389,13 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 			if err := ctx.Err(); err != nil {
 				return "", context.Cause(ctx)
 			}
-			_, ev, err := r.Store.AddMessage(ctx, conversations.Message{
-				ConversationID: t.convID, TurnID: &t.turnID, Role: RoleTool, AgentID: agentID, AgentPath: path,
-				Content: content, ToolCallID: call.ID,
+			var ev conversations.Event
+			err := t.write(ctx, func(wctx context.Context) (err error) {
+				_, ev, err = r.Store.AddMessage(wctx, t.fence, conversations.Message{
+					ConversationID: t.convID, Role: RoleTool, AgentID: agentID, AgentPath: path,
+					Content: content, ToolCallID: call.ID,
+				})
+				return err
 			})
 			if err != nil {
 				return "", err
@@ -385,7 +478,7 @@ func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, ca
 		return refuse(`Arguments must be {"code": "<python>"}.`)
 	}
 	base := map[string]any{"turn_id": t.turnID, "tool_call_id": call.ID, "tool": call.Name}
-	if err := r.emit(ctx, t.convID, conversations.EventToolStarted, path, merge(base, map[string]any{"code": args.Code})); err != nil {
+	if err := t.emit(ctx, conversations.EventToolStarted, path, merge(base, map[string]any{"code": args.Code})); err != nil {
 		return refuse("The run could not be recorded: " + sandchat.ErrorMessage(err))
 	}
 	out := t.stream(ctx, conversations.EventToolOutput, path, base)
@@ -399,13 +492,10 @@ func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, ca
 	})
 	_ = out.flush()
 	if err != nil {
-		_ = r.emit(ctx, t.convID, conversations.EventToolCompleted, path, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
+		_ = t.emit(ctx, conversations.EventToolCompleted, path, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
 		return refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))
 	}
-	_ = r.emit(ctx, t.convID, conversations.EventToolCompleted, path, merge(base, map[string]any{
-		"execution_id": run.ID, "status": run.Status, "stdout": run.Stdout, "stderr": run.Stderr, "result": run.Result,
-		"error": run.Error, "artifacts": run.Artifacts, "execution_ms": run.ExecutionMS, "session": run.Session,
-	}))
+	_ = t.emit(ctx, conversations.EventToolCompleted, path, merge(base, completedData(run)))
 	return compactRun(run)
 }
 
@@ -424,7 +514,12 @@ func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, ca
 	}
 	child := children[i]
 	childPath := append(slices.Clone(path), child.Name)
-	id, ev, err := r.Store.StartHandoff(context.WithoutCancel(ctx), t.convID, t.turnID, parent.ID, child.ID, childPath, args.Task)
+	var id int64
+	var ev conversations.Event
+	err := t.write(ctx, func(wctx context.Context) (err error) {
+		id, ev, err = r.Store.StartHandoff(wctx, t.fence, t.convID, parent.ID, child.ID, childPath, args.Task)
+		return err
+	})
 	if err != nil {
 		return refuse("The handoff could not be recorded: " + sandchat.ErrorMessage(err))
 	}
@@ -437,7 +532,10 @@ func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, ca
 	if err != nil {
 		status, answer = "failed", sandchat.ErrorMessage(err)
 	}
-	if ev, ferr := r.Store.FinishHandoff(context.WithoutCancel(ctx), t.convID, t.turnID, id, childPath, status, answer); ferr == nil {
+	if ferr := t.write(ctx, func(wctx context.Context) (err error) {
+		ev, err = r.Store.FinishHandoff(wctx, t.fence, t.convID, id, childPath, status, answer)
+		return err
+	}); ferr == nil {
 		r.publish(ctx, ev)
 	}
 	raw, _ := json.Marshal(toolResult{Status: status, Agent: child.Name, Answer: answer})

@@ -3,6 +3,8 @@ package conversations
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/sandchat/sandchat"
 )
 
 // Message is one stored message of a conversation: the user's, an agent's, or a tool
@@ -52,3 +54,15 @@ const (
 	EventToolCompleted    = "tool.completed"
 	EventAgentHandoff     = "agent.handoff"
 )
+
+// Fence names the runner of a turn: every write of the turn checks, in the statement
+// that locks the turn's row, that the turn still runs and still belongs to Owner. A
+// runner that lost its turn (failed by another node while this one was paused) gets
+// ErrFenced and must stop.
+type Fence struct {
+	TurnID int64
+	Owner  string
+}
+
+// ErrFenced is the answer to a write of a turn that is no longer running for its writer.
+var ErrFenced = sandchat.Errorf(sandchat.ECONFLICT, "This turn is no longer running here: it was ended elsewhere (failed as stale, or cancelled).")

@@ -1,11 +1,13 @@
 package frontendapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/sandchat/sandchat"
 )
@@ -42,11 +44,14 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	Code   string `json:"code"`
+	// Dependency names what is down on a 503 (postgres, redis).
+	Dependency string `json:"dependency,omitempty"`
 }
 
 // errorHandler is the one place errors become responses. Application errors show their
 // message; anything else is logged here, once, and the client sees a generic message.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	err = lastResort(err)
 	code, msg := sandchat.ErrorCode(err), sandchat.ErrorMessage(err)
 	var fe *fiber.Error
 	if errors.As(err, &fe) {
@@ -60,14 +65,35 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		status = fe.Code // 405 and friends have no application code of their own
 	}
 	if code == sandchat.EINTERNAL {
-		s.log.ErrorContext(c.UserContext(), "request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		s.log.ErrorContext(c.UserContext(), "request failed", "method", utils.CopyString(c.Method()), "path", utils.CopyString(c.Path()), "err", err)
 	}
 	var ae *sandchat.Error
 	if errors.As(err, &ae) && ae.RetryAfter > 0 {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ae.RetryAfter))
 	}
+	dep := ""
+	if ae != nil {
+		dep = ae.Dependency
+	}
 	c.Set(fiber.HeaderContentType, "application/problem+json")
 	return c.Status(status).JSON(Problem{
 		Type: "urn:sandchat:problem:" + code, Title: http.StatusText(status), Status: status, Detail: msg, Code: code,
+		Dependency: dep,
 	}, "application/problem+json")
+}
+
+// lastResort keeps a known failure from becoming a 500 when an adapter let a driver
+// error through untranslated: a connection failure or a deadline is a 503 to retry.
+func lastResort(err error) error {
+	if sandchat.ErrorCode(err) != sandchat.EINTERNAL {
+		return err
+	}
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if sandchat.IsConnError(err) || errors.Is(err, context.DeadlineExceeded) {
+		return errors.Join(sandchat.Unavailable("", err), err)
+	}
+	return err
 }

@@ -102,8 +102,12 @@ func (h *Hub) confirmed(name string) {
 
 func (h *Hub) deliver(name string, payload []byte) {
 	var head struct {
-		ConversationID int64 `json:"conversation_id"`
-		Seq            int64 `json:"seq"`
+		Type           string `json:"type"`
+		ConversationID int64  `json:"conversation_id"`
+		Seq            int64  `json:"seq"`
+		Data           struct {
+			ConversationID int64 `json:"conversation_id"`
+		} `json:"data"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
 		h.metrics.dropped.Inc()
@@ -114,6 +118,12 @@ func (h *Hub) deliver(name string, payload []byte) {
 	defer h.mu.RUnlock()
 	c := h.channels[name]
 	if c == nil {
+		return
+	}
+	if head.Type == EventAccessRevoked && c.convID == 0 {
+		for cl := range c.clients {
+			cl.enqueue(outItem{op: opRevoke, conv: head.Data.ConversationID})
+		}
 		return
 	}
 	for cl := range c.clients {

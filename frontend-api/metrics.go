@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/utils"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -73,14 +74,30 @@ func (m *metrics) middleware(c *fiber.Ctx) error {
 		if fe, ok := err.(*fiber.Error); ok {
 			status = fe.Code
 		} else {
-			status = codeStatus[codeOf(err)]
+			status = codeStatus[codeOf(lastResort(err))]
 		}
 	}
-	route := c.Route().Path
-	m.requests.WithLabelValues(c.Method(), route, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(c.Method(), route).Observe(time.Since(start).Seconds())
+	// Labels outlive the request: Prometheus keeps them as map keys. Fiber's strings
+	// are views into fasthttp's reused buffers, so each is copied, and what a client
+	// chooses freely (path, method) is bounded so it cannot blow up the series count.
+	route := "unmatched"
+	if c.Locals(localUnmatched) == nil {
+		route = utils.CopyString(c.Route().Path)
+	}
+	method := "OTHER"
+	switch c.Method() {
+	case fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
+		fiber.MethodDelete, fiber.MethodOptions:
+		method = utils.CopyString(c.Method())
+	}
+	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
 	return err
 }
+
+// localUnmatched is set by the catch-all handler, whose route would otherwise label
+// every unknown path alike with "/" and hide that it matched nothing.
+const localUnmatched = "sandchat.unmatched"
 
 func (m *metrics) handler() fiber.Handler {
 	return adaptor.HTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -158,7 +159,8 @@ func (s *Server) putConversationTool(c *fiber.Ctx) error {
 	default:
 		return sandchat.Errorf(sandchat.EINVALID, `Body must be {"enabled": true|false|null} (null inherits from the agent).`)
 	}
-	st, err := s.Tools.SetConversationTool(c.UserContext(), id, c.Params("tool"), enabled)
+	// The id reaches events and logs: copy it out of fasthttp's reused buffer.
+	st, err := s.Tools.SetConversationTool(c.UserContext(), id, utils.CopyString(c.Params("tool")), enabled)
 	if err != nil {
 		return err
 	}
@@ -172,7 +174,9 @@ type memberService interface {
 	RemoveMember(ctx context.Context, id, userID int64) error
 }
 
-func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService) {
+// memberRoutes serves a resource's members; removed, when set, runs after a member was
+// removed.
+func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService, removed func(ctx context.Context, id, userID int64)) {
 	r.Get(path, func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")
 		if err != nil {
@@ -213,6 +217,9 @@ func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberServ
 		}
 		if err := svc().RemoveMember(c.UserContext(), id, userID); err != nil {
 			return err
+		}
+		if removed != nil {
+			removed(c.UserContext(), id, userID)
 		}
 		return c.SendStatus(fiber.StatusNoContent)
 	})

@@ -25,6 +25,7 @@ type FileStore interface {
 	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error)
 	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
 	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
+	Execution(ctx context.Context, convID, id int64) (pgstore.StoredExecution, error)
 }
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
@@ -35,6 +36,21 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		return c.JSON(s.SandboxStatus.Status(c.UserContext()))
 	})
 	v1.Post("/conversations/:id/sandbox/executions", s.execute)
+	v1.Get("/conversations/:id/sandbox/executions/:execution_id", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		execID, err := paramID(c, "execution_id")
+		if err != nil {
+			return err
+		}
+		ex, err := s.Files.Execution(c.UserContext(), id, execID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(ex)
+	})
 	v1.Get("/conversations/:id/sandbox/session", func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/valyala/fasthttp"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -61,6 +63,9 @@ type Server struct {
 	Messages      MessageStore
 }
 
+// headerTimeout bounds the wait for a request's headers.
+const headerTimeout = 5 * time.Second
+
 // New builds the app. Fields that hold services must be set before Serve.
 func New(cfg Config, log *slog.Logger) *Server {
 	if cfg.RequestTimeout == 0 {
@@ -77,10 +82,16 @@ func New(cfg Config, log *slog.Logger) *Server {
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
 		BodyLimit:             cfg.BodyLimit,
-		ReadTimeout:           time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		AppName:               "sandchat",
+		// Headers must arrive within a few seconds: fasthttp waits out the whole read
+		// timeout on some malformed headers (a line without a colon). The body then
+		// gets the minute an upload may need.
+		ReadTimeout: headerTimeout,
+		IdleTimeout: 2 * time.Minute,
+		AppName:     "sandchat",
 	})
+	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: time.Minute}
+	}
 	s.routes()
 	return s
 }
@@ -109,13 +120,13 @@ func (s *Server) routes() {
 	v1.Get("/agents/:id", s.getAgent)
 	v1.Put("/agents/:id", s.updateAgent)
 	v1.Delete("/agents/:id", s.deleteAgent)
-	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents })
+	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents }, nil)
 
 	v1.Post("/conversations", s.createConversation)
 	v1.Get("/conversations", s.listConversations)
 	v1.Get("/conversations/:id", s.getConversation)
 	v1.Delete("/conversations/:id", s.deleteConversation)
-	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations })
+	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations }, s.revokeSockets)
 	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
@@ -124,6 +135,7 @@ func (s *Server) routes() {
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {
+		c.Locals(localUnmatched, true)
 		return sandchat.Errorf(sandchat.ENOTFOUND, "No route for %s %s.", c.Method(), c.Path())
 	})
 }
@@ -215,5 +227,58 @@ func decode(c *fiber.Ctx, v any) error {
 	if dec.More() {
 		return sandchat.Errorf(sandchat.EINVALID, "Malformed JSON body: data after the JSON value.")
 	}
+	// Postgres text cannot hold NUL, and no name, title, prompt or message needs one:
+	// refuse it here, naming the field, instead of failing deep in a store.
+	if bytes.Contains(body, []byte(`\u0000`)) {
+		var doc any
+		if err := json.Unmarshal(body, &doc); err == nil {
+			if field, ok := nulField(doc, ""); ok {
+				return sandchat.Errorf(sandchat.EINVALID, "%s must not contain NUL characters (\\u0000).", field)
+			}
+		}
+	}
 	return nil
+}
+
+// nulField returns the path of the first string (or key) in v that holds a NUL.
+func nulField(v any, path string) (string, bool) {
+	name := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch x := v.(type) {
+	case string:
+		if path == "" {
+			path = "the body"
+		}
+		return path, strings.ContainsRune(x, 0)
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) {
+				return name(strings.ReplaceAll(k, "\x00", `\u0000`)), true
+			}
+			if f, ok := nulField(e, name(k)); ok {
+				return f, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if f, ok := nulField(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return f, true
+			}
+		}
+	}
+	return "", false
+}
+
+// revokeSockets tells every socket of a removed member, on every node, to stop
+// delivering the conversation. The removal is committed: if the publish fails, the
+// next replay of that socket is refused by the access check and stops it as well.
+func (s *Server) revokeSockets(ctx context.Context, convID, userID int64) {
+	data, _ := json.Marshal(map[string]int64{"conversation_id": convID})
+	if err := s.Tools.Events.PublishUser(ctx, userID, conversations.Event{Type: EventAccessRevoked, Data: data}); err != nil {
+		s.log.WarnContext(ctx, "publish access revocation", "conversation_id", convID, "user_id", userID, "err", err)
+	}
 }

@@ -3,6 +3,7 @@ package frontendapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -57,13 +58,21 @@ const (
 	closeSlow    = websocket.CloseTryAgainLater
 )
 
+// closeGrace is how long a closing socket still reads, waiting for the client's close.
+const closeGrace = time.Second
+
 const (
 	opFrame       = iota // a server frame, written as is
 	opEvent              // a conversation or user event from the bus
 	opSubscribe          // start delivering a conversation, replaying after since
 	opUnsubscribe        // stop delivering a conversation
 	opResync             // replay what may have been missed (the bus reconnected)
+	opRevoke             // the user lost access to a conversation
 )
+
+// EventAccessRevoked goes to a user's channel when they are removed from a
+// conversation: every socket of theirs drops its subscription to it.
+const EventAccessRevoked = "access.revoked"
 
 type outItem struct {
 	op      int
@@ -89,7 +98,9 @@ type client struct {
 	closeMsg  string
 	wake      chan struct{}
 
-	// Touched only by the reader.
+	// channels are the pub/sub channels this socket joined (under chMu: the reader
+	// adds and removes them, the writer drops one on revocation).
+	chMu     sync.Mutex
 	channels []string
 	// Touched only by the writer: per conversation, whether events flow and the last
 	// seq written.
@@ -111,6 +122,11 @@ func (cl *client) enqueue(it outItem) {
 		cl.closeCode, cl.closeMsg = closeSlow, "client too slow, reconnect with since"
 		cl.hub.metrics.slowClosed.Inc()
 		cl.cancel()
+		// The writer may be stuck in a write to a client that stopped reading: give
+		// that write a second, then the writer says 1013 and closes the connection.
+		if conn := cl.conn; conn != nil {
+			go func() { _ = conn.NetConn().SetWriteDeadline(time.Now().Add(time.Second)) }()
+		}
 		return
 	}
 	cl.queue = append(cl.queue, it)
@@ -145,7 +161,9 @@ func (cl *client) errorFrame(conv int64, err error) {
 func (s *Server) websocket() fiber.Handler {
 	upgrade := websocket.New(func(conn *websocket.Conn) {
 		cl := conn.Locals("client").(*client)
+		cl.mu.Lock()
 		cl.conn = conn
+		cl.mu.Unlock()
 		cl.run()
 	}, websocket.Config{Origins: []string{"*"}, ReadBufferSize: 4096, WriteBufferSize: 4096})
 	return func(c *fiber.Ctx) error {
@@ -163,7 +181,8 @@ func (s *Server) websocket() fiber.Handler {
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
 			cancel()
-			return sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again.")
+			// Joining fails only when Redis does not confirm the subscription.
+			return errors.Join(sandchat.Unavailable(sandchat.DepRedis, err), err)
 		}
 		cl.channels = append(cl.channels, h.bus.UserChannel(user.ID))
 		c.Locals("client", cl)
@@ -181,7 +200,11 @@ func (cl *client) run() {
 	h.add(cl)
 	h.metrics.clients.Inc()
 	defer func() {
-		for _, name := range cl.channels {
+		cl.chMu.Lock()
+		names := cl.channels
+		cl.channels = nil
+		cl.chMu.Unlock()
+		for _, name := range names {
 			h.leave(cl, name)
 		}
 		h.remove(cl)
@@ -225,10 +248,7 @@ func (cl *client) readLoop() {
 		case "subscribe":
 			cl.subscribe(f)
 		case "unsubscribe":
-			name := cl.hub.bus.ConversationChannel(f.ConversationID)
-			if i := slices.Index(cl.channels, name); i >= 0 {
-				cl.channels = slices.Delete(cl.channels, i, i+1)
-				cl.hub.leave(cl, name)
+			if cl.dropChannel(f.ConversationID) {
 				cl.enqueue(outItem{op: opUnsubscribe, conv: f.ConversationID})
 			}
 		default:
@@ -237,13 +257,38 @@ func (cl *client) readLoop() {
 	}
 }
 
+// dropChannel leaves a conversation's channel if this socket joined it.
+func (cl *client) dropChannel(conv int64) bool {
+	name := cl.hub.bus.ConversationChannel(conv)
+	cl.chMu.Lock()
+	i := slices.Index(cl.channels, name)
+	if i >= 0 {
+		cl.channels = slices.Delete(cl.channels, i, i+1)
+	}
+	cl.chMu.Unlock()
+	if i < 0 {
+		return false
+	}
+	cl.hub.leave(cl, name)
+	return true
+}
+
+func (cl *client) hasChannel(name string) bool {
+	cl.chMu.Lock()
+	defer cl.chMu.Unlock()
+	return slices.Contains(cl.channels, name)
+}
+
 func (cl *client) subscribe(f clientFrame) {
 	name := cl.hub.bus.ConversationChannel(f.ConversationID)
-	if slices.Contains(cl.channels, name) {
+	if cl.hasChannel(name) {
 		cl.enqueue(outItem{op: opSubscribe, conv: f.ConversationID, since: f.Since})
 		return
 	}
-	if len(cl.channels) > cl.hub.cfg.MaxSubscriptions {
+	cl.chMu.Lock()
+	n := len(cl.channels)
+	cl.chMu.Unlock()
+	if n > cl.hub.cfg.MaxSubscriptions {
 		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EINVALID, "At most %d subscriptions per socket.", cl.hub.cfg.MaxSubscriptions))
 		return
 	}
@@ -254,10 +299,12 @@ func (cl *client) subscribe(f clientFrame) {
 		return
 	}
 	if err := cl.hub.join(ctx, cl, name, f.ConversationID); err != nil {
-		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EUNAVAILABLE, "Event bus unavailable; try again."))
+		cl.errorFrame(f.ConversationID, sandchat.Unavailable(sandchat.DepRedis, err))
 		return
 	}
+	cl.chMu.Lock()
 	cl.channels = append(cl.channels, name)
+	cl.chMu.Unlock()
 	cl.enqueue(outItem{op: opSubscribe, conv: f.ConversationID, since: f.Since})
 }
 
@@ -274,8 +321,18 @@ func (cl *client) writeLoop() {
 			if code == 0 {
 				code, msg = websocket.CloseNormalClosure, ""
 			}
-			_ = cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
-			_ = cl.conn.Close()
+			err := cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
+			// fasthttp ignores Close on a hijacked connection (its wrapper's Close is a
+			// no-op too): a read deadline ends the reader, however often the client
+			// pings, and fasthttp closes the socket when the handler returns. After a
+			// close frame went out the reader gets a moment for the client's answer:
+			// a socket closed with unread input is reset, and the reset would destroy
+			// the close frame before the client reads it.
+			deadline := time.Now()
+			if err == nil {
+				deadline = deadline.Add(closeGrace)
+			}
+			_ = cl.conn.NetConn().SetReadDeadline(deadline)
 			return
 		case <-ping.C:
 			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
@@ -287,6 +344,9 @@ func (cl *client) writeLoop() {
 			cl.queue, cl.queued = nil, 0
 			cl.mu.Unlock()
 			for _, it := range items {
+				if cl.ctx.Err() != nil {
+					break
+				}
 				if err := cl.handle(it); err != nil {
 					cl.cancel()
 					break
@@ -297,6 +357,9 @@ func (cl *client) writeLoop() {
 }
 
 func (cl *client) write(payload []byte) error {
+	if err := cl.ctx.Err(); err != nil {
+		return err // closing: the close frame goes next, nothing else
+	}
 	_ = cl.conn.SetWriteDeadline(time.Now().Add(cl.hub.cfg.WriteTimeout))
 	return cl.conn.WriteMessage(websocket.TextMessage, payload)
 }
@@ -340,6 +403,15 @@ func (cl *client) handle(it outItem) error {
 		return cl.replay(it.conv, st, true)
 	case opUnsubscribe:
 		delete(cl.convs, it.conv)
+	case opRevoke:
+		// The user lost access: stop delivering at once and leave the channel.
+		_, delivering := cl.convs[it.conv]
+		joined := cl.dropChannel(it.conv)
+		if !delivering && !joined {
+			return nil
+		}
+		delete(cl.convs, it.conv)
+		cl.errorFrame(it.conv, sandchat.Errorf(sandchat.ENOTFOUND, "You no longer have access to this conversation; it was unsubscribed."))
 	case opResync:
 		if st := cl.convs[it.conv]; st != nil && st.active {
 			return cl.replay(it.conv, st, false)
@@ -362,6 +434,9 @@ func (cl *client) replay(conv int64, st *convState, announce bool) error {
 	for {
 		evs, recovered, err := cl.hub.events.EventsSince(cl.ctx, conv, st.last, cl.hub.cfg.ReplayPage)
 		if err != nil {
+			if c := sandchat.ErrorCode(err); c == sandchat.ENOTFOUND || c == sandchat.EFORBIDDEN {
+				st.active = false // access is gone: live events must stop too
+			}
 			cl.errorFrame(conv, err)
 			return nil
 		}

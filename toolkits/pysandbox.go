@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -42,10 +45,26 @@ type FileRef struct {
 // ExecutionStore records runs with their artifacts and hands the conversation's
 // uploads to the sandbox.
 type ExecutionStore interface {
-	// RecordExecution stores the run and its artifacts in one transaction.
-	RecordExecution(ctx context.Context, ex Execution) (id int64, artifacts []FileRef, err error)
+	// BeginExecution records a run as pending, before it starts.
+	BeginExecution(ctx context.Context, ex Execution) (id int64, err error)
+	// FinishExecution stores the outcome and artifacts of a pending run in one
+	// transaction; failure set marks a run the engine could not complete. Retrying it
+	// after an error is safe.
+	FinishExecution(ctx context.Context, id int64, ex Execution, failure string) ([]FileRef, error)
+	// SessionRuns returns a session's finished runs since its last reset, oldest first.
+	SessionRuns(ctx context.Context, convID int64, key string) ([]SessionRun, error)
+	// RecordReset notes a reset of the session.
+	RecordReset(ctx context.Context, convID int64, key string) error
 	// DataFiles returns the conversation's uploads, for /data.
 	DataFiles(ctx context.Context, convID int64) ([]sandbox.File, error)
+}
+
+// SessionRun is one finished run of a session, as replay sees it.
+type SessionRun struct {
+	Code       string
+	Status     string
+	StartedAt  time.Time
+	FinishedAt time.Time
 }
 
 // Limiter admits or refuses an action of the user in ctx (per-user rate limits).
@@ -63,7 +82,19 @@ type Sandbox struct {
 	// PerAgentSessions gives each agent of a swarm its own interpreter in a
 	// conversation; by default they share the conversation's.
 	PerAgentSessions bool
+	// SessionTTL is how long the engine keeps an idle session; replay never revives a
+	// session that had expired (zero: no expiry).
+	SessionTTL time.Duration
+	Log        *slog.Logger
+
+	background sync.WaitGroup
+	closing    atomic.Bool
+	abandoned  atomic.Bool // the process is going away: background writes give up
 }
+
+// Shutdown marks the server as stopping: a run the engine fails from now on was cut
+// off by the shutdown, and is reported so rather than as an engine failure.
+func (s *Sandbox) Shutdown() { s.closing.Store(true) }
 
 // RunRequest is one run. AgentID is the agent whose settings allow it (nil for a
 // conversation without one); TurnID ties it to an assistant turn.
@@ -81,6 +112,9 @@ type Run struct {
 	ID int64 `json:"id"`
 	sandbox.Result
 	Artifacts []FileRef `json:"artifacts"`
+	// Notice tells the caller something it must know about the record of the run (it
+	// ran, but its audit row is still being written).
+	Notice string `json:"notice,omitempty"`
 }
 
 // SessionKey is the interpreter a run uses: the conversation's, or with per-agent
@@ -95,7 +129,16 @@ func (s *Sandbox) SessionKey(convID int64, agentID *int64) string {
 
 // Execute runs code. The caller has checked that the sandbox is on for the agent; the
 // user in ctx is charged against the execution rate limit.
+//
+// The run is recorded as pending before it starts, so Postgres being down refuses the
+// run (503) instead of running it unrecorded; after the run its outcome is written
+// with retries. A run whose session state advanced is never reported as failed: if
+// its outcome cannot be written yet, the caller gets the result with a notice, and the
+// write goes on in the background.
 func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
+	if s.Engine == nil {
+		return Run{}, errNoEngine
+	}
 	if s.Limiter != nil {
 		if err := s.Limiter.Allow(ctx, "executions"); err != nil {
 			return Run{}, err
@@ -106,21 +149,151 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		return Run{}, err
 	}
 	key := s.SessionKey(req.ConversationID, req.AgentID)
-	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput})
+	ex := Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
+	id, err := s.Store.BeginExecution(ctx, ex)
 	if err != nil {
 		return Run{}, err
 	}
-	// Recording must not be lost to a client that went away mid-run.
-	id, files, err := s.Store.RecordExecution(context.WithoutCancel(ctx), Execution{
-		ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code, Result: res,
-	})
+	// The record must not be lost to a client that went away mid-run.
+	wctx := context.WithoutCancel(ctx)
+	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput,
+		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
 	if err != nil {
-		return Run{}, fmt.Errorf("record execution: %w", err)
+		reason := sandchat.ErrorMessage(err)
+		switch {
+		case ctx.Err() != nil:
+			reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
+		case s.closing.Load():
+			reason = "The server shut down during the run, which was cut off; run it again."
+			err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
+		}
+		if res.Status != "" {
+			// The engine still reports what the run did (interrupted code keeps its
+			// state): record that, not a failure.
+			ex.Result, reason = res, ""
+		}
+		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
+			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
+		}
+		return Run{}, err
+	}
+	ex.Result = res
+	files, err := s.finish(wctx, id, ex, "")
+	if err != nil {
+		run := Run{ID: id, Result: res, Artifacts: make([]FileRef, 0, len(res.Artifacts)),
+			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
+				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
+		for _, a := range res.Artifacts {
+			run.Artifacts = append(run.Artifacts, FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
+		}
+		s.finishLater(wctx, id, ex)
+		return run, nil
 	}
 	if files == nil {
 		files = []FileRef{}
 	}
 	return Run{ID: id, Result: res, Artifacts: files}, nil
+}
+
+var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")
+
+// finishRetries is how the outcome of a run is written: a Postgres restart takes a few
+// seconds, the caller waits that long, then gets the result with a notice.
+var finishRetries = []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond, time.Second, 2 * time.Second}
+
+func (s *Sandbox) finish(ctx context.Context, id int64, ex Execution, failure string) ([]FileRef, error) {
+	var err error
+	for _, d := range finishRetries {
+		time.Sleep(d)
+		var files []FileRef
+		if files, err = s.Store.FinishExecution(ctx, id, ex, failure); err == nil {
+			return files, nil
+		}
+		if sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// finishLater keeps writing a run's outcome until it is stored (or for an hour, after
+// which the row stays pending and the logs say which one).
+func (s *Sandbox) finishLater(ctx context.Context, id int64, ex Execution) {
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		deadline := time.Now().Add(time.Hour)
+		for time.Now().Before(deadline) && !s.abandoned.Load() {
+			time.Sleep(2 * time.Second)
+			_, err := s.Store.FinishExecution(ctx, id, ex, "")
+			if err == nil {
+				s.log().InfoContext(ctx, "execution recorded after retries", "execution_id", id)
+				return
+			}
+			if sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE {
+				s.log().ErrorContext(ctx, "record execution", "execution_id", id, "err", err)
+				return
+			}
+		}
+		s.log().ErrorContext(ctx, "execution left pending: its outcome could not be written", "execution_id", id)
+	}()
+}
+
+// Wait returns when the background writes of run outcomes are done, or when ctx ends:
+// then they give up (the store is about to close) and the logs name the runs left
+// pending.
+func (s *Sandbox) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.background.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.abandoned.Store(true)
+	}
+}
+
+func (s *Sandbox) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// History is the code of the session's successful runs, oldest first, since it was last
+// reset: what the engine replays to rebuild a session whose state Redis lost. A
+// session that had expired (no run for longer than the session TTL) is not revived:
+// history starts after the last such gap, and is empty if the session is expired now.
+func (s *Sandbox) History(ctx context.Context, convID int64, key string) ([]string, error) {
+	runs, err := s.Store.SessionRuns(ctx, convID, key)
+	if err != nil {
+		return nil, err
+	}
+	return replayable(runs, s.SessionTTL, time.Now()), nil
+}
+
+func replayable(runs []SessionRun, ttl time.Duration, now time.Time) []string {
+	if len(runs) == 0 {
+		return nil
+	}
+	from := 0
+	if ttl > 0 {
+		if now.Sub(runs[len(runs)-1].FinishedAt) > ttl {
+			return nil
+		}
+		for i := len(runs) - 1; i > 0; i-- {
+			if runs[i].StartedAt.Sub(runs[i-1].FinishedAt) > ttl {
+				from = i
+				break
+			}
+		}
+	}
+	var code []string
+	for _, r := range runs[from:] {
+		if r.Status == sandbox.StatusSuccess {
+			code = append(code, r.Code)
+		}
+	}
+	return code
 }
 
 // ExecuteDirect is the REST path: the caller must be able to edit the conversation and
@@ -135,6 +308,9 @@ func (s *Sandbox) ExecuteDirect(ctx context.Context, convID int64, code string, 
 
 // Session describes the conversation's interpreter (view access).
 func (s *Sandbox) Session(ctx context.Context, convID int64) (sandbox.SessionInfo, error) {
+	if s.Engine == nil {
+		return sandbox.SessionInfo{}, errNoEngine
+	}
 	ts, err := s.Tools.Conversations.ToolSettings(ctx, convID)
 	if err != nil {
 		return sandbox.SessionInfo{}, err
@@ -142,13 +318,21 @@ func (s *Sandbox) Session(ctx context.Context, convID int64) (sandbox.SessionInf
 	return s.Engine.Session(ctx, s.SessionKey(convID, ts.Conversation.AgentID))
 }
 
-// Reset forgets the conversation's interpreter state (edit access).
+// Reset forgets the conversation's interpreter state (edit access). The reset is
+// recorded first, so a replay after it can never bring back what came before.
 func (s *Sandbox) Reset(ctx context.Context, convID int64) error {
+	if s.Engine == nil {
+		return errNoEngine
+	}
 	ts, err := s.requireEdit(ctx, convID)
 	if err != nil {
 		return err
 	}
-	return s.Engine.Reset(ctx, s.SessionKey(convID, ts.Conversation.AgentID))
+	key := s.SessionKey(convID, ts.Conversation.AgentID)
+	if err := s.Store.RecordReset(ctx, convID, key); err != nil {
+		return err
+	}
+	return s.Engine.Reset(ctx, key)
 }
 
 func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (conversations.ToolSettings, error) {

@@ -14,13 +14,13 @@ var agentShare = sandchat.Shared{Noun: "Agent", Table: "agents", MemberTable: "a
 
 // Agents implements agents.Service.
 type Agents struct {
-	db        *pgxpool.Pool
+	db        *sandchat.Pool
 	knownTool func(string) bool
 }
 
 // NewAgents returns the agent store; knownTool validates internal_tools keys.
 func NewAgents(db *pgxpool.Pool, knownTool func(string) bool) *Agents {
-	return &Agents{db: db, knownTool: knownTool}
+	return &Agents{db: sandchat.NewPool(db), knownTool: knownTool}
 }
 
 var _ agents.Service = (*Agents)(nil)

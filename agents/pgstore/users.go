@@ -17,10 +17,10 @@ import (
 const tokenPrefix = "sct_"
 
 // Users implements sandchat.UserService.
-type Users struct{ db *pgxpool.Pool }
+type Users struct{ db *sandchat.Pool }
 
 // NewUsers returns the user store.
-func NewUsers(db *pgxpool.Pool) *Users { return &Users{db: db} }
+func NewUsers(db *pgxpool.Pool) *Users { return &Users{db: sandchat.NewPool(db)} }
 
 var _ sandchat.UserService = (*Users)(nil)
 

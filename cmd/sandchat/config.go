@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/toolkits"
 )
 
 // Config is the whole process configuration. Every field has a flag and a SANDCHAT_*
@@ -60,17 +62,21 @@ func env(name, def string) string {
 	return def
 }
 
-// envInt reads an integer variable; a malformed one becomes -1, which validation refuses.
-func envInt(name string, def int) int {
-	v, ok := os.LookupEnv("SANDCHAT_" + name)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
+// intSetting is an integer flag and variable kept as text until validation, so a bad
+// value is reported as written, not as a number it was turned into.
+type intSetting struct {
+	name string
+	dst  *int
+	raw  string
+}
+
+func (v *intSetting) parse() error {
+	n, err := strconv.Atoi(strings.TrimSpace(v.raw))
 	if err != nil {
-		return -1
+		return fmt.Errorf("SANDCHAT_%s: %q is not a whole number", v.name, v.raw)
 	}
-	return n
+	*v.dst = n
+	return nil
 }
 
 // list is a comma-separated flag value.
@@ -90,9 +96,10 @@ func (l *list) Set(v string) error {
 // durationEnv parses a duration variable now, so a bad one stops the process with its
 // name in the message.
 type durationEnv struct {
-	name string
-	dst  *time.Duration
-	raw  string
+	name     string
+	dst      *time.Duration
+	raw      string
+	min, max time.Duration
 }
 
 // bind registers the flags every subcommand that talks to the stores shares.
@@ -122,19 +129,32 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 	disabled := list{}
 	_ = disabled.Set(env("TOOLS_DISABLED", ""))
 	fs.Var(&disabled, "tools-disabled", "comma-separated internal tool ids switched off for the whole deployment (SANDCHAT_TOOLS_DISABLED)")
-	fs.IntVar(&c.WSQueueBytes, "ws-queue-bytes", envInt("WS_QUEUE_BYTES", 4<<20), "bytes that may wait to be written to one WebSocket before it is dropped as too slow (SANDCHAT_WS_QUEUE_BYTES)")
-	fs.IntVar(&c.RateMessages, "rate-messages", envInt("RATE_MESSAGES", 30), "messages one user may send per minute; 0: unlimited (SANDCHAT_RATE_MESSAGES)")
-	fs.IntVar(&c.RateExecutions, "rate-executions", envInt("RATE_EXECUTIONS", 120), "sandbox runs one user may start per minute; 0: unlimited (SANDCHAT_RATE_EXECUTIONS)")
+	ints := []*intSetting{
+		{name: "WS_QUEUE_BYTES", dst: &c.WSQueueBytes, raw: env("WS_QUEUE_BYTES", strconv.Itoa(4<<20))},
+		{name: "RATE_MESSAGES", dst: &c.RateMessages, raw: env("RATE_MESSAGES", "30")},
+		{name: "RATE_EXECUTIONS", dst: &c.RateExecutions, raw: env("RATE_EXECUTIONS", "120")},
+		{name: "LLM_MAX_RETRIES", dst: &c.LLM.MaxRetries, raw: env("LLM_MAX_RETRIES", "2")},
+	}
+	intHelp := map[string]string{
+		"WS_QUEUE_BYTES":  "bytes that may wait to be written to one WebSocket before it is dropped as too slow",
+		"RATE_MESSAGES":   "messages one user may send per minute; 0: unlimited",
+		"RATE_EXECUTIONS": "sandbox runs one user may start per minute; 0: unlimited",
+		"LLM_MAX_RETRIES": "retries on 429/5xx",
+	}
+	for _, v := range ints {
+		fs.StringVar(&v.raw, flagName(v.name), v.raw, fmt.Sprintf("%s (SANDCHAT_%s)", intHelp[v.name], v.name))
+	}
 	fs.StringVar(&c.LLM.Provider, "llm-provider", env("LLM_PROVIDER", "builtin"), "builtin (offline) or openai: the model of agents that name none (SANDCHAT_LLM_PROVIDER)")
 	fs.StringVar(&c.LLM.BaseURL, "llm-base-url", env("LLM_BASE_URL", "https://api.openai.com/v1"), "OpenAI-compatible Chat Completions base URL (SANDCHAT_LLM_BASE_URL)")
 	c.LLM.APIKey = env("LLM_API_KEY", "") // from the environment only: flags show in ps
 	fs.StringVar(&c.LLM.Model, "llm-model", env("LLM_MODEL", "gpt-4o-mini"), "default model for the openai provider (SANDCHAT_LLM_MODEL)")
-	fs.IntVar(&c.LLM.MaxRetries, "llm-max-retries", envInt("LLM_MAX_RETRIES", 2), "retries on 429/5xx (SANDCHAT_LLM_MAX_RETRIES)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("ADMIN_TOKEN_FILE", ""), "print a working admin token at start, keeping it in this file (SANDCHAT_ADMIN_TOKEN_FILE)")
+	// Bounds: events must outlive a reconnect; a turn is renewed every second, so a
+	// stale limit of a few seconds is the least that does not fail live turns.
 	durations := []*durationEnv{
-		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h")},
-		{name: "SHUTDOWN_TIMEOUT", dst: &c.ShutdownTimeout, raw: env("SHUTDOWN_TIMEOUT", "15s")},
-		{name: "TURN_STALE_AFTER", dst: &c.TurnStaleAfter, raw: env("TURN_STALE_AFTER", "30s")},
+		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h"), min: time.Minute, max: 365 * 24 * time.Hour},
+		{name: "SHUTDOWN_TIMEOUT", dst: &c.ShutdownTimeout, raw: env("SHUTDOWN_TIMEOUT", "15s"), min: time.Second, max: time.Hour},
+		{name: "TURN_STALE_AFTER", dst: &c.TurnStaleAfter, raw: env("TURN_STALE_AFTER", "30s"), min: 5 * time.Second, max: 24 * time.Hour},
 	}
 	for _, d := range durations {
 		flagName := strings.ReplaceAll(strings.ToLower(d.name), "_", "-")
@@ -142,12 +162,26 @@ func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
 	}
 	return func() error {
 		c.AllowedOrigins, c.ToolsDisabled = origins, disabled
+		for _, v := range ints {
+			if err := v.parse(); err != nil {
+				return err
+			}
+		}
 		for _, d := range durations {
-			v, err := time.ParseDuration(d.raw)
+			v, err := time.ParseDuration(strings.TrimSpace(d.raw))
 			if err != nil || v <= 0 {
 				return fmt.Errorf("SANDCHAT_%s: %q is not a positive duration (e.g. 30s, 24h)", d.name, d.raw)
 			}
+			if v < d.min || v > d.max {
+				return fmt.Errorf("SANDCHAT_%s: %s is out of range (%s to %s)", d.name, v, d.min, d.max)
+			}
 			*d.dst = v
+		}
+		known := toolkits.NewCatalogue(nil, nil)
+		for _, id := range c.ToolsDisabled {
+			if !known.Has(id) {
+				return fmt.Errorf("SANDCHAT_TOOLS_DISABLED: %q is not an internal tool id (%s, %s)", id, toolkits.PyodideSandbox, toolkits.SwarmMode)
+			}
 		}
 		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 			return fmt.Errorf("SANDCHAT_ADDR: %q is not host:port", c.Addr)
@@ -186,6 +220,11 @@ func (c *Config) validate() error {
 	}
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		return fmt.Errorf("SANDCHAT_REDIS_URL: %v", err)
+	}
+	// Every key and channel lives under the prefix; an empty one would mix this
+	// deployment's state with anything else in the Redis.
+	if strings.TrimSpace(c.RedisPrefix) == "" {
+		return fmt.Errorf("SANDCHAT_REDIS_PREFIX: must not be empty (e.g. sandchat:)")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -215,6 +215,9 @@ type Main struct {
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
+	// SandboxEngine, when set before Run, is the engine behind the sandbox tool instead
+	// of sandbox.Engine (fault tests script the engine's side of the contract).
+	SandboxEngine toolkits.Engine
 
 	ln        net.Listener
 	served    chan error
@@ -303,7 +306,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}
 	srv.Files = m.Store
-	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions}
+	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
+		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Log: m.Log.With("component", "executions")}
 	limits := func() sandbox.StatusLimits {
 		c := cfg.Sandbox.Engine
 		return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
@@ -312,11 +316,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		srv.Sandbox.Engine = m.Engine
 		srv.SandboxStatus = m.Engine
 	}
+	if m.SandboxEngine != nil {
+		srv.Sandbox.Engine = m.SandboxEngine
+	}
 	m.Runner = &agents.Runner{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue, Sandbox: srv.Sandbox, Limits: limits,
 		Packages:  toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine)),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+		Nodes: redisbus.NewNodes(rdb, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
+		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
 	}
 	srv.Turns, srv.Messages = m.Runner, m.Store
 	go m.Runner.Run(bg)
@@ -397,11 +406,26 @@ func (m *Main) close() error {
 		m.cancel()
 	}
 	if m.HTTP != nil && m.ln != nil {
-		errs = append(errs, m.HTTP.Shutdown(ctx))
+		// Reaching the deadline with requests still running is what the deadline is
+		// for, not a failure of the shutdown: those requests are cut off and said so.
+		if err := m.HTTP.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			errs = append(errs, err)
+		} else if err != nil {
+			m.Log.Warn("shutdown deadline reached; cutting off the requests still running", "timeout", timeout)
+		}
 		<-m.served
+	}
+	if m.HTTP != nil && m.HTTP.Sandbox != nil {
+		m.HTTP.Sandbox.Shutdown() // runs cut off from now on are reported as such
 	}
 	if m.Runner != nil {
 		m.Runner.Shutdown(ctx) // running turns reach their end, or are failed at the deadline
+	}
+	if m.HTTP != nil && m.HTTP.Sandbox != nil {
+		// Outcomes of runs still being written get a last chance before the pool goes.
+		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.HTTP.Sandbox.Wait(wctx)
+		wcancel()
 	}
 	if m.Hub != nil {
 		m.Hub.Wait(ctx) // sockets leave their channels before Redis goes

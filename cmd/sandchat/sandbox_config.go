@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -140,8 +141,8 @@ func envBool(name string, def bool) bool {
 }
 
 // parseSize reads "1048576", "512MiB", "64KiB" or "2GiB".
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+func parseSize(raw string) (int64, error) {
+	s := strings.TrimSpace(raw)
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -154,7 +155,10 @@ func parseSize(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB or GiB)", s)
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB or GiB)", raw)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", raw)
 	}
 	return n * mult, nil
 }

@@ -187,7 +187,7 @@ func TestTurnsOpenAI(t *testing.T) {
 			t.Fatalf("final answer stored as %+v", last)
 		}
 
-		rows, err := m.DB.Query(context.Background(), `select code, status, stdout from executions
+		rows, err := m.DB.Query(context.Background(), `select convert_from(code, 'UTF8'), status, convert_from(stdout, 'UTF8') from executions
 			where conversation_id = $1 and turn_id = $2 order by id`, conv, turn)
 		if err != nil {
 			t.Fatal(err)

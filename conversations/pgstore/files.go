@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -23,40 +24,188 @@ const (
 
 var _ toolkits.ExecutionStore = (*Store)(nil)
 
-func (s *Store) RecordExecution(ctx context.Context, ex toolkits.Execution) (int64, []toolkits.FileRef, error) {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer tx.Rollback(ctx)
-	var errJSON []byte
-	if ex.Result.Error != nil {
-		if errJSON, err = json.Marshal(ex.Result.Error); err != nil {
-			return 0, nil, err
-		}
-	}
-	r := ex.Result
+// BeginExecution records a run as pending before it starts: whatever happens to the
+// run afterwards, its row exists, so a run that advanced the session is never unaudited.
+func (s *Store) BeginExecution(ctx context.Context, ex toolkits.Execution) (int64, error) {
 	var id int64
-	err = tx.QueryRow(ctx, `insert into executions (conversation_id, turn_id, user_id, agent_id, session_key, code,
-		status, stdout, stderr, result, error, execution_ms, session_version, restored_from)
-		values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) returning id`,
-		ex.ConversationID, ex.TurnID, nullID(sandchat.UserIDFromContext(ctx)), ex.AgentID, ex.SessionKey, clean(ex.Code),
-		r.Status, clean(r.Stdout), clean(r.Stderr), cleanPtr(r.Result), errJSON, r.ExecutionMS, r.Session.Version, r.Session.RestoredFrom).Scan(&id)
+	err := s.db.QueryRow(ctx, `insert into executions (conversation_id, turn_id, user_id, agent_id, session_key, code, status)
+		values ($1, $2, $3, $4, $5, $6, 'pending') returning id`,
+		ex.ConversationID, ex.TurnID, nullID(sandchat.UserIDFromContext(ctx)), ex.AgentID, ex.SessionKey, []byte(ex.Code)).Scan(&id)
+	return id, sandchat.PgError(err, "execution")
+}
+
+// FinishExecution completes a pending run with its outcome and artifacts in one
+// transaction. It is safe to retry: once the row is finished, a retry returns the
+// artifacts already stored. failure, when set, marks a run the engine could not
+// complete (status "failed") and says why.
+func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execution, failure string) ([]toolkits.FileRef, error) {
+	r := ex.Result
+	status := r.Status
+	var errJSON []byte
+	var err error
+	switch {
+	case failure != "":
+		status = "failed"
+		errJSON, err = json.Marshal(sandbox.ExecError{Type: "SandboxError", Message: failure})
+	case r.Error != nil:
+		errJSON, err = json.Marshal(r.Error)
+	}
 	if err != nil {
-		return 0, nil, sandchat.PgError(err, "execution")
+		return nil, err
 	}
-	refs := make([]toolkits.FileRef, 0, len(r.Artifacts))
-	for _, a := range r.Artifacts {
-		ref := toolkits.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))}
-		err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
-			values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
-			ex.ConversationID, id, a.Name, a.ContentType, ref.Size, a.Data, nullID(sandchat.UserIDFromContext(ctx))).Scan(&ref.ID)
+	var result []byte
+	if r.Result != nil {
+		result = []byte(*r.Result)
+	}
+	uid := nullID(sandchat.UserIDFromContext(ctx))
+	var refs []toolkits.FileRef
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
+			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
+			where id = $1 and status = 'pending'`,
+			id, status, []byte(r.Stdout), []byte(r.Stderr), result, errJSON, r.ExecutionMS, r.Session.Version, nullText(r.Session.RestoredFrom))
 		if err != nil {
-			return 0, nil, sandchat.PgError(err, "file")
+			return sandchat.PgError(err, "execution")
 		}
-		refs = append(refs, ref)
+		if tag.RowsAffected() == 0 {
+			// Finished by an earlier attempt whose commit we did not hear about.
+			rows, err := tx.Query(ctx, `select id, name, content_type, size from files where execution_id = $1 order by id`, id)
+			if err != nil {
+				return err
+			}
+			refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.FileRef, error) {
+				var f toolkits.FileRef
+				return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size)
+			})
+			return err
+		}
+		refs = make([]toolkits.FileRef, 0, len(r.Artifacts))
+		for _, a := range r.Artifacts {
+			ref := toolkits.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
+			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
+				values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
+				ex.ConversationID, id, ref.Name, clean(ref.ContentType), ref.Size, a.Data, uid).Scan(&ref.ID)
+			if err != nil {
+				return sandchat.PgError(err, "file")
+			}
+			refs = append(refs, ref)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return id, refs, tx.Commit(ctx)
+	return refs, nil
+}
+
+// ArtifactName makes a path from the sandbox storable as a file name: valid UTF-8, no
+// NUL, at most 255 characters. A longer path keeps its start and its extension with a
+// marker between, so the record is kept and the name still says what it was.
+func ArtifactName(name string) string {
+	name = clean(name)
+	if name == "" {
+		return "unnamed"
+	}
+	const max = 255
+	runes := []rune(name)
+	if len(runes) <= max {
+		return name
+	}
+	ext := []rune(path.Ext(name))
+	if len(ext) > 16 {
+		ext = nil
+	}
+	const mark = "…"
+	keep := max - len(ext) - 1
+	return string(runes[:keep]) + mark + string(ext)
+}
+
+// SessionRuns returns the finished runs of a session since it was last reset, oldest
+// first: what rebuilding the session by replay needs.
+func (s *Store) SessionRuns(ctx context.Context, convID int64, key string) ([]toolkits.SessionRun, error) {
+	rows, err := s.db.Query(ctx, `select code, status, created_at, coalesce(finished_at, created_at) from executions
+		where conversation_id = $1 and session_key = $2 and status <> 'pending'
+		and id > coalesce((select max(after_execution_id) from sandbox_resets where conversation_id = $1 and session_key = $2), 0)
+		order by id`, convID, key)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.SessionRun, error) {
+		var sr toolkits.SessionRun
+		var code []byte
+		err := r.Scan(&code, &sr.Status, &sr.StartedAt, &sr.FinishedAt)
+		sr.Code = string(code)
+		return sr, err
+	})
+}
+
+// RecordReset notes that a session was reset, so replay never goes past it.
+func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error {
+	_, err := s.db.Exec(ctx, `insert into sandbox_resets (conversation_id, session_key, after_execution_id, user_id)
+		values ($1, $2, coalesce((select max(id) from executions where conversation_id = $1 and session_key = $2), 0), $3)`,
+		convID, key, nullID(sandchat.UserIDFromContext(ctx)))
+	return sandchat.PgError(err, "session reset")
+}
+
+// StoredExecution is a run as recorded, with its whole output.
+type StoredExecution struct {
+	ID             int64              `json:"id"`
+	ConversationID int64              `json:"conversation_id"`
+	TurnID         *int64             `json:"turn_id,omitempty"`
+	Status         string             `json:"status"`
+	Code           string             `json:"code"`
+	Stdout         string             `json:"stdout"`
+	Stderr         string             `json:"stderr"`
+	Result         *string            `json:"result"`
+	Error          json.RawMessage    `json:"error,omitempty"`
+	ExecutionMS    int64              `json:"execution_ms"`
+	SessionVersion *int64             `json:"session_version,omitempty"`
+	RestoredFrom   *string            `json:"restored_from,omitempty"`
+	Artifacts      []toolkits.FileRef `json:"artifacts"`
+	CreatedAt      time.Time          `json:"created_at"`
+	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+}
+
+// Execution returns one recorded run of a conversation the caller may view: where
+// clients get the full output that events carry truncated.
+func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecution, error) {
+	var e StoredExecution
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return e, err
+	}
+	var code, stdout, stderr, result []byte
+	var errJSON []byte
+	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, status, code, stdout, stderr, result, error, execution_ms,
+		session_version, restored_from, created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
+		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
+			&e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt)
+	if err != nil {
+		return e, sandchat.PgError(err, "Execution")
+	}
+	e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
+	if result != nil {
+		r := string(result)
+		e.Result = &r
+	}
+	if errJSON != nil {
+		e.Error = errJSON
+	}
+	rows, err := s.db.Query(ctx, `select id, name, content_type, size from files where execution_id = $1 order by id`, id)
+	if err != nil {
+		return e, err
+	}
+	e.Artifacts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.FileRef, error) {
+		var f toolkits.FileRef
+		return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size)
+	})
+	return e, err
+}
+
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // DataFiles returns the newest upload of each name; no permission check, since the
@@ -164,12 +313,4 @@ func nullID(id int64) *int64 {
 func clean(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
-func cleanPtr(s *string) *string {
-	if s == nil {
-		return nil
-	}
-	c := clean(*s)
-	return &c
 }

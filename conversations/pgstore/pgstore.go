@@ -20,14 +20,14 @@ var agentShare = sandchat.Shared{Noun: "Agent", Table: "agents", MemberTable: "a
 
 // Store implements conversations.Service.
 type Store struct {
-	db *pgxpool.Pool
+	db *sandchat.Pool
 	// retention is how long events are kept for replay.
 	retention time.Duration
 }
 
 // New returns the store; events older than retention are pruned by Prune.
 func New(db *pgxpool.Pool, retention time.Duration) *Store {
-	return &Store{db: db, retention: retention}
+	return &Store{db: sandchat.NewPool(db), retention: retention}
 }
 
 var _ conversations.Service = (*Store)(nil)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +55,7 @@ func eventData(v any) json.RawMessage {
 
 // StartTurn stores the user's message and a running turn with their events. It needs
 // edit access; a conversation with a running turn refuses a second one (409).
-func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, content string) (conversations.Turn, conversations.Message, []conversations.Event, error) {
+func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, content string) (conversations.Turn, conversations.Message, []conversations.Event, error) {
 	var turn conversations.Turn
 	var msg conversations.Message
 	var evs []conversations.Event
@@ -61,8 +63,8 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, content str
 		if _, err := findConversation(ctx, tx, convID, sandchat.Editors...); err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id) values ($1, $2, $3)
-			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID).
+		err := tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id, owner) values ($1, $2, $3, $4)
+			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID, owner).
 			Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
@@ -104,9 +106,23 @@ func (s *Store) Messages(ctx context.Context, convID int64) ([]conversations.Mes
 	return s.History(ctx, convID)
 }
 
-// AddMessage stores an assistant or tool message with its event (message.completed for
-// an assistant's, message.created for a tool result's).
-func (s *Store) AddMessage(ctx context.Context, m conversations.Message) (conversations.Message, conversations.Event, error) {
+// fence locks the turn's row and checks in that same statement that the turn still runs
+// and belongs to f.Owner, for the rest of the transaction: a turn failed by another
+// node cannot be written to by the runner that lost it.
+func fence(ctx context.Context, tx pgx.Tx, f conversations.Fence) error {
+	tag, err := tx.Exec(ctx, `update turns set heartbeat_at = now() where id = $1 and status = 'running' and owner = $2`, f.TurnID, f.Owner)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return conversations.ErrFenced
+	}
+	return nil
+}
+
+// AddMessage stores an assistant or tool message of a turn with its event
+// (message.completed for an assistant's, message.created for a tool result's).
+func (s *Store) AddMessage(ctx context.Context, f conversations.Fence, m conversations.Message) (conversations.Message, conversations.Event, error) {
 	var ev conversations.Event
 	var calls []byte
 	if len(m.ToolCalls) > 0 {
@@ -119,7 +135,11 @@ func (s *Store) AddMessage(ctx context.Context, m conversations.Message) (conver
 	if m.AgentPath == nil {
 		m.AgentPath = []string{}
 	}
+	m.TurnID = &f.TurnID
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, f); err != nil {
+			return err
+		}
 		stored, err := scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, agent_id, agent_path, content, tool_calls, tool_call_id)
 			values ($1, $2, $3, $4, $5, $6, $7, $8) returning `+msgColumns,
 			m.ConversationID, m.TurnID, m.Role, m.AgentID, m.AgentPath, clean(m.Content), calls, toolCallID))
@@ -137,10 +157,13 @@ func (s *Store) AddMessage(ctx context.Context, m conversations.Message) (conver
 	return m, ev, err
 }
 
-// Emit stores an event that carries no row of its own (deltas, tool progress).
-func (s *Store) Emit(ctx context.Context, convID int64, typ string, agentPath []string, data any) (conversations.Event, error) {
+// Emit stores an event of a turn that carries no row of its own (deltas, tool progress).
+func (s *Store) Emit(ctx context.Context, f conversations.Fence, convID int64, typ string, agentPath []string, data any) (conversations.Event, error) {
 	var ev conversations.Event
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, f); err != nil {
+			return err
+		}
 		var err error
 		ev, err = AppendEvent(ctx, tx, convID, typ, agentPath, eventData(data))
 		return err
@@ -148,18 +171,28 @@ func (s *Store) Emit(ctx context.Context, convID int64, typ string, agentPath []
 	return ev, err
 }
 
-// FinishTurn ends a running turn with its event; a turn already ended stays as it is
-// and no event is written.
-func (s *Store) FinishTurn(ctx context.Context, convID, turnID int64, status, errText string) (*conversations.Event, error) {
+// FinishTurn ends the turn with its event, if it still runs for f.Owner; otherwise
+// nothing is written and the answer is ErrFenced.
+func (s *Store) FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error) {
+	return s.endTurn(ctx, convID, f.TurnID, status, errText, `owner = $5`, f.Owner)
+}
+
+// endTurn ends a running turn whose row also matches cond (with its argument as $5),
+// checked in the statement that ends it, and writes its event.
+func (s *Store) endTurn(ctx context.Context, convID, turnID int64, status, errText, cond string, arg any) (*conversations.Event, error) {
 	var out *conversations.Event
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var msg *string
 		if errText != "" {
 			msg = &errText
 		}
-		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now() where id = $1 and status = 'running'`, turnID, status, msg)
-		if err != nil || tag.RowsAffected() == 0 {
+		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now()
+			where id = $1 and conversation_id = $4 and status = 'running' and `+cond, turnID, status, msg, convID, arg)
+		if err != nil {
 			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return conversations.ErrFenced
 		}
 		typ := conversations.EventTurnCompleted
 		if status != conversations.TurnCompleted {
@@ -187,47 +220,107 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 	return t, sandchat.PgError(err, "Turn")
 }
 
-// Heartbeat renews this node's running turns.
-func (s *Store) Heartbeat(ctx context.Context, turnIDs []int64) error {
+// Heartbeat renews this node's running turns and returns those it no longer runs
+// (failed by another node, e.g. while this one was paused): their runners must stop.
+func (s *Store) Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost []int64, err error) {
 	if len(turnIDs) == 0 {
-		return nil
+		return nil, nil
 	}
-	_, err := s.db.Exec(ctx, `update turns set heartbeat_at = now() where id = any($1) and status = 'running'`, turnIDs)
-	return err
-}
-
-// FailStaleTurns fails running turns whose node stopped renewing them (it crashed or was
-// killed), with their events.
-func (s *Store) FailStaleTurns(ctx context.Context, staleAfter time.Duration, reason string) ([]conversations.Event, error) {
-	rows, err := s.db.Query(ctx, `select id, conversation_id from turns where status = 'running'
-		and heartbeat_at < now() - make_interval(secs => $1)`, staleAfter.Seconds())
+	rows, err := s.db.Query(ctx, `update turns set heartbeat_at = now() where id = any($1) and node_id = $2 and status = 'running' returning id`, turnIDs, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	type stale struct{ id, conv int64 }
-	var list []stale
-	var st stale
-	if _, err := pgx.ForEachRow(rows, []any{&st.id, &st.conv}, func() error { list = append(list, st); return nil }); err != nil {
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range turnIDs {
+		if !slices.Contains(renewed, id) {
+			lost = append(lost, id)
+		}
+	}
+	return lost, nil
+}
+
+// QuietNodes returns the nodes with running turns not renewed for quietAfter: the ones
+// whose liveness is worth checking.
+func (s *Store) QuietNodes(ctx context.Context, quietAfter time.Duration) ([]string, error) {
+	rows, err := s.db.Query(ctx, `select distinct node_id from turns where status = 'running'
+		and heartbeat_at < now() - make_interval(secs => $1)`, quietAfter.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// FailStaleTurns fails, with their events, the running turns not renewed for
+// staleAfter, and those of deadNodes (known dead) not renewed for quietAfter. The
+// staleness is checked again in the statement that fails each turn, so a turn renewed
+// meanwhile goes on.
+func (s *Store) FailStaleTurns(ctx context.Context, staleAfter, quietAfter time.Duration, deadNodes []string, reason string) ([]conversations.Event, error) {
+	if deadNodes == nil {
+		deadNodes = []string{}
+	}
+	rows, err := s.db.Query(ctx, `select id, conversation_id from turns where status = 'running' and `+staleCond(1),
+		staleAfter.Seconds(), quietAfter.Seconds(), deadNodes)
+	if err != nil {
+		return nil, err
+	}
+	type turn struct{ id, conv int64 }
+	var list []turn
+	var t turn
+	if _, err := pgx.ForEachRow(rows, []any{&t.id, &t.conv}, func() error { list = append(list, t); return nil }); err != nil {
 		return nil, err
 	}
 	var evs []conversations.Event
 	for _, t := range list {
-		ev, err := s.FinishTurn(ctx, t.conv, t.id, conversations.TurnFailed, reason)
-		if err != nil {
+		ev, err := s.failStale(ctx, t.conv, t.id, reason, staleAfter, quietAfter, deadNodes)
+		if errors.Is(err, conversations.ErrFenced) {
+			continue
+		} else if err != nil {
 			return evs, err
 		}
-		if ev != nil {
-			evs = append(evs, *ev)
-		}
+		evs = append(evs, *ev)
 	}
 	return evs, nil
 }
 
+// staleCond is the staleness test with its three arguments (stale seconds, quiet
+// seconds, dead nodes) numbered from first.
+func staleCond(first int) string {
+	return fmt.Sprintf(`(heartbeat_at < now() - make_interval(secs => $%d)
+		or (node_id = any($%d) and heartbeat_at < now() - make_interval(secs => $%d)))`, first, first+2, first+1)
+}
+
+func (s *Store) failStale(ctx context.Context, convID, turnID int64, reason string, staleAfter, quietAfter time.Duration, dead []string) (*conversations.Event, error) {
+	var out *conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now()
+			where id = $1 and conversation_id = $4 and status = 'running' and `+staleCond(5),
+			turnID, conversations.TurnFailed, reason, convID, staleAfter.Seconds(), quietAfter.Seconds(), dead)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return conversations.ErrFenced
+		}
+		ev, err := AppendEvent(ctx, tx, convID, conversations.EventTurnFailed, nil,
+			eventData(map[string]any{"turn_id": turnID, "status": conversations.TurnFailed, "error": reason}))
+		out = &ev
+		return err
+	})
+	return out, err
+}
+
 // StartHandoff records a delegation to a child agent with its agent.handoff event.
-func (s *Store) StartHandoff(ctx context.Context, convID, turnID int64, from, to int64, path []string, task string) (int64, conversations.Event, error) {
+func (s *Store) StartHandoff(ctx context.Context, f conversations.Fence, convID int64, from, to int64, path []string, task string) (int64, conversations.Event, error) {
 	var id int64
 	var ev conversations.Event
+	turnID := f.TurnID
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, f); err != nil {
+			return err
+		}
 		if err := tx.QueryRow(ctx, `insert into handoffs (conversation_id, turn_id, from_agent_id, to_agent_id, agent_path, task)
 			values ($1, $2, $3, $4, $5, $6) returning id`, convID, turnID, from, to, path, clean(task)).Scan(&id); err != nil {
 			return err
@@ -241,9 +334,13 @@ func (s *Store) StartHandoff(ctx context.Context, convID, turnID int64, from, to
 }
 
 // FinishHandoff records the child's answer (or failure) with its event.
-func (s *Store) FinishHandoff(ctx context.Context, convID, turnID, id int64, path []string, status, result string) (conversations.Event, error) {
+func (s *Store) FinishHandoff(ctx context.Context, f conversations.Fence, convID, id int64, path []string, status, result string) (conversations.Event, error) {
 	var ev conversations.Event
+	turnID := f.TurnID
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, f); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `update handoffs set status = $2, result = $3, finished_at = now() where id = $1`, id, status, clean(result)); err != nil {
 			return err
 		}

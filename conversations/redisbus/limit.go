@@ -39,7 +39,7 @@ func (l *Limiter) Allow(ctx context.Context, action string) error {
 	incr := pipe.Incr(ctx, key)
 	pipe.Expire(ctx, key, 2*time.Minute)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return err
+		return sandchat.RedisError(err)
 	}
 	if n := incr.Val(); n > int64(limit) {
 		retry := int((window+1)*60 - now.Unix())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 )
 
@@ -48,7 +49,7 @@ func (b *Bus) publish(ctx context.Context, channel string, ev conversations.Even
 	if err != nil {
 		return err
 	}
-	return b.rdb.Publish(ctx, channel, payload).Err()
+	return sandchat.RedisError(b.rdb.Publish(ctx, channel, payload).Err())
 }
 
 // PubSub opens a subscription with no channels yet; the caller adds and removes them as
@@ -59,7 +60,7 @@ func (b *Bus) cancelChannel() string { return b.prefix + "turns:cancel" }
 
 // PublishCancel asks every node to cancel a turn; the one that runs it does.
 func (b *Bus) PublishCancel(ctx context.Context, turnID int64) error {
-	return b.rdb.Publish(ctx, b.cancelChannel(), strconv.FormatInt(turnID, 10)).Err()
+	return sandchat.RedisError(b.rdb.Publish(ctx, b.cancelChannel(), strconv.FormatInt(turnID, 10)).Err())
 }
 
 // ListenCancels calls fn with every cancelled turn id until ctx ends.
