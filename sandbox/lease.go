@@ -90,5 +90,6 @@ func (e *Engine) redisErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return fmt.Errorf("sandbox state store: %w", err)
+	// A Redis that cannot be reached is a 503 naming Redis, with Retry-After.
+	return sandchat.RedisError(fmt.Errorf("sandbox state store: %w", err))
 }

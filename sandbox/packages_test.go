@@ -51,6 +51,12 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 func packageMirror(t *testing.T, pyodideDir string) string {
 	t.Helper()
 	dir := t.TempDir()
+	// Session processes run as an unprivileged user: the mirror must be readable to it.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	wheel := buildWheel(t, "sandchat_demo", "1.0", map[string]string{
 		"sandchat_demo/__init__.py": "def greet(who):\n    return 'hello ' + who + ' from a wheel'\n",
 	})

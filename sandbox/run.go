@@ -479,7 +479,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 		// from the last state that was saved.
 		e.dropLive(key, lv, "its state could not be saved")
 		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
-		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run starts from version %d.", lv.version)
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
 	e.mu.Lock()
 	lv.version, lv.mode = v, mode

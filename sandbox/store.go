@@ -230,7 +230,9 @@ func (s *store) reset(ctx context.Context, session string) error {
 
 // ---- leases: one run at a time per session, across nodes ----
 
-const leaseTTL = 15 * time.Second
+// leaseTTL is how long a node that died keeps a session's lease: a live node renews it
+// every third of it, so a dead one's run is taken over in seconds.
+const leaseTTL = 4 * time.Second
 
 var renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -99,6 +100,36 @@ func TestSandboxAPI(t *testing.T) {
 		r := alice.run(conv, "1/0")
 		if r.Status != "error" || r.Error == nil || r.Error.Type != "ZeroDivisionError" || !strings.Contains(r.Error.Traceback, "ZeroDivisionError") {
 			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("concurrent uploads cannot pass the conversation's quota", func(t *testing.T) {
+		quotaConv := alice.createConversation(agent.ID)
+		// 8 uploads of 9 MiB at once against a 64 MiB total: at most 7 fit.
+		big := strings.Repeat("x", 9<<20)
+		codes := make([]int, 8)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() { codes[i] = alice.upload(quotaConv, fmt.Sprintf("part-%d.bin", i), big) })
+		}
+		wg.Wait()
+		ok := 0
+		for _, c := range codes {
+			switch c {
+			case 201:
+				ok++
+			case 413:
+			default:
+				t.Fatalf("upload status %d", c)
+			}
+		}
+		var files []struct{ Size int64 }
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", quotaConv), nil, &files)
+		var total int64
+		for _, f := range files {
+			total += f.Size
+		}
+		if ok != 7 || total > 64<<20 {
+			t.Fatalf("%d uploads accepted, %d bytes stored (codes %v)", ok, total, codes)
 		}
 	})
 	t.Run("uploads are read-only under /data", func(t *testing.T) {

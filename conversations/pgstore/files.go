@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path"
 	"strings"
 	"time"
@@ -20,6 +21,9 @@ import (
 const (
 	MaxUploadBytes       = 10 << 20
 	MaxConversationBytes = 64 << 20
+	// MaxArtifactBytes bounds what a conversation's runs may store as artifacts; past it
+	// a run's files are not kept, and its stderr says so.
+	MaxArtifactBytes = 256 << 20
 )
 
 var _ toolkits.ExecutionStore = (*Store)(nil)
@@ -60,10 +64,14 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 	uid := nullID(sandchat.UserIDFromContext(ctx))
 	var refs []toolkits.FileRef
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr)
+		if err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
 			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
 			where id = $1 and status = 'pending'`,
-			id, status, []byte(r.Stdout), []byte(r.Stderr), result, errJSON, r.ExecutionMS, r.Session.Version, nullText(r.Session.RestoredFrom))
+			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, r.Session.Version, nullText(r.Session.RestoredFrom))
 		if err != nil {
 			return sandchat.PgError(err, "execution")
 		}
@@ -79,8 +87,8 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 			})
 			return err
 		}
-		refs = make([]toolkits.FileRef, 0, len(r.Artifacts))
-		for _, a := range r.Artifacts {
+		refs = make([]toolkits.FileRef, 0, len(keep))
+		for _, a := range keep {
 			ref := toolkits.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
 			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
 				values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
@@ -222,6 +230,46 @@ func (s *Store) DataFiles(ctx context.Context, convID int64) ([]sandbox.File, er
 	})
 }
 
+// lockTotal locks a conversation's row and then sums the size of its files from source:
+// the sum is a statement of its own, so it sees what a transaction that held the lock
+// before committed (one statement's snapshot would not), and concurrent writers cannot
+// both pass a quota.
+func lockTotal(ctx context.Context, tx pgx.Tx, convID int64, source string) (int64, error) {
+	if _, err := tx.Exec(ctx, `select 1 from conversations where id = $1 for update`, convID); err != nil {
+		return 0, sandchat.PgError(err, "conversation")
+	}
+	var total int64
+	err := tx.QueryRow(ctx, `select coalesce(sum(size), 0) from files where conversation_id = $1 and source = $2`, convID, source).Scan(&total)
+	return total, sandchat.PgError(err, "files")
+}
+
+// capArtifacts keeps the artifacts that fit under the conversation's total and says in
+// stderr which did not.
+func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.Artifact, stderr string) ([]sandbox.Artifact, string, error) {
+	if len(arts) == 0 {
+		return arts, stderr, nil
+	}
+	total, err := lockTotal(ctx, tx, convID, "artifact")
+	if err != nil {
+		return nil, stderr, err
+	}
+	var keep []sandbox.Artifact
+	var dropped []string
+	for _, a := range arts {
+		if total+int64(len(a.Data)) > MaxArtifactBytes {
+			dropped = append(dropped, a.Name)
+			continue
+		}
+		total += int64(len(a.Data))
+		keep = append(keep, a)
+	}
+	if len(dropped) > 0 {
+		stderr += fmt.Sprintf("[sandbox] files not kept: the conversation's files from runs would pass %d MiB (delete some to make room): %s\n",
+			MaxArtifactBytes>>20, strings.Join(dropped, ", "))
+	}
+	return keep, stderr, nil
+}
+
 // UploadFile stores a file for /data; editors only.
 func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error) {
 	name = path.Base(strings.ReplaceAll(strings.TrimSpace(name), "\\", "/"))
@@ -242,14 +290,13 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	if _, err := share.Authorize(ctx, tx, convID, sandchat.Editors...); err != nil {
 		return toolkits.FileRef{}, err
 	}
-	// Lock the conversation so two uploads cannot both pass the total.
-	var total int64
-	if err := tx.QueryRow(ctx, `select coalesce((select sum(size) from files where conversation_id = $1 and source = 'upload'), 0)
-		from conversations where id = $1 for update`, convID).Scan(&total); err != nil {
+	total, err := lockTotal(ctx, tx, convID, "upload")
+	if err != nil {
 		return toolkits.FileRef{}, err
 	}
 	if total+int64(len(data)) > MaxConversationBytes {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "A conversation's uploads may total at most %d MiB.", MaxConversationBytes>>20)
+		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "This file is %.1f MiB and the conversation's uploads already take %.1f MiB of their %d MiB.",
+			float64(len(data))/(1<<20), float64(total)/(1<<20), MaxConversationBytes>>20)
 	}
 	ref := toolkits.FileRef{Name: name, ContentType: contentType, Size: int64(len(data))}
 	err = tx.QueryRow(ctx, `insert into files (conversation_id, source, name, content_type, size, data, created_by)
