@@ -38,11 +38,15 @@ RUN --mount=type=cache,target=/root/.npm \
 # --- 3. the image -------------------------------------------------------------------------
 FROM debian:bookworm-slim
 # ca-certificates: TLS to the LLM provider and to a Pyodide package CDN.
+# bubblewrap: each Python session runs in namespaces of its own (see docs/sandbox.md).
+# Two users: sandchat runs the server, sandbox runs the sessions' processes.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin sandchat
+      --shell /usr/sbin/nologin sandchat \
+ && useradd --system --uid 10002 --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin sandbox
 COPY --from=build /out/sandchat /usr/local/bin/sandchat
 # Owned by root, so the app (and Python through Deno) can read the runtime but not alter it.
 COPY --from=runtime /runtime/node_modules /opt/sandchat/runtime/node_modules
@@ -50,7 +54,13 @@ COPY sandbox/runtime/*.ts sandbox/runtime/package.json /opt/sandchat/runtime/
 # Locate would not find the runtime from /usr/local/bin, so name it; the Deno binary and
 # Pyodide are then found in its node_modules. Deno's cache goes to a temp dir under /tmp.
 ENV SANDCHAT_ADDR=0.0.0.0:8080 \
-    SANDCHAT_SANDBOX_RUNTIME_DIR=/opt/sandchat/runtime
+    SANDCHAT_SANDBOX_RUNTIME_DIR=/opt/sandchat/runtime \
+    SANDCHAT_SANDBOX_USER=sandbox
+# The server runs as sandchat. A cgroup per session (the kernel's memory cap) needs a
+# writable cgroup hierarchy, which only root in a container that is allowed one has: the
+# compose file runs the app as root in such a container, and the server then starts every
+# session process as the unprivileged user sandbox. Elsewhere, run as sandchat with
+# SANDCHAT_SANDBOX_ISOLATION=process (Deno permissions only).
 USER 10001:10001
 EXPOSE 8080
 # /healthz over bash's /dev/tcp, so the image needs no curl; the port follows SANDCHAT_ADDR.

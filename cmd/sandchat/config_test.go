@@ -21,7 +21,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"non-numeric rate", "RATE_MESSAGES", "ten", `SANDCHAT_RATE_MESSAGES: "ten" is not a whole number`},
 		{"non-numeric queue", "WS_QUEUE_BYTES", "lots", `SANDCHAT_WS_QUEUE_BYTES: "lots" is not a whole number`},
 		{"non-numeric retries", "LLM_MAX_RETRIES", "2x", `SANDCHAT_LLM_MAX_RETRIES: "2x" is not a whole number`},
-		{"non-numeric sandbox count", "SANDBOX_HOSTS", "two", `SANDCHAT_SANDBOX_HOSTS: "two" is not a whole number`},
+		{"non-numeric sandbox count", "SANDBOX_WARM_POOL", "two", `SANDCHAT_SANDBOX_WARM_POOL: "two" is not a whole number`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
