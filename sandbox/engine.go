@@ -319,7 +319,7 @@ func (e *Engine) ensureBase(ctx context.Context) error {
 func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := e.startProc(ctx, nil)
+	p, err := e.startProc(ctx, nil, false)
 	if err != nil {
 		return nil, err
 	}

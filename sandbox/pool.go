@@ -216,7 +216,7 @@ func (p *pool) make(ready bool) (*proc, error) {
 	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
 	defer cancel()
 	e := p.e
-	pr, err := e.startProc(ctx, e.currentBase())
+	pr, err := e.startProc(ctx, e.currentBase(), !ready)
 	if err != nil {
 		return nil, err
 	}

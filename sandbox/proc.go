@@ -45,6 +45,7 @@ type proc struct {
 	reply  chan frame
 	onOut  func(stream, chunk string)
 	frozen bool
+	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
 
 	done    chan struct{}
 	why     atomic.Pointer[string]
@@ -55,7 +56,7 @@ type proc struct {
 // startProc starts a session process and primes it: Deno up, Pyodide imported and its
 // wasm compiled, the base heap handed over (a private copy: nothing is shared with other
 // processes). base is nil for the process that boots a new base.
-func (e *Engine) startProc(ctx context.Context, base []byte) (_ *proc, err error) {
+func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool) (_ *proc, err error) {
 	j := e.jail
 	id := "s" + newToken()[:12]
 	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
@@ -133,7 +134,7 @@ func (e *Engine) startProc(ctx context.Context, base []byte) (_ *proc, err error
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	var o blobs
-	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base)}
+	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
@@ -304,12 +305,28 @@ func (p *proc) setOutput(fn func(stream, chunk string)) {
 	p.mu.Unlock()
 }
 
+// freezeSoon freezes the process off the caller's path (a v1 freezer write takes a few
+// ms), unless a call thaws it first.
+func (p *proc) freezeSoon() {
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	go p.freezeAt(gen)
+}
+
 // freeze stops every thread of the process between runs: timers and Workers that user
 // code left behind get no CPU until its next run. Without a cgroup, SIGSTOP does it.
 func (p *proc) freeze() {
 	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	p.freezeAt(gen)
+}
+
+func (p *proc) freezeAt(gen uint64) {
+	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.frozen || !p.alive() {
+	if p.frozen || p.gen != gen || !p.alive() {
 		return
 	}
 	var err error
@@ -324,6 +341,7 @@ func (p *proc) freeze() {
 func (p *proc) thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gen++
 	if !p.frozen {
 		return
 	}

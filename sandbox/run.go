@@ -199,7 +199,7 @@ func (e *Engine) readyProc(ctx context.Context) (*proc, error) {
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 	defer cancel()
-	p, err := e.startProc(ctx, e.currentBase())
+	p, err := e.startProc(ctx, e.currentBase(), false)
 	if err != nil {
 		return nil, e.procErr(err, nil, 0)
 	}
@@ -232,7 +232,7 @@ func (e *Engine) restoreProc(ctx context.Context, st *state) (*proc, error) {
 		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 		defer cancel()
 		var err error
-		if p, err = e.startProc(start, base); err != nil {
+		if p, err = e.startProc(start, base, false); err != nil {
 			return nil, e.procErr(err, nil, 0)
 		}
 	}

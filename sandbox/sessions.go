@@ -54,7 +54,7 @@ func (e *Engine) adopt(key string, lv *live) {
 
 // release marks lv idle after a run; its process is frozen until the next one.
 func (e *Engine) release(lv *live) {
-	lv.p.freeze()
+	lv.p.freezeSoon()
 	e.mu.Lock()
 	lv.busy, lv.used = false, time.Now()
 	e.mu.Unlock()

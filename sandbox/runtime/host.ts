@@ -35,8 +35,8 @@ function die(why: string): never {
   Deno.exit(70);
 }
 
-function startWorker(cfg: RuntimeConfig) {
-  worker = new Worker(new URL("./worker.ts", import.meta.url), {
+function newWorker(cfg: RuntimeConfig): Worker {
+  return new Worker(new URL("./worker.ts", import.meta.url), {
     type: "module",
     deno: {
       permissions: {
@@ -45,6 +45,34 @@ function startWorker(cfg: RuntimeConfig) {
       },
     },
   } as any);
+}
+
+// warmUp restores the base interpreter once in a throwaway Worker: V8 compiles Pyodide's
+// wasm lazily, and the compiled code belongs to the module, which the session's Worker
+// shares. A spare pays this while it waits, not the restore that takes it (~0.3 s).
+function warmUp(cfg: RuntimeConfig, snapshot: Uint8Array): Promise<void> {
+  const w = newWorker(cfg);
+  return new Promise<void>((resolve, reject) => {
+    w.onmessage = ({ data: m }) => {
+      if (m?.op === "primed") {
+        w.postMessage({
+          op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
+          lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
+          interrupt: new SharedArrayBuffer(2), warm: true,
+        });
+      } else if (m?.op === "ready") resolve();
+      else reject(new Error("warm-up failed"));
+    };
+    w.onerror = (e) => {
+      e.preventDefault();
+      reject(new Error(`warm-up: ${e.message}`));
+    };
+    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot.buffer }, [snapshot.buffer]);
+  }).finally(() => w.terminate());
+}
+
+function startWorker(cfg: RuntimeConfig) {
+  worker = newWorker(cfg);
   worker.onmessage = (e) => onWorker(e.data);
   worker.onerror = (e) => {
     e.preventDefault();
@@ -117,6 +145,7 @@ async function handle(m: any) {
         wasmSize = bytes.byteLength;
         wasm = await WebAssembly.compile(bytes);
         base = m.base instanceof Uint8Array ? m.base : undefined;
+        if (m.warmup && base) await warmUp(config, base.slice());
         startWorker(config);
         // The base heap moves to the Worker (transferred, not copied): this process's
         // private copy, which nothing else shares.

@@ -13,7 +13,7 @@ export type Blob = Uint8Array;
 
 /** Requests from the engine. One is in flight at a time, except interrupt. */
 export type Request =
-  | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob }
+  | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob; warmup?: boolean }
   | { id: number; op: "boot" }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
   | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; cells: string[] }
