@@ -229,9 +229,9 @@ func (r *Runner) turn(ctx context.Context, convID, turnID int64) error {
 	if err != nil {
 		return err
 	}
-	enabled := toolkits.Enabled(r.Catalogue.Resolve(ts.Overrides, ts.Agent))
+	states := r.Catalogue.Resolve(ts.Overrides, ts.Agent)
 	t := &turnRun{r: r, convID: convID, turnID: turnID}
-	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), enabled, 0)
+	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), toolkits.Enabled(states), toolkits.OffReasons(states, agent.Name, false), 0)
 	return err
 }
 
@@ -244,7 +244,7 @@ type turnRun struct {
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
 // results back, until it answers without tools. It returns the final text.
-func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, depth int) (string, error) {
+func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, off map[string]string, depth int) (string, error) {
 	r := t.r
 	provider, err := r.Providers(agent)
 	if err != nil {
@@ -260,7 +260,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		agentID = &agent.ID
 	}
 	for step := 0; step < r.MaxSteps; step++ {
-		req := CompletionRequest{Model: agent.Model, Tools: tools}
+		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
 		if agent.SystemPrompt != "" {
 			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
 		}
@@ -429,11 +429,15 @@ func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, ca
 		return refuse("The handoff could not be recorded: " + sandchat.ErrorMessage(err))
 	}
 	r.publish(ctx, ev)
-	// A child has its own settings: the conversation's overrides are the primary agent's.
-	enabled := toolkits.Enabled(r.Catalogue.Resolve(nil, child.InternalTools))
-	msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
-	answer, err := t.agentLoop(ctx, child, childPath, msgs, enabled, depth+1)
-	status := "completed"
+	// A child has its own settings, under the user's veto: read now, so a switch flipped
+	// off during the turn stops the children handed work after it.
+	answer, status := "", "completed"
+	ts, err := r.Store.ToolSettings(ctx, t.convID)
+	if err == nil {
+		states := r.Catalogue.ResolveChild(ts.Overrides, child.InternalTools)
+		msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
+		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), depth+1)
+	}
 	if err != nil {
 		status, answer = "failed", sandchat.ErrorMessage(err)
 	}
