@@ -25,6 +25,7 @@ type FileStore interface {
 	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error)
 	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
 	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
+	DeleteFile(ctx context.Context, id int64) error
 }
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
@@ -69,6 +70,16 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		return c.JSON(files)
 	})
 	v1.Get("/files/:id", s.downloadFile)
+	v1.Delete("/files/:id", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		if err := s.Files.DeleteFile(c.UserContext(), id); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	})
 }
 
 func (s *Server) execute(c *fiber.Ctx) error {

@@ -153,6 +153,23 @@ func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) 
 	return f, data, nil
 }
 
+// DeleteFile removes an upload (it leaves /data from the next run on) or an artifact;
+// editors only.
+func (s *Store) DeleteFile(ctx context.Context, id int64) error {
+	var convID int64
+	if err := s.db.QueryRow(ctx, `select conversation_id from files where id = $1`, id).Scan(&convID); err != nil {
+		return sandchat.PgError(err, "File")
+	}
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Editors...); err != nil {
+		if sandchat.ErrorCode(err) == sandchat.ENOTFOUND {
+			return sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
+		}
+		return err
+	}
+	_, err := s.db.Exec(ctx, `delete from files where id = $1`, id)
+	return err
+}
+
 func nullID(id int64) *int64 {
 	if id == 0 {
 		return nil
