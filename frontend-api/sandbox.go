@@ -26,6 +26,7 @@ type FileStore interface {
 	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
 	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
 	DeleteFile(ctx context.Context, id int64) error
+	Executions(ctx context.Context, convID int64) ([]pgstore.StoredExecution, error)
 }
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
@@ -68,6 +69,17 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 			return err
 		}
 		return c.JSON(files)
+	})
+	v1.Get("/conversations/:id/sandbox/executions", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		list, err := s.Files.Executions(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(list)
 	})
 	v1.Get("/files/:id", s.downloadFile)
 	v1.Delete("/files/:id", func(c *fiber.Ctx) error {

@@ -152,6 +152,25 @@ func TestSandboxAPI(t *testing.T) {
 		if n != 6 {
 			t.Fatalf("%d executions recorded, want 6", n)
 		}
+		var list []struct {
+			Code      string
+			Status    string
+			Error     *struct{ Traceback string }
+			Artifacts []struct{ Name string }
+		}
+		viewer.must(200, "GET", execPath, nil, &list)
+		stranger.must(404, "GET", execPath, nil, nil)
+		if len(list) != 6 || list[0].Code == "" {
+			t.Fatalf("listed %+v", list)
+		}
+		var traceback, report bool
+		for _, e := range list {
+			traceback = traceback || (e.Status == "error" && e.Error != nil && strings.Contains(e.Error.Traceback, "ZeroDivisionError"))
+			report = report || (len(e.Artifacts) == 1 && e.Artifacts[0].Name == "report.txt")
+		}
+		if !traceback || !report {
+			t.Fatalf("tracebacks and artifacts missing from %+v", list)
+		}
 	})
 	t.Run("downloads from a page carry the token in the query", func(t *testing.T) {
 		r := alice.run(conv, "with open('page.txt', 'w') as fh:\n    fh.write('from a link')")

@@ -153,6 +153,50 @@ func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) 
 	return f, data, nil
 }
 
+// StoredExecution is a recorded sandbox run as the web client redraws it: the code,
+// its output, the error with its traceback, and the files it made.
+type StoredExecution struct {
+	ID          int64              `json:"id"`
+	TurnID      *int64             `json:"turn_id"`
+	AgentID     *int64             `json:"agent_id"`
+	Code        string             `json:"code"`
+	Status      string             `json:"status"`
+	Stdout      string             `json:"stdout"`
+	Stderr      string             `json:"stderr"`
+	Result      *string            `json:"result"`
+	Error       json.RawMessage    `json:"error"`
+	ExecutionMS int64              `json:"execution_ms"`
+	Artifacts   []toolkits.FileRef `json:"artifacts"`
+}
+
+// Executions lists a conversation's recorded runs, oldest first, with their artifacts
+// that still exist; view access. Bounded to the newest 500.
+func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution, error) {
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, `select * from (select e.id, e.turn_id, e.agent_id, e.code, e.status, e.stdout, e.stderr,
+			e.result, e.error, e.execution_ms,
+			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
+				from files f where f.execution_id = e.id), '[]')
+		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredExecution, error) {
+		var e StoredExecution
+		var errJSON, files []byte
+		err := r.Scan(&e.ID, &e.TurnID, &e.AgentID, &e.Code, &e.Status, &e.Stdout, &e.Stderr, &e.Result, &errJSON, &e.ExecutionMS, &files)
+		if err != nil {
+			return e, err
+		}
+		if len(errJSON) > 0 {
+			e.Error = errJSON
+		}
+		return e, json.Unmarshal(files, &e.Artifacts)
+	})
+}
+
 // DeleteFile removes an upload (it leaves /data from the next run on) or an artifact;
 // editors only.
 func (s *Store) DeleteFile(ctx context.Context, id int64) error {
