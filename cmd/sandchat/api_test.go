@@ -386,9 +386,13 @@ func TestWebSocketToasts(t *testing.T) {
 	for name, tab := range map[string]*socket{"same node": tabA, "other node": tabB} {
 		t.Run("toast on "+name, func(t *testing.T) {
 			f := tab.expect("toast")
-			var d struct{ Level, Message string }
+			var d struct {
+				Level, Message    string
+				ConversationID    int64  `json:"conversation_id"`
+				ConversationTitle string `json:"conversation_title"`
+			}
 			_ = json.Unmarshal(f.Data, &d)
-			if d.Level != "success" || d.Message != "Internal tools configuration updated" {
+			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" {
 				t.Fatalf("toast %s", f.Data)
 			}
 		})
