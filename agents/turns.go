@@ -403,7 +403,7 @@ func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, ca
 		return refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))
 	}
 	_ = r.emit(ctx, t.convID, conversations.EventToolCompleted, path, merge(base, map[string]any{
-		"execution_id": run.ID, "status": run.Status, "stdout": run.Stdout, "stderr": run.Stderr, "result": run.Result,
+		"execution_id": run.ID, "status": run.Status, "stdout": run.Stdout, "stderr": run.Stderr, "result": run.Result.Result,
 		"error": run.Error, "artifacts": run.Artifacts, "execution_ms": run.ExecutionMS, "session": run.Session,
 	}))
 	return compactRun(run)

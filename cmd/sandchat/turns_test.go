@@ -125,6 +125,13 @@ func TestTurnsBuiltin(t *testing.T) {
 			}
 			last = f.Seq
 			types = append(types, f.Type)
+			if f.Type == "tool.completed" {
+				// result is the trailing expression's repr, as in the REST result.
+				var d struct{ Result *string }
+				if err := json.Unmarshal(f.Data, &d); err != nil {
+					t.Fatalf("tool.completed %s: %v", f.Data, err)
+				}
+			}
 			if f.Type == "turn.completed" {
 				completed++
 			}
