@@ -13,6 +13,7 @@ import (
 
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -80,6 +81,7 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 	ctx, cancel := chromedp.NewContext(root)
 	t.Cleanup(cancel)
 	tb := &tab{name: name, ctx: ctx, dir: dir}
+	verbose := os.Getenv("SANDCHAT_BROWSER_LOG") != "" // every request and response in the test's log
 	chromedp.ListenTarget(ctx, func(ev any) {
 		switch e := ev.(type) {
 		case *runtime.EventExceptionThrown:
@@ -97,9 +99,17 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 				tb.fail("console.error: " + strings.Join(parts, " "))
 			}
 		case *network.EventRequestWillBeSent:
-			t.Logf("%s: %s %s", name, e.Request.Method, e.Request.URL)
+			if verbose {
+				t.Logf("%s: %s %s", name, e.Request.Method, e.Request.URL)
+			}
 		case *network.EventResponseReceived:
-			t.Logf("%s: %d %s", name, e.Response.Status, e.Response.URL)
+			if verbose {
+				t.Logf("%s: %d %s", name, e.Response.Status, e.Response.URL)
+			}
+		case *page.EventJavascriptDialogOpening:
+			// A dialog blocks the page: note it and dismiss it so the test can go on.
+			tb.fail("unexpected dialog: " + e.Message)
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(false)) }()
 		case *cdplog.EventEntryAdded:
 			if e.Entry.Level == cdplog.LevelError {
 				tb.fail(fmt.Sprintf("log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL))
@@ -109,7 +119,7 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 	// A tab is opened by its first Run, and closed when that Run's context ends: open
 	// it with its own long-lived context before the timed steps.
 	if err := chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
-		if os.Getenv("SANDCHAT_BROWSER_LOG") != "" { // every request and response in the test's log
+		if verbose {
 			if err := network.Enable().Do(ctx); err != nil {
 				return err
 			}
@@ -155,13 +165,16 @@ func (tb *tab) run(t *testing.T, what string, actions ...chromedp.Action) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
 	defer cancel()
+	// A background tab paints no frames (screenshots and clicks wait for one): act in
+	// the foreground.
+	actions = append([]chromedp.Action{page.BringToFront()}, actions...)
 	if err := chromedp.Run(ctx, actions...); err != nil {
 		var html string
 		var png []byte
 		dctx, dcancel := context.WithTimeout(tb.ctx, 5*time.Second)
 		defer dcancel()
-		_ = chromedp.Run(dctx, chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
-		name := filepath.Join(tb.dir, "failure-"+strings.NewReplacer(" ", "-", "/", "-").Replace(what)+".png")
+		_ = chromedp.Run(dctx, page.BringToFront(), chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
+		name := filepath.Join(tb.dir, "failure-"+strings.NewReplacer(" ", "-", "/", "-", "'", "").Replace(what)+".png")
 		_ = os.WriteFile(name, png, 0o644)
 		tb.check(t)
 		t.Fatalf("%s: %s: %v (screenshot %s)\npage: %.4000s", tb.name, what, err, name, html)
@@ -434,6 +447,8 @@ func TestBrowserChat(t *testing.T) {
 		tab1.run(t, "make it the Analyst's child with swarm mode on",
 			chromedp.Click(fmt.Sprintf(`[data-agent="%d"]`, agentID), chromedp.ByQuery),
 			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
+			// A reloaded page shows the featured tools only again.
+			chromedp.Evaluate(`document.querySelector("#show-all").textContent === "Show all" && document.querySelector("#show-all").click()`, nil),
 			chromedp.WaitVisible("#agent-tool-swarm_mode", chromedp.ByID),
 			chromedp.Click("#agent-tool-swarm_mode", chromedp.ByID),
 			chromedp.Click(`#agent-children input`, chromedp.ByQuery),
@@ -462,6 +477,8 @@ func TestBrowserChat(t *testing.T) {
 
 	t.Run("rename and a stale save offers to reload", func(t *testing.T) {
 		tab1.run(t, "rename the conversation",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, convID), nil),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
 			chromedp.Click("#rename", chromedp.ByID),
 			chromedp.WaitVisible("#rename-input", chromedp.ByID),
 			chromedp.SetValue("#rename-input", "Sales check", chromedp.ByID),

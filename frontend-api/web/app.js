@@ -30,6 +30,8 @@ const state = {
   agentSaved: null,
   showAll: false,
   blobs: new Map(), // file id → object URL
+  ended: new Set(), // turns seen ending
+  stopping: null, // turn the user asked to stop
 };
 
 // ---------- small helpers ----------
@@ -493,7 +495,8 @@ function finishCell(callID, r) {
   cell.outEl.hidden = !cell.outEl.childNodes.length;
   const res = cell.querySelector(".cell-result");
   res.replaceChildren();
-  if (r.result !== undefined && r.result !== null && r.result !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: r.result }));
+  const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
+  if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
   const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
   if (err && (err.traceback || err.message || err.type)) {
     res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
@@ -635,6 +638,7 @@ function applyEvent(ev) {
       }
       break;
     case "turn.completed": case "turn.failed":
+      state.ended.add(d.turn_id);
       document.querySelectorAll("[data-draft]").forEach((e) => e.classList.remove("streaming"));
       endOpenCells(d.status === "cancelled" ? "stopped" : "interrupted");
       setRunning(null);
@@ -880,7 +884,8 @@ async function sendMessage() {
     const started = await api("POST", `/conversations/${state.conv.id}/messages`, { content });
     $("input").value = "";
     addUserMessage(started.message);
-    setRunning(started.turn_id);
+    // A quick turn may have ended (over the socket) before this answer arrived.
+    if (!state.ended.has(started.turn_id)) setRunning(started.turn_id);
     scrollToEnd();
     if (!state.conv.title) touchConversationList();
   } finally { $("send").disabled = false; }
