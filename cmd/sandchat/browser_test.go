@@ -551,10 +551,12 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#sidebar").getBoundingClientRect().left >= 0`),
 		)
 		tab2.shot(t, "18-phone-menu")
-		tab2.run(t, "popup fits",
+		tab2.run(t, "Escape closes the menu and the popup fits",
 			chromedp.KeyEvent(kb.Escape),
+			until(`document.querySelector("#sidebar").getBoundingClientRect().right <= 0`),
 			chromedp.Click("#tools-button", chromedp.ByID),
-			until(`(() => { const r = document.querySelector("#tools-popup").getBoundingClientRect(); return r.left >= 0 && r.right <= 390 })()`),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			until(`(() => { const r = document.querySelector("#tools-popup").getBoundingClientRect(); return r.width > 200 && r.left >= 0 && r.right <= 390 && r.top >= 0 })()`),
 		)
 		tab2.shot(t, "19-phone-popup")
 	})

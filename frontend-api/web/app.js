@@ -263,7 +263,10 @@ async function openConversation(id) {
   closePopup(false);
   renderHeader();
   for (const b of ["rename", "delete-conv", "input", "send", "attach", "tools-button"]) $(b).disabled = false;
-  $("rename").disabled = $("delete-conv").disabled = conv.role === "viewer";
+  // A viewer reads along: nothing to send, switch or rename.
+  for (const b of ["rename", "delete-conv", "input", "send", "attach"]) if (conv.role === "viewer") $(b).disabled = true;
+  $("delete-conv").hidden = conv.role !== "owner";
+  $("input").placeholder = conv.role === "viewer" ? "You can read this conversation but not write in it." : "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block.";
   renderConversationList();
   // Subscribe first and hold its events until the REST picture is drawn, so nothing
   // that happens in between is lost.
@@ -728,7 +731,7 @@ function renderTools(tools) {
   if (!tools) return;
   const focused = document.activeElement?.id;
   $("tools-list").replaceChildren(...tools.map((t) => {
-    const sw = toolSwitch("tool-" + t.id, t.enabled, !t.available, t.name, (on) => guard(async () => {
+    const sw = toolSwitch("tool-" + t.id, t.enabled, !t.available || state.conv?.role === "viewer", t.name, (on) => guard(async () => {
       try { await api("PUT", `/conversations/${state.conv.id}/internal-tools/${t.id}`, { enabled: on }); } catch (e) { sw.setAttribute("aria-checked", String(!on)); throw e; }
     }));
     const inherit = el("button", {
