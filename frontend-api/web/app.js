@@ -963,6 +963,20 @@ function bind() {
     try { await api("POST", `/conversations/${state.conv.id}/turns/${state.turn}/cancel`); } finally { $("stop").disabled = false; }
   });
   $("attach").onclick = () => $("file-input").click();
+  // Files dropped on the composer are attached like the button's.
+  $("composer").addEventListener("dragover", (e) => {
+    if (!state.conv || $("attach").disabled || !e.dataTransfer?.types.includes("Files")) return;
+    e.preventDefault();
+    $("composer").classList.add("dropping");
+  });
+  $("composer").addEventListener("dragleave", () => $("composer").classList.remove("dropping"));
+  $("composer").addEventListener("drop", (e) => {
+    $("composer").classList.remove("dropping");
+    if (!state.conv || $("attach").disabled || !e.dataTransfer?.files.length) return;
+    e.preventDefault();
+    const files = [...e.dataTransfer.files];
+    guard(() => uploadFiles(files));
+  });
   $("file-input").onchange = () => {
     const files = [...$("file-input").files];
     $("file-input").value = "";
