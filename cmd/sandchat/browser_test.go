@@ -160,10 +160,10 @@ func (tb *tab) check(t *testing.T) {
 	}
 }
 
-// run performs the actions within 30 s; on failure it saves a screenshot and the page.
+// run performs the actions within a minute; on failure it saves a screenshot and the page.
 func (tb *tab) run(t *testing.T, what string, actions ...chromedp.Action) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(tb.ctx, time.Minute)
 	defer cancel()
 	// A background tab paints no frames (screenshots and clicks wait for one): act in
 	// the foreground.
@@ -196,7 +196,7 @@ func (tb *tab) shot(t *testing.T, name string) {
 func until(js string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
 		var ok bool
-		err := chromedp.Poll(js, &ok, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second)).Do(ctx)
+		err := chromedp.Poll(js, &ok, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)).Do(ctx)
 		if err != nil {
 			return fmt.Errorf("waiting for %s: %w", js, err)
 		}

@@ -260,6 +260,8 @@ async function openConversation(id) {
   }
   state.conv = conv;
   state.seq = 0;
+  for (const u of state.blobs.values()) URL.revokeObjectURL(u); // the last conversation's images
+  state.blobs.clear();
   closePopup(false);
   renderHeader();
   for (const b of ["rename", "delete-conv", "input", "send", "attach", "tools-button"]) $(b).disabled = false;
