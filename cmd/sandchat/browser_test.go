@@ -559,5 +559,15 @@ func TestBrowserChat(t *testing.T) {
 			until(`(() => { const r = document.querySelector("#tools-popup").getBoundingClientRect(); return r.width > 200 && r.left >= 0 && r.right <= 390 && r.top >= 0 })()`),
 		)
 		tab2.shot(t, "19-phone-popup")
+		tab2.run(t, "the agent page",
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/agents/%d"`, agentID), nil),
+			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
+			chromedp.Evaluate(`document.documentElement.scrollWidth`, &width),
+		)
+		if width > 390 {
+			t.Errorf("agent page is %d px wide at 390", width)
+		}
+		tab2.shot(t, "20-phone-agent")
 	})
 }

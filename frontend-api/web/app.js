@@ -118,6 +118,7 @@ function show(view) {
   $("chat-view").hidden = view !== "chat";
   $("agents-view").hidden = view !== "agents";
   $("logout").hidden = view === "login";
+  $("menu").hidden = view !== "chat"; // it opens the conversation list
   $("nav-chat").toggleAttribute("aria-current", view === "chat");
   $("nav-agents").toggleAttribute("aria-current", view === "agents");
   if (view === "login") $("token").focus();
@@ -241,9 +242,10 @@ function closeConversation() {
   state.turn = null;
   $("conv-title").textContent = "Select or start a conversation";
   $("conv-agent-name").hidden = true;
-  $("messages").replaceChildren();
+  $("messages").replaceChildren(el("li", { className: "empty", textContent: "Pick a conversation, or choose an agent and start a new chat." }));
   $("attachments").replaceChildren();
   $("turn-status").textContent = "";
+  document.title = "sandchat";
   for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button"]) $(id).disabled = true;
   closePopup(false);
   setRunning(null);
