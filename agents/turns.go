@@ -364,11 +364,25 @@ func (t *turnRun) callTool(ctx context.Context, agent *Agent, path []string, cal
 	children []*Agent, before []ChatMessage, depth int) string {
 	switch {
 	case call.Name == toolkits.PyodideSandbox && enabled[toolkits.PyodideSandbox]:
+		if t.vetoed(ctx, toolkits.PyodideSandbox) {
+			return refuse("The user switched the Python sandbox off for this conversation during this turn; do not call it again.")
+		}
 		return t.runPython(ctx, agent, path, call)
 	case call.Name == DelegateTool && len(children) > 0 && depth < t.r.MaxDepth:
 		return t.delegate(ctx, agent, path, call, children, before, depth)
 	}
 	return refuse(fmt.Sprintf("The tool %q is not available to %s in this conversation (it is switched off or unknown); do not call it again.", call.Name, agent.Name))
+}
+
+// vetoed tells whether the user switched the tool off in the conversation since the
+// turn began: the veto holds for the rest of the turn, for every agent.
+func (t *turnRun) vetoed(ctx context.Context, toolID string) bool {
+	ts, err := t.r.Store.ToolSettings(ctx, t.convID)
+	if err != nil {
+		return false // the turn's own resolution stands; the run itself will fail if the store is down
+	}
+	on, set := ts.Overrides[toolID]
+	return set && !on
 }
 
 func refuse(msg string) string {

@@ -329,6 +329,27 @@ func TestSwarm(t *testing.T) {
 		}
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
 	})
+	t.Run("switching off mid-turn stops the next run", func(t *testing.T) {
+		turn := alice.post(conv, "@alpha "+py("import time\ntime.sleep(2)\nprint('first')")+"\n"+py("print('second')"))
+		for {
+			f := ws.expect2()
+			var d struct {
+				TurnID int64 `json:"turn_id"`
+			}
+			_ = json.Unmarshal(f.Data, &d)
+			if f.Type == "tool.started" && d.TurnID == turn {
+				break
+			}
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
+		alice.waitTurn(conv, turn)
+		msgs := alice.messages(conv)
+		answer := msgs[len(msgs)-1].Content
+		if !strings.Contains(answer, "first") || strings.Contains(answer, "second") || !strings.Contains(answer, "switched the Python sandbox off") {
+			t.Fatalf("%q", answer)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
+	})
 	t.Run("swarm mode off: no delegation", func(t *testing.T) {
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/swarm_mode", conv), map[string]any{"enabled": false}, nil)
 		if _, answer := alice.say(conv, "@beta "+py("shared")); !strings.Contains(answer, "Swarm mode is off") {
