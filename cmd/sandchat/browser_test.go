@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -361,6 +362,23 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
 		)
 		tab1.shot(t, "06-csv")
+
+		downloads := t.TempDir()
+		tab1.run(t, "its chip downloads it",
+			cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(downloads),
+			chromedp.Click(`#attachments .chip`, chromedp.ByQuery),
+		)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got, err := os.ReadFile(filepath.Join(downloads, "sales.csv"))
+			if err == nil && string(got) == "region,amount\nnorth,10\nsouth,20\neast,30\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no download of sales.csv: %q %v", got, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	})
 
 	t.Run("a 3-second loop shows streamed lines before it ends", func(t *testing.T) {
