@@ -262,6 +262,7 @@ async function openConversation(id) {
   }
   state.conv = conv;
   state.seq = 0;
+  state.pending = [];
   for (const u of state.blobs.values()) URL.revokeObjectURL(u); // the last conversation's images
   state.blobs.clear();
   closePopup(false);
@@ -413,9 +414,10 @@ function whoOf(path) { return (path && path.length ? path[path.length - 1] : "as
 // An assistant message: its text (when any), then a code cell per sandbox call and a
 // nested block per handoff. A streamed draft of the same step is replaced.
 function addAssistantMessage(m, draftKey) {
-  if (messageEl(m.id)) return;
   const box = containerFor(m.agent_path);
   const draft = draftKey ? box.querySelector(`:scope > [data-draft="${CSS.escape(draftKey)}"]`) : null;
+  // Already drawn from the REST history: a draft streamed again from held events goes.
+  if (messageEl(m.id)) { draft?.remove(); return; }
   let li = null;
   if (m.content) {
     li = el("li", { className: "msg assistant", dataset: { msg: String(m.id) } },
@@ -599,6 +601,7 @@ async function uploadFiles(files) {
 // ---------- live events ----------
 
 function applyEvent(ev) {
+  if (ev.conversation_id !== state.conv?.id) return;
   if (ev.seq) {
     if (state.seq && ev.seq <= state.seq) return; // already seen (replay overlap)
     state.seq = ev.seq;
@@ -607,7 +610,7 @@ function applyEvent(ev) {
   const near = nearBottom();
   switch (ev.type) {
     case "internal_tools.updated": renderTools(d.tools); break;
-    case "turn.started": setRunning(d.turn_id); $("turn-status").textContent = ""; break;
+    case "turn.started": if (!state.ended.has(d.turn_id)) setRunning(d.turn_id); break;
     case "message.created":
       if (d.message?.role === "user") addUserMessage(d.message);
       else if (d.message?.role === "tool") addToolResult(d.message, findCall(d.message.tool_call_id));
@@ -617,8 +620,7 @@ function applyEvent(ev) {
       if (d.message) addAssistantMessage(d.message, `${d.message.turn_id}:${pathKey(d.message.agent_path)}:${draftStep(d.message)}`);
       break;
     case "tool.started": {
-      const cell = ensureCell(d.tool_call_id, d.code, ev.agent_path, d.turn_id);
-      cell.statusEl.textContent = "running…";
+      ensureCell(d.tool_call_id, d.code, ev.agent_path, d.turn_id);
       break;
     }
     case "tool.output": {
@@ -685,6 +687,7 @@ function setRunning(turnID) {
   $("stop").hidden = !turnID;
   $("send").hidden = !!turnID;
   $("chat").setAttribute("aria-busy", turnID ? "true" : "false");
+  $("turn-status").textContent = turnID ? "The assistant is working…" : ""; // for screen readers
   const ind = $("messages").querySelector(":scope > .thinking");
   if (turnID && !ind) $("messages").append(el("li", { className: "thinking", attrs: { "aria-label": "The assistant is working" } }, el("span"), el("span"), el("span")));
   if (!turnID) ind?.remove();
