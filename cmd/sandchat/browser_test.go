@@ -394,10 +394,21 @@ func TestBrowserChat(t *testing.T) {
 		if snapshot != "running…" {
 			t.Errorf("status while streaming: %q", snapshot)
 		}
+		// A reader who scrolls up is left there while lines keep coming.
+		var scrollable bool
+		tab1.run(t, "scroll up", chromedp.Evaluate(`(() => { const m = document.querySelector("#messages"); m.scrollTop = 0; return m.scrollHeight > m.clientHeight + 100 })()`, &scrollable))
 		tab1.run(t, "and it ends with every line",
 			until(lastCell+`.dataset.done && `+lastCell+`.querySelector(".cell-out").textContent.includes("tick 5")`),
 			until(`document.querySelector("#send").hidden === false`),
 		)
+		var top float64
+		tab1.run(t, "still scrolled up", chromedp.Evaluate(`document.querySelector("#messages").scrollTop`, &top))
+		if !scrollable {
+			t.Log("the list was too short to scroll; auto-scroll not checked")
+		}
+		if scrollable && top != 0 {
+			t.Errorf("the list scrolled to %v while the reader was reading above", top)
+		}
 	})
 
 	t.Run("Stop cancels a loop", func(t *testing.T) {
