@@ -19,25 +19,28 @@ func TestBuiltin(t *testing.T) {
 		calls     []string // tool names, in order
 		arg       string   // a substring of the first call's arguments
 		inContent string
+		off       map[string]string
 	}{
 		{"two blocks, two calls", []ChatMessage{{Role: RoleUser, Content: "a\n```python\nx = 1\n```\nb\n```py\nprint(x)\n```"}},
-			[]ToolSpec{sandboxTool}, []string{"pyodide_sandbox", "pyodide_sandbox"}, `x = 1`, ""},
-		{"sandbox off", []ChatMessage{{Role: RoleUser, Content: "```python\n1\n```"}}, nil, nil, "", "sandbox is off"},
-		{"no code", []ChatMessage{{Role: RoleUser, Content: "hello"}}, []ToolSpec{sandboxTool}, nil, "", "built-in offline assistant"},
-		{"delegation", []ChatMessage{{Role: RoleUser, Content: "@beta do the thing"}}, []ToolSpec{delegate}, []string{DelegateTool}, `"task":"do the thing"`, ""},
-		{"unknown child", []ChatMessage{{Role: RoleUser, Content: "@gamma hi"}}, []ToolSpec{delegate}, nil, "", "alpha, beta"},
-		{"swarm off", []ChatMessage{{Role: RoleUser, Content: "@beta hi"}}, nil, nil, "", "Swarm mode is off"},
+			[]ToolSpec{sandboxTool}, []string{"pyodide_sandbox", "pyodide_sandbox"}, `x = 1`, "", nil},
+		{"sandbox off", []ChatMessage{{Role: RoleUser, Content: "```python\n1\n```"}}, nil, nil, "", "sandbox is off", nil},
+		{"sandbox off says which setting", []ChatMessage{{Role: RoleUser, Content: "```python\n1\n```"}}, nil, nil, "",
+			"sandbox is off here, so I cannot run this code: the agent kid's own setting for it is off.", map[string]string{"pyodide_sandbox": "the agent kid's own setting for it is off"}},
+		{"no code", []ChatMessage{{Role: RoleUser, Content: "hello"}}, []ToolSpec{sandboxTool}, nil, "", "built-in offline assistant", nil},
+		{"delegation", []ChatMessage{{Role: RoleUser, Content: "@beta do the thing"}}, []ToolSpec{delegate}, []string{DelegateTool}, `"task":"do the thing"`, "", nil},
+		{"unknown child", []ChatMessage{{Role: RoleUser, Content: "@gamma hi"}}, []ToolSpec{delegate}, nil, "", "alpha, beta", nil},
+		{"swarm off", []ChatMessage{{Role: RoleUser, Content: "@beta hi"}}, nil, nil, "", "Swarm mode is off", nil},
 		{"results summarized", []ChatMessage{
 			{Role: RoleUser, Content: "..."},
 			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "1"}, {ID: "2"}}},
 			{Role: RoleTool, ToolCallID: "1", Content: `{"status":"success","stdout":"hi\n","result":"42","artifacts":["a.png"]}`},
 			{Role: RoleTool, ToolCallID: "2", Content: `{"status":"error","error":{"type":"NameError","message":"name 'y' is not defined"}}`},
-		}, nil, nil, "", "hi\n42\n```\nFiles: a.png\n\n```\nNameError: name 'y' is not defined"},
+		}, nil, nil, "", "hi\n42\n```\nFiles: a.png\n\n```\nNameError: name 'y' is not defined", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var streamed strings.Builder
-			got, err := Builtin{}.Complete(context.Background(), CompletionRequest{Messages: tc.msgs, Tools: tc.tools}, func(s string) { streamed.WriteString(s) })
+			got, err := Builtin{}.Complete(context.Background(), CompletionRequest{Messages: tc.msgs, Tools: tc.tools, Off: tc.off}, func(s string) { streamed.WriteString(s) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,7 +34,7 @@ func (Builtin) Complete(ctx context.Context, req CompletionRequest, onDelta func
 	case RoleTool:
 		out.Content = summarizeResults(req.Messages)
 	case RoleUser:
-		out = answer(last.Content, req.Tools, len(req.Messages))
+		out = answer(last.Content, req, len(req.Messages))
 	default:
 		out.Content = "I have nothing to add."
 	}
@@ -55,7 +55,8 @@ func offered(tools []ToolSpec, name string) *ToolSpec {
 	return nil
 }
 
-func answer(text string, tools []ToolSpec, n int) Completion {
+func answer(text string, req CompletionRequest, n int) Completion {
+	tools := req.Tools
 	if m := mention.FindStringSubmatch(text); m != nil {
 		name, task := m[1], strings.TrimSpace(m[2])
 		spec := offered(tools, DelegateTool)
@@ -74,7 +75,11 @@ func answer(text string, tools []ToolSpec, n int) Completion {
 		return Completion{Content: "I am the built-in offline assistant. Send Python in a fenced ```python block and I will run it in this conversation's sandbox."}
 	}
 	if offered(tools, "pyodide_sandbox") == nil {
-		return Completion{Content: "The Python sandbox is off here, so I cannot run this code. Switch it on in the chat toolbar: Internal tools → Python sandbox."}
+		why := req.Off["pyodide_sandbox"]
+		if why == "" {
+			why = "switch it on in the chat toolbar (Internal tools → Python sandbox)"
+		}
+		return Completion{Content: "The Python sandbox is off here, so I cannot run this code: " + why + "."}
 	}
 	var out Completion
 	for i, b := range blocks {

@@ -42,6 +42,9 @@ type CompletionRequest struct {
 	Model    string
 	Messages []ChatMessage // the system prompt, when any, is the first message
 	Tools    []ToolSpec
+	// Off says, per internal tool that is not offered, why (which setting switched it
+	// off), so the model can tell the user where to change it.
+	Off map[string]string
 }
 
 // Completion is the model's answer for one step: text, tool calls, or both.

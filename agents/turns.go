@@ -308,8 +308,8 @@ func (t *turnRun) turn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	enabled := toolkits.Enabled(r.Catalogue.Resolve(ts.Overrides, ts.Agent))
-	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), enabled, 0)
+	states := r.Catalogue.Resolve(ts.Overrides, ts.Agent)
+	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), toolkits.Enabled(states), toolkits.OffReasons(states, agent.Name, false), 0)
 	return err
 }
 
@@ -330,7 +330,7 @@ type turnRun struct {
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
 // results back, until it answers without tools. It returns the final text.
-func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, depth int) (string, error) {
+func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, off map[string]string, depth int) (string, error) {
 	r := t.r
 	provider, err := r.Providers(agent)
 	if err != nil {
@@ -346,7 +346,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		agentID = &agent.ID
 	}
 	for step := 0; step < r.MaxSteps; step++ {
-		req := CompletionRequest{Model: agent.Model, Tools: tools}
+		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
 		if agent.SystemPrompt != "" {
 			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
 		}
@@ -457,11 +457,25 @@ func (t *turnRun) callTool(ctx context.Context, agent *Agent, path []string, cal
 	children []*Agent, before []ChatMessage, depth int) string {
 	switch {
 	case call.Name == toolkits.PyodideSandbox && enabled[toolkits.PyodideSandbox]:
+		if t.vetoed(ctx, toolkits.PyodideSandbox) {
+			return refuse("The user switched the Python sandbox off for this conversation during this turn; do not call it again.")
+		}
 		return t.runPython(ctx, agent, path, call)
 	case call.Name == DelegateTool && len(children) > 0 && depth < t.r.MaxDepth:
 		return t.delegate(ctx, agent, path, call, children, before, depth)
 	}
 	return refuse(fmt.Sprintf("The tool %q is not available to %s in this conversation (it is switched off or unknown); do not call it again.", call.Name, agent.Name))
+}
+
+// vetoed tells whether the user switched the tool off in the conversation since the
+// turn began: the veto holds for the rest of the turn, for every agent.
+func (t *turnRun) vetoed(ctx context.Context, toolID string) bool {
+	ts, err := t.r.Store.ToolSettings(ctx, t.convID)
+	if err != nil {
+		return false // the turn's own resolution stands; the run itself will fail if the store is down
+	}
+	on, set := ts.Overrides[toolID]
+	return set && !on
 }
 
 func refuse(msg string) string {
@@ -524,11 +538,15 @@ func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, ca
 		return refuse("The handoff could not be recorded: " + sandchat.ErrorMessage(err))
 	}
 	r.publish(ctx, ev)
-	// A child has its own settings: the conversation's overrides are the primary agent's.
-	enabled := toolkits.Enabled(r.Catalogue.Resolve(nil, child.InternalTools))
-	msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
-	answer, err := t.agentLoop(ctx, child, childPath, msgs, enabled, depth+1)
-	status := "completed"
+	// A child has its own settings, under the user's veto: read now, so a switch flipped
+	// off during the turn stops the children handed work after it.
+	answer, status := "", "completed"
+	ts, err := r.Store.ToolSettings(ctx, t.convID)
+	if err == nil {
+		states := r.Catalogue.ResolveChild(ts.Overrides, child.InternalTools)
+		msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
+		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), depth+1)
+	}
 	if err != nil {
 		status, answer = "failed", sandchat.ErrorMessage(err)
 	}

@@ -5,7 +5,9 @@ package conversations
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandchat/sandchat"
 )
@@ -23,6 +25,42 @@ type Conversation struct {
 
 // MaxTitleLen bounds a conversation title.
 const MaxTitleLen = 500
+
+// TitleFrom is the title a conversation gets from its first message when none was set:
+// the first line of prose, code fences and markdown marks left out, cut at a word.
+func TitleFrom(content string) string {
+	const max = 60
+	var line string
+	inFence := false
+	for _, l := range strings.Split(content, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "```") {
+			inFence = !inFence
+			continue
+		}
+		if t = strings.TrimLeft(t, "#>*-` "); t != "" && !inFence {
+			line = t
+			break
+		}
+	}
+	if line == "" {
+		// Only code: name it after the code's first line.
+		for _, l := range strings.Split(content, "\n") {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "```") {
+				line = t
+				break
+			}
+		}
+	}
+	if utf8.RuneCountInString(line) <= max {
+		return line
+	}
+	r := []rune(line)[:max]
+	if i := strings.LastIndexByte(string(r), ' '); i > max/2 {
+		return string(r)[:i] + "…"
+	}
+	return string(r) + "…"
+}
 
 // Event is what WebSocket clients receive. Conversation events carry the conversation's
 // seq, which increases by one per event and lets a client detect and fill gaps; user
@@ -57,6 +95,8 @@ type Service interface {
 	CreateConversation(ctx context.Context, agentID *int64, title string) (*Conversation, error)
 	FindConversationByID(ctx context.Context, id int64) (*Conversation, error)
 	FindConversations(ctx context.Context) ([]*Conversation, error)
+	// RenameConversation sets the title; edit access.
+	RenameConversation(ctx context.Context, id int64, title string) (*Conversation, error)
 	DeleteConversation(ctx context.Context, id int64) error
 	Members(ctx context.Context, id int64) ([]sandchat.Member, error)
 	SetMember(ctx context.Context, id, userID int64, role string) (sandchat.Member, error)

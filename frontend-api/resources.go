@@ -113,6 +113,24 @@ func (s *Server) getConversation(c *fiber.Ctx) error {
 	return c.JSON(conv)
 }
 
+func (s *Server) renameConversation(c *fiber.Ctx) error {
+	id, err := paramID(c, "id")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Title string `json:"title"`
+	}
+	if err := decode(c, &in); err != nil {
+		return err
+	}
+	conv, err := s.Conversations.RenameConversation(c.UserContext(), id, in.Title)
+	if err != nil {
+		return err
+	}
+	return c.JSON(conv)
+}
+
 func (s *Server) deleteConversation(c *fiber.Ctx) error {
 	id, err := paramID(c, "id")
 	if err != nil {

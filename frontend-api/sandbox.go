@@ -26,6 +26,8 @@ type FileStore interface {
 	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
 	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
 	Execution(ctx context.Context, convID, id int64) (pgstore.StoredExecution, error)
+	DeleteFile(ctx context.Context, id int64) error
+	Executions(ctx context.Context, convID int64) ([]pgstore.StoredExecution, error)
 }
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
@@ -84,7 +86,28 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		}
 		return c.JSON(files)
 	})
+	v1.Get("/conversations/:id/sandbox/executions", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		list, err := s.Files.Executions(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(list)
+	})
 	v1.Get("/files/:id", s.downloadFile)
+	v1.Delete("/files/:id", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		if err := s.Files.DeleteFile(c.UserContext(), id); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	})
 }
 
 func (s *Server) execute(c *fiber.Ctx) error {

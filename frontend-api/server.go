@@ -125,6 +125,7 @@ func (s *Server) routes() {
 	v1.Post("/conversations", s.createConversation)
 	v1.Get("/conversations", s.listConversations)
 	v1.Get("/conversations/:id", s.getConversation)
+	v1.Patch("/conversations/:id", s.renameConversation)
 	v1.Delete("/conversations/:id", s.deleteConversation)
 	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations }, s.revokeSockets)
 	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)

@@ -10,8 +10,9 @@ import (
 
 func codeOf(err error) string { return sandchat.ErrorCode(err) }
 
-// authenticate puts the token's user into the request context. WebSockets may carry the
-// token as ?access_token=, since browsers cannot set headers on them.
+// authenticate puts the token's user into the request context. WebSockets and file
+// downloads may carry the token as ?access_token=, since browsers set no headers on a
+// socket, an <img> or a plain link.
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	token := ""
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
@@ -20,7 +21,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 			return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Use Authorization: Bearer <token>.")
 		}
 		token = strings.TrimSpace(rest)
-	} else if strings.HasSuffix(c.Path(), "/ws") {
+	} else if strings.HasSuffix(c.Path(), "/ws") || (c.Method() == fiber.MethodGet && strings.HasPrefix(c.Path(), "/api/v1/files/")) {
 		token = c.Query("access_token")
 	}
 	if token == "" {

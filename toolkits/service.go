@@ -51,9 +51,13 @@ func (s *Service) SetConversationTool(ctx context.Context, convID int64, toolID 
 		return State{}, sandchat.Errorf(sandchat.ENOTFOUND, "Internal tool %q not found.", toolID)
 	}
 	var states []State
+	var title string
 	_, ev, err := s.Conversations.SetToolOverride(ctx, convID, toolID, enabled, conversations.EventInternalToolsUpdated,
 		func(ts conversations.ToolSettings) (json.RawMessage, error) {
 			states = s.Catalogue.Resolve(ts.Overrides, ts.Agent)
+			if ts.Conversation != nil {
+				title = ts.Conversation.Title
+			}
 			return json.Marshal(ToolsUpdated{ToolID: toolID, Tools: states})
 		})
 	if err != nil {
@@ -64,7 +68,9 @@ func (s *Service) SetConversationTool(ctx context.Context, convID int64, toolID 
 	if err := s.Events.PublishConversation(ctx, ev); err != nil {
 		s.Log.WarnContext(ctx, "publish internal_tools.updated", "conversation_id", convID, "err", err)
 	}
-	toast, _ := json.Marshal(map[string]string{"level": "success", "message": ToastUpdated})
+	// The toast names its conversation, so a tab that has another one open can say which.
+	toast, _ := json.Marshal(map[string]any{"level": "success", "message": ToastUpdated,
+		"conversation_id": convID, "conversation_title": title})
 	if err := s.Events.PublishUser(ctx, sandchat.UserIDFromContext(ctx), conversations.Event{Type: conversations.EventToast, Data: toast}); err != nil {
 		s.Log.WarnContext(ctx, "publish toast", "conversation_id", convID, "err", err)
 	}

@@ -134,6 +134,40 @@ func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
 	return out
 }
 
+// ResolveChild is Resolve for a swarm child: the conversation's explicit off is the
+// user's veto for every agent in the conversation, while its on applies to the primary
+// agent only, so without a veto each child keeps its own saved setting.
+func (c *Catalogue) ResolveChild(overrides, child map[string]bool) []State {
+	vetoes := map[string]bool{}
+	for id, on := range overrides {
+		if !on {
+			vetoes[id] = false
+		}
+	}
+	return c.Resolve(vetoes, child)
+}
+
+// OffReasons says, for each tool that is off in states, why, in words a model can pass
+// on to the user: where the setting that switched it off lives. child tells that states
+// are a swarm child's, whom the toolbar's "on" does not reach.
+func OffReasons(states []State, agentName string, child bool) map[string]string {
+	out := map[string]string{}
+	for _, s := range states {
+		switch {
+		case s.Enabled:
+		case s.Source == SourcePolicy:
+			out[s.ID] = "it is unavailable: " + s.UnavailableReason
+		case s.Source == SourceConversation:
+			out[s.ID] = "it is switched off for this conversation in the chat toolbar (Internal tools → " + s.Name + ")"
+		case child:
+			out[s.ID] = "the agent " + agentName + "'s own setting for it is off (Agents → " + agentName + " → Configuration → TOOLKITS)"
+		default:
+			out[s.ID] = "it is off for this conversation; switch it on in the chat toolbar (Internal tools → " + s.Name + ")"
+		}
+	}
+	return out
+}
+
 // Enabled returns the ids of the tools that are on in states.
 func Enabled(states []State) map[string]bool {
 	on := map[string]bool{}

@@ -2,6 +2,7 @@ package toolkits_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sandchat/sandchat/toolkits"
@@ -56,5 +57,39 @@ func TestPackagesText(t *testing.T) {
 	}
 	if got := toolkits.PackagesText(many); got != ", plus 52 packages of the Pyodide distribution (numpy, pandas, …)" {
 		t.Fatal(got)
+	}
+}
+
+// TestResolveChild: for a swarm child the conversation's off is a veto and its on does
+// not apply; otherwise the child's own setting decides, and the reason says which.
+func TestResolveChild(t *testing.T) {
+	up := func() (bool, string) { return true, "" }
+	c := toolkits.NewCatalogue(map[string]toolkits.Probe{toolkits.PyodideSandbox: up}, nil)
+	on, off := map[string]bool{"pyodide_sandbox": true}, map[string]bool{"pyodide_sandbox": false}
+	cases := []struct {
+		name             string
+		overrides, child map[string]bool
+		enabled          bool
+		source, reason   string
+	}{
+		{"the user's off vetoes a child that has it on", off, on, false, "conversation", "switched off for this conversation in the chat toolbar"},
+		{"the user's on does not switch a child on", on, off, false, "agent", "the agent kid's own setting for it is off"},
+		{"no override: the child's own on", nil, on, true, "agent", ""},
+		{"no setting at all", nil, nil, false, "default", "the agent kid's own setting for it is off"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			states := c.ResolveChild(tc.overrides, tc.child)
+			if s := states[0]; s.ID != toolkits.PyodideSandbox || s.Enabled != tc.enabled || s.Source != tc.source {
+				t.Fatalf("got %+v, want enabled=%v source=%s", s, tc.enabled, tc.source)
+			}
+			why := toolkits.OffReasons(states, "kid", true)[toolkits.PyodideSandbox]
+			if tc.reason == "" && why != "" || !strings.Contains(why, tc.reason) {
+				t.Fatalf("reason %q, want it to say %q", why, tc.reason)
+			}
+		})
+	}
+	if why := toolkits.OffReasons(c.Resolve(nil, nil), "lead", false)[toolkits.PyodideSandbox]; !strings.Contains(why, "switch it on in the chat toolbar") {
+		t.Fatalf("the primary agent's reason: %q", why)
 	}
 }

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -104,6 +105,11 @@ func (s *Agents) UpdateAgent(ctx context.Context, id int64, in agents.AgentInput
 	if err := s.writeRelations(ctx, tx, id, in); err != nil {
 		return nil, err
 	}
+	if in.Name != nil {
+		if err := siblingNamesUnique(ctx, tx, id); err != nil {
+			return nil, err
+		}
+	}
 	a, err := findAgent(ctx, tx, id)
 	if err != nil {
 		return nil, err
@@ -147,8 +153,17 @@ func (s *Agents) writeRelations(ctx context.Context, tx pgx.Tx, id int64, in age
 			return sandchat.PgError(err, "agent")
 		}
 	}
+	var dup string
+	err := tx.QueryRow(ctx, `select a.name from agent_children c join agents a on a.id = c.child_id
+		where c.agent_id = $1 group by a.name having count(*) > 1 limit 1`, id).Scan(&dup)
+	if err == nil {
+		// A parent hands work to a child by name: two children with one name are ambiguous.
+		return sandchat.Errorf(sandchat.EINVALID, "children: two children are called %q; a parent delegates by name, so give them different names.", dup)
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
 	var cycle bool
-	err := tx.QueryRow(ctx, `with recursive d(id) as (
+	err = tx.QueryRow(ctx, `with recursive d(id) as (
 			select child_id from agent_children where agent_id = $1
 			union select c.child_id from agent_children c join d on c.agent_id = d.id)
 		select exists (select 1 from d where id = $1)`, id).Scan(&cycle)
@@ -159,6 +174,24 @@ func (s *Agents) writeRelations(ctx context.Context, tx pgx.Tx, id int64, in age
 		return sandchat.Errorf(sandchat.EINVALID, "children: this would make the agent its own descendant.")
 	}
 	return nil
+}
+
+// siblingNamesUnique refuses a rename that gives the agent the name of another child of
+// one of its parents.
+func siblingNamesUnique(ctx context.Context, tx pgx.Tx, id int64) error {
+	var parent string
+	err := tx.QueryRow(ctx, `select p.name from agent_children me
+		join agent_children sib on sib.agent_id = me.agent_id and sib.child_id <> me.child_id
+		join agents s on s.id = sib.child_id
+		join agents a on a.id = me.child_id
+		join agents p on p.id = me.agent_id
+		where me.child_id = $1 and s.name = a.name limit 1`, id).Scan(&parent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return sandchat.Errorf(sandchat.ECONFLICT, "The agent %q already has a child with this name; a parent delegates by name, so choose another.", parent)
 }
 
 func (s *Agents) DeleteAgent(ctx context.Context, id int64) error {

@@ -111,6 +111,17 @@ func TestAgents(t *testing.T) {
 		}
 	})
 
+	t.Run("children with one name are refused", func(t *testing.T) {
+		twin := alice.createAgent(map[string]any{"name": "Child"})
+		alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "children": []int64{child.ID, twin.ID}}, nil)
+		other := alice.createAgent(map[string]any{"name": "Other"})
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "children": []int64{child.ID, other.ID}}, nil)
+		alice.must(409, "PUT", fmt.Sprintf("/api/v1/agents/%d", other.ID), map[string]any{"version": 1, "name": "Child"}, nil)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "children": []int64{child.ID}}, nil)
+		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/agents/%d", twin.ID), nil, nil)
+		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/agents/%d", other.ID), nil, nil)
+	})
+
 	bad := []struct {
 		name, method, path string
 		body               any
@@ -124,7 +135,7 @@ func TestAgents(t *testing.T) {
 		{"wrong type", "POST", "/api/v1/agents", `{"name": 7}`, 400},
 		{"no body", "POST", "/api/v1/agents", nil, 400},
 		{"update without version", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"name": "x"}, 400},
-		{"own child", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "children": []int64{a.ID}}, 400},
+		{"own child", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 5, "children": []int64{a.ID}}, 400},
 		{"cycle", "PUT", fmt.Sprintf("/api/v1/agents/%d", child.ID), map[string]any{"version": 1, "children": []int64{a.ID}}, 400},
 		{"child that does not exist", "PUT", fmt.Sprintf("/api/v1/agents/%d", child.ID), map[string]any{"version": 1, "children": []int64{999999}}, 400},
 		{"non-numeric id", "GET", "/api/v1/agents/abc", nil, 404},
@@ -188,6 +199,7 @@ func TestPermissions(t *testing.T) {
 			u.c.must(u.read, "GET", fmt.Sprintf("/api/v1/conversations/%d", conv), nil, nil)
 			u.c.must(u.read, "GET", fmt.Sprintf("/api/v1/agents/%d", agent.ID), nil, nil)
 			u.c.must(u.read, "GET", fmt.Sprintf("/api/v1/conversations/%d/members", conv), nil, nil)
+			u.c.must(u.write, "PATCH", fmt.Sprintf("/api/v1/conversations/%d", conv), map[string]any{"title": "renamed by " + u.name}, nil)
 			var got agentJSON
 			status := u.c.do("PUT", fmt.Sprintf("/api/v1/agents/%d", agent.ID), map[string]any{"version": version, "description": u.name}, &got)
 			if status != u.write {
@@ -226,6 +238,15 @@ func TestPermissions(t *testing.T) {
 				t.Fatal("stranger sees the conversation")
 			}
 		}
+	})
+	t.Run("rename", func(t *testing.T) {
+		var got struct{ Title string }
+		owner.must(200, "PATCH", fmt.Sprintf("/api/v1/conversations/%d", conv), map[string]any{"title": "  Budget 2027 "}, &got)
+		if got.Title != "Budget 2027" {
+			t.Fatalf("title %q", got.Title)
+		}
+		owner.must(400, "PATCH", fmt.Sprintf("/api/v1/conversations/%d", conv), map[string]any{"title": " "}, nil)
+		owner.must(400, "PATCH", fmt.Sprintf("/api/v1/conversations/%d", conv), map[string]any{"name": "x"}, nil)
 	})
 	t.Run("bad member input", func(t *testing.T) {
 		path := fmt.Sprintf("/api/v1/conversations/%d/members", conv)
@@ -365,9 +386,13 @@ func TestWebSocketToasts(t *testing.T) {
 	for name, tab := range map[string]*socket{"same node": tabA, "other node": tabB} {
 		t.Run("toast on "+name, func(t *testing.T) {
 			f := tab.expect("toast")
-			var d struct{ Level, Message string }
+			var d struct {
+				Level, Message    string
+				ConversationID    int64  `json:"conversation_id"`
+				ConversationTitle string `json:"conversation_title"`
+			}
 			_ = json.Unmarshal(f.Data, &d)
-			if d.Level != "success" || d.Message != "Internal tools configuration updated" {
+			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" {
 				t.Fatalf("toast %s", f.Data)
 			}
 		})

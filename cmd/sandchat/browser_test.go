@@ -6,10 +6,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // browser starts headless Chromium; tabs opened from the returned context share it.
@@ -24,7 +32,7 @@ func browser(t *testing.T) context.Context {
 		t.Fatal(err)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.UserDataDir(profile))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -41,88 +49,554 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestBrowserToast is the product's promise, seen in a real browser: flipping "Python
-// sandbox" in one tab's Internal tools popup shows the toast in every tab of the user,
-// and an agent's TOOLKITS page saves its internal tools.
-func TestBrowserToast(t *testing.T) {
-	e := newEnv(t)
-	m := e.node()
-	alice, _ := m.user(t, "alice", false)
-	agent := alice.createAgent(map[string]any{"name": "Analyst", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	conv := alice.createConversation(agent.ID)
-	base := "http://" + m.Addr()
-
-	root := browser(t)
-	tab1, cancel1 := chromedp.NewContext(root)
-	defer cancel1()
-	tab2, cancel2 := chromedp.NewContext(root)
-	defer cancel2()
-	// A tab is opened by its first Run, and closed when that Run's context ends: open
-	// both with their own long-lived contexts before the timed steps.
-	for _, tab := range []context.Context{tab1, tab2} {
-		if err := chromedp.Run(tab); err != nil {
-			t.Fatalf("open tab: %v", err)
-		}
+// screenshotDir is where browser tests leave their screenshots: $SANDCHAT_SCREENSHOTS,
+// or a directory under the system's temporary directory named after the test.
+func screenshotDir(t *testing.T) string {
+	dir := os.Getenv("SANDCHAT_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "sandchat-browser", t.Name())
 	}
-	run := func(tab context.Context, what string, actions ...chromedp.Action) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
-		defer cancel()
-		if err := chromedp.Run(ctx, actions...); err != nil {
-			var html string
-			dctx, dcancel := context.WithTimeout(tab, 5*time.Second)
-			defer dcancel()
-			var png []byte
-			_ = chromedp.Run(dctx, chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
-			if dir := os.Getenv("SANDCHAT_SCREENSHOTS"); dir != "" {
-				_ = os.WriteFile(filepath.Join(dir, "failure.png"), png, 0o644)
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return dir
+}
+
+// tab is one browser tab that records every page error: uncaught exceptions, console
+// errors and error log entries (CSP violations among them). The test fails on any.
+type tab struct {
+	name string
+	ctx  context.Context
+	dir  string
+
+	mu     sync.Mutex
+	errors []string
+	// allowed are substrings of network errors a step expects (a 409 it provokes).
+	allowed []string
+}
+
+func openTab(t *testing.T, root context.Context, name, dir string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(root)
+	t.Cleanup(cancel)
+	tb := &tab{name: name, ctx: ctx, dir: dir}
+	verbose := os.Getenv("SANDCHAT_BROWSER_LOG") != "" // every request and response in the test's log
+	chromedp.ListenTarget(ctx, func(ev any) {
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
 			}
-			t.Fatalf("%s: %v\npage: %.3000s", what, err, html)
+			tb.fail("exception: " + msg)
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.APITypeError || e.Type == runtime.APITypeAssert {
+				var parts []string
+				for _, a := range e.Args {
+					parts = append(parts, string(a.Value)+a.Description)
+				}
+				tb.fail("console.error: " + strings.Join(parts, " "))
+			}
+		case *network.EventRequestWillBeSent:
+			if verbose {
+				t.Logf("%s: %s %s", name, e.Request.Method, e.Request.URL)
+			}
+		case *network.EventResponseReceived:
+			if verbose {
+				t.Logf("%s: %d %s", name, e.Response.Status, e.Response.URL)
+			}
+		case *page.EventJavascriptDialogOpening:
+			// A dialog blocks the page: note it and dismiss it so the test can go on.
+			tb.fail("unexpected dialog: " + e.Message)
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(false)) }()
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.LevelError {
+				tb.fail(fmt.Sprintf("log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL))
+			}
+		}
+	})
+	// A tab is opened by its first Run, and closed when that Run's context ends: open
+	// it with its own long-lived context before the timed steps.
+	if err := chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		if verbose {
+			if err := network.Enable().Do(ctx); err != nil {
+				return err
+			}
+		}
+		return cdplog.Enable().Do(ctx)
+	})); err != nil {
+		t.Fatalf("open tab: %v", err)
+	}
+	t.Cleanup(func() { tb.check(t) })
+	return tb
+}
+
+func (tb *tab) fail(msg string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, a := range tb.allowed {
+		if strings.Contains(msg, a) {
+			return
 		}
 	}
-	login := []chromedp.Action{
-		chromedp.Navigate(base + "/"),
-		chromedp.Evaluate(`document.getElementById("token").value = ""`, nil), // tabs share the kept token
-		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
-		chromedp.Click("#login button", chromedp.ByQuery),
-		chromedp.WaitVisible(`#convs li`, chromedp.ByQuery),
-	}
-	run(tab1, "tab 1 signs in", login...)
-	run(tab2, "tab 2 signs in", login...)
+	tb.errors = append(tb.errors, msg)
+}
 
-	run(tab1, "tab 1 switches the sandbox off in the toolbar",
-		chromedp.Click(`#convs li`, chromedp.ByQuery),
-		chromedp.WaitEnabled("#tools-button", chromedp.ByID),
-		chromedp.WaitReady(`#tools-list li`, chromedp.ByQuery),
-		chromedp.Click("#tools-button", chromedp.ByID),
-		chromedp.WaitVisible("#tool-pyodide_sandbox", chromedp.ByID),
-		chromedp.Click("#tool-pyodide_sandbox", chromedp.ByID),
-	)
-	const toast = `//div[contains(@class,"toast") and text()="Internal tools configuration updated"]`
-	run(tab1, "toast in tab 1", chromedp.WaitVisible(toast, chromedp.BySearch))
-	run(tab2, "toast in tab 2", chromedp.WaitVisible(toast, chromedp.BySearch))
-	if st := alice.tool(conv, "pyodide_sandbox"); st.Enabled || st.Source != "conversation" {
-		t.Fatalf("after the click: %+v", st)
-	}
-	var shot []byte
-	run(tab1, "screenshot", chromedp.CaptureScreenshot(&shot))
-	if dir := os.Getenv("SANDCHAT_SCREENSHOTS"); dir != "" {
-		_ = os.WriteFile(filepath.Join(dir, "toolbar-toast.png"), shot, 0o644)
-	}
+func (tb *tab) allow(substr string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.allowed = append(tb.allowed, substr)
+}
 
-	run(tab2, "tab 2 saves the agent's internal tools on its TOOLKITS page",
-		chromedp.Click("#nav-agents", chromedp.ByID),
-		chromedp.Click(`#agents li`, chromedp.ByQuery),
-		chromedp.WaitVisible("#agent-tool-pyodide_sandbox", chromedp.ByID),
-		chromedp.Click("#show-all", chromedp.ByID),
-		chromedp.WaitVisible("#agent-tool-swarm_mode", chromedp.ByID),
-		chromedp.Click("#agent-tool-swarm_mode", chromedp.ByID),
-		chromedp.Click("#agent-save", chromedp.ByID),
-		chromedp.WaitVisible(`//div[contains(@class,"toast") and text()="Agent saved"]`, chromedp.BySearch),
-	)
-	var saved agentJSON
-	alice.must(200, "GET", fmt.Sprintf("/api/v1/agents/%d", agent.ID), nil, &saved)
-	if !saved.InternalTools["swarm_mode"] || !saved.InternalTools["pyodide_sandbox"] || saved.Version != agent.Version+1 {
-		t.Fatalf("saved %+v", saved)
+// check fails t if the page reported any error so far.
+func (tb *tab) check(t *testing.T) {
+	t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if len(tb.errors) > 0 {
+		t.Errorf("%s: page errors:\n%s", tb.name, strings.Join(tb.errors, "\n"))
+		tb.errors = nil
 	}
+}
+
+// run performs the actions within a minute; on failure it saves a screenshot and the page.
+func (tb *tab) run(t *testing.T, what string, actions ...chromedp.Action) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, time.Minute)
+	defer cancel()
+	// A background tab paints no frames (screenshots and clicks wait for one): act in
+	// the foreground.
+	actions = append([]chromedp.Action{page.BringToFront()}, actions...)
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		var html string
+		var png []byte
+		dctx, dcancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		defer dcancel()
+		_ = chromedp.Run(dctx, page.BringToFront(), chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
+		name := filepath.Join(tb.dir, "failure-"+strings.NewReplacer(" ", "-", "/", "-", "'", "").Replace(what)+".png")
+		_ = os.WriteFile(name, png, 0o644)
+		tb.check(t)
+		t.Fatalf("%s: %s: %v (screenshot %s)\npage: %.4000s", tb.name, what, err, name, html)
+	}
+	tb.check(t)
+}
+
+// shot saves a screenshot of the tab's viewport.
+func (tb *tab) shot(t *testing.T, name string) {
+	t.Helper()
+	var png []byte
+	tb.run(t, "screenshot "+name, chromedp.CaptureScreenshot(&png))
+	if err := os.WriteFile(filepath.Join(tb.dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// until waits for a JavaScript condition to hold.
+func until(js string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var ok bool
+		err := chromedp.Poll(js, &ok, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)).Do(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", js, err)
+		}
+		return nil
+	})
+}
+
+func jsString(s string) string {
+	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`", "$", "\\$").Replace(s) + "`"
+}
+
+func hasToast(text string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.textContent === %s)`, jsString(text))
+}
+
+// say types a message and sends it with Enter.
+func say(text string) chromedp.Action {
+	return chromedp.Tasks{
+		chromedp.WaitEnabled("#input", chromedp.ByID),
+		until(`document.querySelector("#send").hidden === false`),
+		chromedp.SetValue("#input", text, chromedp.ByID),
+		chromedp.Focus("#input", chromedp.ByID),
+		chromedp.KeyEvent(kb.Enter),
+	}
+}
+
+// lastCell is a JS expression for the newest code cell of the conversation.
+const lastCell = `[...document.querySelectorAll("#messages .cell")].pop()`
+
+// TestBrowserChat drives the product's flows in headless Chromium against a real node
+// with the Python sandbox, and fails on any page error.
+func TestBrowserChat(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	base := "http://" + m.Addr()
+	dir := screenshotDir(t)
+	root := browser(t)
+	tab1 := openTab(t, root, "tab 1", dir)
+	tab2 := openTab(t, root, "tab 2", dir)
+
+	t.Run("log in", func(t *testing.T) {
+		tab1.run(t, "sign in with the token",
+			chromedp.Navigate(base+"/"),
+			chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+			chromedp.Click("#login button", chromedp.ByQuery),
+			chromedp.WaitVisible("#chat-view", chromedp.ByID),
+			until(`document.querySelector("#me").textContent === "alice"`),
+		)
+		tab1.shot(t, "01-signed-in")
+	})
+
+	var agentID int64
+	t.Run("create an agent, Show all, switch Python sandbox on, Save", func(t *testing.T) {
+		tab1.run(t, "create the agent",
+			chromedp.Click("#nav-agents", chromedp.ByID),
+			chromedp.WaitVisible("#agent-name-new", chromedp.ByID),
+			chromedp.SendKeys("#agent-name-new", "Analyst", chromedp.ByID),
+			chromedp.Click("#new-agent button", chromedp.ByQuery),
+			chromedp.WaitVisible("#agent-form", chromedp.ByID),
+			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
+		)
+		tab1.run(t, "only featured tools until Show all",
+			until(`document.querySelector("#agent-tool-pyodide_sandbox") && !document.querySelector("#agent-tool-swarm_mode")`),
+			chromedp.Click("#show-all", chromedp.ByID),
+			chromedp.WaitVisible("#agent-tool-swarm_mode", chromedp.ByID),
+			until(`document.querySelector("#show-all").textContent === "Show less"`),
+		)
+		tab1.run(t, "switch the sandbox on and save",
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			until(`document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true" && !document.querySelector("#agent-dirty").hidden`),
+			chromedp.SetValue("#agent-description", "reads data", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(hasToast("Agent saved")),
+			until(`document.querySelector("#agent-dirty").hidden`),
+		)
+		// Save sits at the top of the configuration page, above TOOLKITS.
+		var above bool
+		tab1.run(t, "Save is at the top", chromedp.Evaluate(`document.querySelector("#agent-save").getBoundingClientRect().top < document.querySelector("#agent-tools").getBoundingClientRect().top`, &above))
+		if !above {
+			t.Error("Save is not above the toolkits")
+		}
+		tab1.shot(t, "02-agent-toolkits")
+		var list []agentJSON
+		alice.must(200, "GET", "/api/v1/agents", nil, &list)
+		if len(list) != 1 || !list[0].InternalTools["pyodide_sandbox"] || list[0].Description != "reads data" {
+			t.Fatalf("saved %+v", list)
+		}
+		agentID = list[0].ID
+	})
+
+	var convID int64
+	t.Run("new chat with the agent", func(t *testing.T) {
+		tab1.run(t, "start it",
+			chromedp.Click("#nav-chat", chromedp.ByID),
+			chromedp.WaitVisible("#new-conv", chromedp.ByID),
+			chromedp.SetValue("#conv-agent", fmt.Sprint(agentID), chromedp.ByID),
+			chromedp.Click("#new-conv button", chromedp.ByQuery),
+			until(`/^#\/c\/\d+$/.test(location.hash) && !document.querySelector("#tools-button").disabled`),
+			until(`document.querySelector("#conv-agent-name").textContent === "with Analyst"`),
+			chromedp.Evaluate(`Number(location.hash.split("/")[2])`, &convID),
+		)
+	})
+
+	t.Run("the popup shows it on from the agent; off toasts in two tabs; a click outside closes it", func(t *testing.T) {
+		// The second tab has no conversation open: its toast names the one changed.
+		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`))
+		tab1.run(t, "open the popup",
+			chromedp.Click("#tools-button", chromedp.ByID),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			until(`document.querySelector("#tools-button").getAttribute("aria-expanded") === "true"`),
+			until(`document.querySelector("#tool-pyodide_sandbox").getAttribute("role") === "switch" && document.querySelector("#tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (on)"`),
+		)
+		tab1.shot(t, "03-popup-from-agent")
+		tab1.run(t, "switch it off",
+			chromedp.Click("#tool-pyodide_sandbox", chromedp.ByID),
+			until(hasToast("Internal tools configuration updated")),
+			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "Set for this conversation (off)"`),
+			until(`!document.querySelector('[data-tool="pyodide_sandbox"] .link').hidden`),
+		)
+		tab2.run(t, "toast in tab 2 names the conversation", until(hasToast("Internal tools configuration updated (in “New chat”)")))
+		tab1.shot(t, "04-popup-off-toast")
+		tab2.shot(t, "05-toast-other-tab")
+		if st := alice.tool(convID, "pyodide_sandbox"); st.Enabled || st.Source != "conversation" {
+			t.Fatalf("after the click: %+v", st)
+		}
+		tab1.run(t, "a click outside closes it",
+			chromedp.Click("#messages", chromedp.ByID),
+			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
+			until(`document.querySelector("#tools-button").getAttribute("aria-expanded") === "false"`),
+		)
+		tab1.run(t, "Inherit, then Escape closes it",
+			chromedp.Click("#tools-button", chromedp.ByID),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			chromedp.Click(`[data-tool="pyodide_sandbox"] .link`, chromedp.ByQuery),
+			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (on)"`),
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
+			until(`document.activeElement.id === "tools-button"`),
+		)
+		if st := alice.tool(convID, "pyodide_sandbox"); !st.Enabled || st.Source != "agent" {
+			t.Fatalf("after Inherit: %+v", st)
+		}
+	})
+
+	t.Run("upload a CSV and read it from Python", func(t *testing.T) {
+		csv := filepath.Join(t.TempDir(), "sales.csv")
+		if err := os.WriteFile(csv, []byte("region,amount\nnorth,10\nsouth,20\neast,30\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tab1.run(t, "attach it",
+			chromedp.SetUploadFiles("#file-input", []string{csv}, chromedp.ByID),
+			until(`[...document.querySelectorAll("#attachments .chip-row:not(.uploading)")].some((c) => c.textContent.includes("sales.csv"))`),
+		)
+		tab1.run(t, "read it",
+			say("Sum the amounts, please:\n```python\nimport csv\nrows = list(csv.DictReader(open('/data/sales.csv')))\nprint('total', sum(int(r['amount']) for r in rows))\n```"),
+			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector(".cell-out").textContent.includes("total 60")`),
+			until(`document.querySelector("#send").hidden === false`),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+		)
+		tab1.shot(t, "06-csv")
+
+		downloads := t.TempDir()
+		tab1.run(t, "its chip downloads it",
+			cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(downloads),
+			chromedp.Click(`#attachments .chip`, chromedp.ByQuery),
+		)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got, err := os.ReadFile(filepath.Join(downloads, "sales.csv"))
+			if err == nil && string(got) == "region,amount\nnorth,10\nsouth,20\neast,30\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no download of sales.csv: %q %v", got, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("a 3-second loop shows streamed lines before it ends", func(t *testing.T) {
+		tab1.run(t, "start the loop",
+			say("```python\nimport time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n```"),
+		)
+		var snapshot string
+		tab1.run(t, "a line shows while the cell still runs",
+			until(lastCell+`?.querySelector(".cell-out")?.textContent.includes("tick 1") && !`+lastCell+`.dataset.done`),
+			chromedp.Evaluate(lastCell+`.querySelector(".status").textContent`, &snapshot),
+		)
+		tab1.shot(t, "07-streaming")
+		if snapshot != "running…" {
+			t.Errorf("status while streaming: %q", snapshot)
+		}
+		// A reader who scrolls up is left there while lines keep coming.
+		var scrollable bool
+		tab1.run(t, "scroll up", chromedp.Evaluate(`(() => { const m = document.querySelector("#messages"); m.scrollTop = 0; return m.scrollHeight > m.clientHeight + 100 })()`, &scrollable))
+		tab1.run(t, "and it ends with every line",
+			until(lastCell+`.dataset.done && `+lastCell+`.querySelector(".cell-out").textContent.includes("tick 5")`),
+			until(`document.querySelector("#send").hidden === false`),
+		)
+		var top float64
+		tab1.run(t, "still scrolled up", chromedp.Evaluate(`document.querySelector("#messages").scrollTop`, &top))
+		if !scrollable {
+			t.Log("the list was too short to scroll; auto-scroll not checked")
+		}
+		if scrollable && top != 0 {
+			t.Errorf("the list scrolled to %v while the reader was reading above", top)
+		}
+	})
+
+	t.Run("Stop cancels a loop", func(t *testing.T) {
+		tab1.run(t, "start an endless loop and stop it",
+			say("```python\nimport time\nwhile True:\n    print('spinning', flush=True)\n    time.sleep(0.3)\n```"),
+			until(lastCell+`?.querySelector(".cell-out")?.textContent.includes("spinning")`),
+			chromedp.WaitVisible("#stop", chromedp.ByID),
+			until(`(() => { const s = document.querySelector("#stop"), r = s.getBoundingClientRect(); return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === s })()`),
+			chromedp.Click("#stop", chromedp.ByID),
+			until(`[...document.querySelectorAll("#messages .turn-end")].some((e) => e.textContent === "Stopped.")`),
+			until(`document.querySelector("#send").hidden === false && document.querySelector("#stop").hidden`),
+		)
+		tab1.shot(t, "08-stopped")
+	})
+
+	t.Run("an error shows its traceback", func(t *testing.T) {
+		tab1.run(t, "divide by zero",
+			say("```python\ndef ratio(a, b):\n    return a / b\nratio(1, 0)\n```"),
+			until(lastCell+`?.querySelector(".traceback")?.textContent.includes("ZeroDivisionError")`),
+			until(lastCell+`.querySelector(".traceback").textContent.includes("in ratio")`),
+		)
+		tab1.shot(t, "09-traceback")
+	})
+
+	t.Run("a PNG written by Python shows as an image", func(t *testing.T) {
+		tab1.run(t, "write a PNG",
+			say("```python\nimport struct, zlib\nw = h = 96\nraw = b''.join(b'\\x00' + bytes(c for x in range(w) for c in (x * 2, y * 2, 200)) for y in range(h))\n"+
+				"def chunk(kind, data):\n    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff)\n"+
+				"png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"+
+				"open('gradient.png', 'wb').write(png)\n```"),
+			until(lastCell+`?.querySelector(".thumb img")?.naturalWidth === 96`),
+			until(lastCell+`.querySelector(".thumb img").src.startsWith("blob:")`),
+		)
+		tab1.shot(t, "10-png")
+		tab1.run(t, "it opens full size",
+			chromedp.Click(`.thumb`, chromedp.ByQuery),
+			until(`document.querySelector("#viewer").open && document.querySelector("#viewer-img").naturalWidth === 96`),
+		)
+		tab1.shot(t, "11-png-full-size")
+		tab1.run(t, "Escape closes the viewer", chromedp.KeyEvent(kb.Escape), until(`!document.querySelector("#viewer").open`))
+	})
+
+	t.Run("the open conversation is kept across a reload", func(t *testing.T) {
+		tab1.run(t, "reload",
+			chromedp.Reload(),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+			until(`document.querySelectorAll("#messages .cell[data-done]").length === 5`),
+			until(`document.querySelector("#messages .traceback")?.textContent.includes("ZeroDivisionError")`),
+			until(`document.querySelector("#messages .thumb img")?.naturalWidth === 96`),
+		)
+		tab1.shot(t, "12-reloaded")
+	})
+
+	t.Run("a swarm handoff shows nested", func(t *testing.T) {
+		tab1.run(t, "create the child",
+			chromedp.Click("#nav-agents", chromedp.ByID),
+			chromedp.WaitVisible("#agent-name-new", chromedp.ByID),
+			chromedp.SendKeys("#agent-name-new", "helper", chromedp.ByID),
+			chromedp.Click("#new-agent button", chromedp.ByQuery),
+			until(`document.querySelector("#agent-title").textContent === "helper"`),
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+		)
+		tab1.run(t, "make it the Analyst's child with swarm mode on",
+			chromedp.Click(fmt.Sprintf(`[data-agent="%d"]`, agentID), chromedp.ByQuery),
+			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
+			// A reloaded page shows the featured tools only again.
+			chromedp.Evaluate(`document.querySelector("#show-all").textContent === "Show all" && document.querySelector("#show-all").click()`, nil),
+			chromedp.WaitVisible("#agent-tool-swarm_mode", chromedp.ByID),
+			chromedp.Click("#agent-tool-swarm_mode", chromedp.ByID),
+			chromedp.Click(`#agent-children input`, chromedp.ByQuery),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-swarm_mode").getAttribute("aria-checked") === "true"`),
+		)
+		tab1.shot(t, "13-agent-children")
+		var a agentJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/agents/%d", agentID), nil, &a)
+		if !a.InternalTools["swarm_mode"] || len(a.Children) != 1 {
+			t.Fatalf("saved %+v", a)
+		}
+		tab1.run(t, "hand work to the child",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, convID), nil),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+			say("@helper ```python\nprint('hello from the child')\n```"),
+			until(`[...document.querySelectorAll("#messages > .handoff")].some((h) => h.querySelector(".who").textContent === "↳ helper" && h.querySelector(".cell .cell-out")?.textContent.includes("hello from the child") && h.querySelector(".status").textContent === "done")`),
+			until(`document.querySelector("#send").hidden === false`),
+		)
+		tab1.shot(t, "14-swarm")
+		tab1.run(t, "nested after a reload too",
+			chromedp.Reload(),
+			until(`[...document.querySelectorAll("#messages > .handoff")].some((h) => h.querySelector(".who").textContent === "↳ helper" && h.querySelector(".cell .cell-out")?.textContent.includes("hello from the child"))`),
+		)
+	})
+
+	t.Run("rename and a stale save offers to reload", func(t *testing.T) {
+		tab1.run(t, "rename the conversation",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, convID), nil),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+			chromedp.Click("#rename", chromedp.ByID),
+			chromedp.WaitVisible("#rename-input", chromedp.ByID),
+			chromedp.SetValue("#rename-input", "Sales check", chromedp.ByID),
+			chromedp.Focus("#rename-input", chromedp.ByID),
+			chromedp.KeyEvent(kb.Enter),
+			until(`document.querySelector("#conv-title").textContent === "Sales check"`),
+			until(`[...document.querySelectorAll("#convs .nav-title")].some((e) => e.textContent === "Sales check")`),
+		)
+		tab1.run(t, "open the agent", chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/agents/%d"`, agentID), nil), until(`document.querySelector("#agent-title").textContent === "Analyst"`))
+		var a agentJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/agents/%d", agentID), nil, &a)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", agentID), map[string]any{"version": a.Version, "system_prompt": "changed elsewhere"}, nil)
+		tab1.allow("status of 409")
+		tab1.run(t, "the stale save is refused with a way out",
+			chromedp.SetValue("#agent-description", "my edit", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			chromedp.WaitVisible("#agent-conflict", chromedp.ByID),
+		)
+		tab1.shot(t, "15-conflict")
+		tab1.run(t, "reload it",
+			chromedp.Click("#agent-reload", chromedp.ByID),
+			chromedp.WaitNotVisible("#agent-conflict", chromedp.ByID),
+			until(`document.querySelector("#agent-prompt").value === "changed elsewhere" && document.querySelector("#agent-description").value === "reads data"`),
+		)
+	})
+
+	t.Run("keyboard only: open a conversation", func(t *testing.T) {
+		tab2.run(t, "load the chat", chromedp.Reload(), until(`document.querySelectorAll("#convs a").length === 1`))
+		var found bool
+		for i := 0; i < 40 && !found; i++ {
+			tab2.run(t, "tab", chromedp.KeyEvent(kb.Tab), chromedp.Evaluate(`document.activeElement.matches("#convs a")`, &found))
+		}
+		if !found {
+			t.Fatal("Tab never reached the conversation list")
+		}
+		var outline string
+		tab2.run(t, "focus is visible", chromedp.Evaluate(`getComputedStyle(document.activeElement).boxShadow`, &outline))
+		if outline == "none" || outline == "" {
+			t.Errorf("focused link shows no focus ring (box-shadow %q)", outline)
+		}
+		tab2.shot(t, "16-keyboard-focus")
+		tab2.run(t, "Enter opens it",
+			chromedp.KeyEvent(kb.Enter),
+			until(`document.querySelector("#conv-title").textContent === "Sales check" && document.activeElement.id === "input"`),
+			until(`document.querySelectorAll("#messages .cell[data-done]").length >= 5`),
+		)
+		tab2.run(t, "the popup by keyboard",
+			chromedp.Focus("#tools-button", chromedp.ByID),
+			chromedp.KeyEvent(kb.Enter),
+			until(`document.activeElement.id === "tool-pyodide_sandbox"`),
+			chromedp.KeyEvent(kb.Escape),
+			until(`document.querySelector("#tools-popup").hidden && document.activeElement.id === "tools-button"`),
+		)
+	})
+
+	t.Run("usable at 390 px", func(t *testing.T) {
+		tab2.run(t, "phone width",
+			chromedp.EmulateViewport(390, 844),
+			chromedp.Reload(),
+			until(`document.querySelectorAll("#messages .cell[data-done]").length >= 5`),
+		)
+		var width int
+		tab2.run(t, "no sideways scrolling", chromedp.Evaluate(`document.documentElement.scrollWidth`, &width))
+		if width > 390 {
+			t.Errorf("page is %d px wide at 390", width)
+		}
+		tab2.shot(t, "17-phone-chat")
+		tab2.run(t, "the menu opens the conversations",
+			chromedp.Click("#menu", chromedp.ByID),
+			until(`document.querySelector("#sidebar").getBoundingClientRect().left >= 0`),
+		)
+		tab2.shot(t, "18-phone-menu")
+		tab2.run(t, "Escape closes the menu and the popup fits",
+			chromedp.KeyEvent(kb.Escape),
+			until(`document.querySelector("#sidebar").getBoundingClientRect().right <= 0`),
+			chromedp.Click("#tools-button", chromedp.ByID),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			until(`(() => { const r = document.querySelector("#tools-popup").getBoundingClientRect(); return r.width > 200 && r.left >= 0 && r.right <= 390 && r.top >= 0 })()`),
+		)
+		tab2.shot(t, "19-phone-popup")
+		tab2.run(t, "the agent page",
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/agents/%d"`, agentID), nil),
+			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
+			chromedp.Evaluate(`document.documentElement.scrollWidth`, &width),
+		)
+		if width > 390 {
+			t.Errorf("agent page is %d px wide at 390", width)
+		}
+		tab2.shot(t, "20-phone-agent")
+	})
 }

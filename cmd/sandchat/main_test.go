@@ -164,6 +164,7 @@ func (c *client) must(want int, method, path string, body any, out any) {
 type agentJSON struct {
 	ID            int64           `json:"id"`
 	Name          string          `json:"name"`
+	Description   string          `json:"description"`
 	InternalTools map[string]bool `json:"internal_tools"`
 	Children      []int64         `json:"children"`
 	Version       int64           `json:"version"`

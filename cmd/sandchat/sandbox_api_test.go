@@ -183,7 +183,80 @@ func TestSandboxAPI(t *testing.T) {
 		if n != 6 {
 			t.Fatalf("%d executions recorded, want 6", n)
 		}
+		var list []struct {
+			Code      string
+			Status    string
+			Error     *struct{ Traceback string }
+			Artifacts []struct{ Name string }
+		}
+		viewer.must(200, "GET", execPath, nil, &list)
+		stranger.must(404, "GET", execPath, nil, nil)
+		if len(list) != 6 || list[0].Code == "" {
+			t.Fatalf("listed %+v", list)
+		}
+		var traceback, report bool
+		for _, e := range list {
+			traceback = traceback || (e.Status == "error" && e.Error != nil && strings.Contains(e.Error.Traceback, "ZeroDivisionError"))
+			report = report || (len(e.Artifacts) == 1 && e.Artifacts[0].Name == "report.txt")
+		}
+		if !traceback || !report {
+			t.Fatalf("tracebacks and artifacts missing from %+v", list)
+		}
 	})
+	t.Run("downloads from a page carry the token in the query", func(t *testing.T) {
+		r := alice.run(conv, "with open('page.txt', 'w') as fh:\n    fh.write('from a link')")
+		if len(r.Artifacts) != 1 {
+			t.Fatalf("%+v", r)
+		}
+		base := m.as(t, "").base
+		for _, tc := range []struct {
+			token string
+			want  int
+		}{{alice.token, 200}, {viewer.token, 200}, {stranger.token, 404}, {"nope", 401}, {"", 401}} {
+			resp, err := http.Get(fmt.Sprintf("%s/api/v1/files/%d?access_token=%s", base, r.Artifacts[0].ID, tc.token))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want || (tc.want == 200 && string(body) != "from a link") {
+				t.Fatalf("token %q: %d %q, want %d", tc.token, resp.StatusCode, body, tc.want)
+			}
+		}
+		// Only downloads: the query token opens nothing else.
+		resp, err := http.Get(base + "/api/v1/me?access_token=" + alice.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Fatalf("/me with a query token: %d", resp.StatusCode)
+		}
+	})
+	t.Run("files are deleted by editors only", func(t *testing.T) {
+		if code := alice.upload(conv, "gone.csv", "x\n"); code != 201 {
+			t.Fatal(code)
+		}
+		var files []struct {
+			ID   int64
+			Name string
+		}
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, &files)
+		var id int64
+		for _, f := range files {
+			if f.Name == "gone.csv" {
+				id = f.ID
+			}
+		}
+		viewer.must(403, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
+		stranger.must(404, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
+		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
+		alice.must(404, "GET", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
+		if r := alice.run(conv, "import os; os.path.exists('/data/gone.csv')"); r.Result == nil || *r.Result != "False" {
+			t.Fatalf("deleted upload still under /data: %+v", r)
+		}
+	})
+
 	t.Run("permissions", func(t *testing.T) {
 		viewer.must(403, "POST", execPath, map[string]any{"code": "1"}, nil)
 		stranger.must(404, "POST", execPath, map[string]any{"code": "1"}, nil)

@@ -101,6 +101,18 @@ func TestTurnsBuiltin(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the conversation is named after its first message", func(t *testing.T) {
+		var c struct {
+			ID    int64
+			Title string
+		}
+		alice.must(201, "POST", "/api/v1/conversations", map[string]any{}, &c)
+		alice.say(c.ID, "Please run this:\n"+py("1"))
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d", c.ID), nil, &c)
+		if c.Title != "Please run this:" {
+			t.Fatalf("title %q", c.Title)
+		}
+	})
 
 	t.Run("events arrive in order with agent paths", func(t *testing.T) {
 		var types []string
@@ -113,6 +125,13 @@ func TestTurnsBuiltin(t *testing.T) {
 			}
 			last = f.Seq
 			types = append(types, f.Type)
+			if f.Type == "tool.completed" {
+				// result is the trailing expression's repr, as in the REST result.
+				var d struct{ Result *string }
+				if err := json.Unmarshal(f.Data, &d); err != nil {
+					t.Fatalf("tool.completed %s: %v", f.Data, err)
+				}
+			}
 			if f.Type == "turn.completed" {
 				completed++
 			}
@@ -263,7 +282,7 @@ func TestSwarm(t *testing.T) {
 	})
 	t.Run("gamma has the sandbox off", func(t *testing.T) {
 		_, answer := alice.say(conv, "@gamma "+py("shared"))
-		if !strings.Contains(answer, "sandbox is off") || strings.Contains(answer, "42") {
+		if !strings.Contains(answer, "sandbox is off") || !strings.Contains(answer, "gamma's own setting") || strings.Contains(answer, "42") {
 			t.Fatalf("%q", answer)
 		}
 	})
@@ -293,6 +312,43 @@ func TestSwarm(t *testing.T) {
 		if paths[0] != "lead/alpha" || paths[2] != "lead/beta" || paths[4] != "lead/gamma" {
 			t.Fatalf("handoff paths %v", paths)
 		}
+	})
+	t.Run("the user's off is a veto for every child", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
+		_, answer := alice.say(conv, "@alpha "+py("shared"))
+		if !strings.Contains(answer, "switched off for this conversation in the chat toolbar") || strings.Contains(answer, "42") {
+			t.Fatalf("%q", answer)
+		}
+		// The toolbar's on is the primary agent's: it does not switch gamma on.
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": true}, nil)
+		if _, answer := alice.say(conv, "@gamma "+py("shared")); !strings.Contains(answer, "gamma's own setting") {
+			t.Fatalf("%q", answer)
+		}
+		if _, answer := alice.say(conv, "@alpha "+py("shared")); !strings.Contains(answer, "42") {
+			t.Fatalf("with no veto alpha keeps its own setting: %q", answer)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
+	})
+	t.Run("switching off mid-turn stops the next run", func(t *testing.T) {
+		turn := alice.post(conv, "@alpha "+py("import time\ntime.sleep(2)\nprint('first')")+"\n"+py("print('second')"))
+		for {
+			f := ws.expect2()
+			var d struct {
+				TurnID int64 `json:"turn_id"`
+			}
+			_ = json.Unmarshal(f.Data, &d)
+			if f.Type == "tool.started" && d.TurnID == turn {
+				break
+			}
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
+		alice.waitTurn(conv, turn)
+		msgs := alice.messages(conv)
+		answer := msgs[len(msgs)-1].Content
+		if !strings.Contains(answer, "first") || strings.Contains(answer, "second") || !strings.Contains(answer, "switched the Python sandbox off") {
+			t.Fatalf("%q", answer)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": nil}, nil)
 	})
 	t.Run("swarm mode off: no delegation", func(t *testing.T) {
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/swarm_mode", conv), map[string]any{"enabled": false}, nil)

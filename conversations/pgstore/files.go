@@ -159,7 +159,8 @@ func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error
 type StoredExecution struct {
 	ID             int64              `json:"id"`
 	ConversationID int64              `json:"conversation_id"`
-	TurnID         *int64             `json:"turn_id,omitempty"`
+	TurnID         *int64             `json:"turn_id"`
+	AgentID        *int64             `json:"agent_id"`
 	Status         string             `json:"status"`
 	Code           string             `json:"code"`
 	Stdout         string             `json:"stdout"`
@@ -347,6 +348,58 @@ func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) 
 		return f, nil, sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
 	}
 	return f, data, nil
+}
+
+// Executions lists a conversation's recorded runs, oldest first, with their artifacts
+// that still exist; view access. Bounded to the newest 500.
+func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution, error) {
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, `select * from (select e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
+			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, e.created_at, e.finished_at,
+			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
+				from files f where f.execution_id = e.id), '[]')
+		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
+	if err != nil {
+		return nil, sandchat.PgError(err, "executions")
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredExecution, error) {
+		var e StoredExecution
+		// Code and output are stored as the bytes the program wrote (NUL included).
+		var code, stdout, stderr, result, errJSON, files []byte
+		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
+			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt, &files)
+		if err != nil {
+			return e, err
+		}
+		e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
+		if result != nil {
+			v := string(result)
+			e.Result = &v
+		}
+		if len(errJSON) > 0 {
+			e.Error = errJSON
+		}
+		return e, json.Unmarshal(files, &e.Artifacts)
+	})
+}
+
+// DeleteFile removes an upload (it leaves /data from the next run on) or an artifact;
+// editors only.
+func (s *Store) DeleteFile(ctx context.Context, id int64) error {
+	var convID int64
+	if err := s.db.QueryRow(ctx, `select conversation_id from files where id = $1`, id).Scan(&convID); err != nil {
+		return sandchat.PgError(err, "File")
+	}
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Editors...); err != nil {
+		if sandchat.ErrorCode(err) == sandchat.ENOTFOUND {
+			return sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
+		}
+		return err
+	}
+	_, err := s.db.Exec(ctx, `delete from files where id = $1`, id)
+	return err
 }
 
 func nullID(id int64) *int64 {

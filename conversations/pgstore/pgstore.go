@@ -83,6 +83,24 @@ func (s *Store) FindConversations(ctx context.Context) ([]*conversations.Convers
 	})
 }
 
+func (s *Store) RenameConversation(ctx context.Context, id int64, title string) (*conversations.Conversation, error) {
+	title = strings.TrimSpace(title)
+	if title == "" || len(title) > conversations.MaxTitleLen {
+		return nil, sandchat.Errorf(sandchat.EINVALID, "title must be 1 to %d characters.", conversations.MaxTitleLen)
+	}
+	var c *conversations.Conversation
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		role, err := share.Authorize(ctx, tx, id, sandchat.Editors...)
+		if err != nil {
+			return err
+		}
+		c = &conversations.Conversation{Role: role}
+		return scanConversation(tx.QueryRow(ctx, `update conversations c set title = $2, updated_at = now() where id = $1
+			returning `+convColumns, id, title), c)
+	})
+	return c, sandchat.PgError(err, "Conversation")
+}
+
 func (s *Store) DeleteConversation(ctx context.Context, id int64) error {
 	if _, err := share.Authorize(ctx, s.db, id, sandchat.RoleOwner); err != nil {
 		return err

@@ -77,6 +77,10 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 		if err != nil {
 			return err
 		}
+		// A conversation nobody named is named after its first message.
+		if _, err := tx.Exec(ctx, `update conversations set title = $2 where id = $1 and title = ''`, convID, conversations.TitleFrom(content)); err != nil {
+			return err
+		}
 		started, err := AppendEvent(ctx, tx, convID, conversations.EventTurnStarted, nil, eventData(map[string]any{"turn_id": turn.ID, "message_id": msg.ID}))
 		if err != nil {
 			return err
