@@ -140,9 +140,9 @@ func (j *jail) bwrapArgs() []string {
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox",
 		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", "/tmp/deno", "--setenv", "NO_COLOR", "1",
 		"--setenv", "DENO_NO_UPDATE_CHECK", "1", "--setenv", "DENO_NO_PROMPT", "1", "--setenv", "PATH", "/nonexistent",
-		// glibc gives each thread of Deno its own malloc arena (64 MiB chunks): one arena
-		// keeps a session process ~50 MiB smaller.
-		"--setenv", "MALLOC_ARENA_MAX", "1",
+		// glibc gives each thread of Deno its own malloc arena (64 MiB chunks): two keep a
+		// session process ~35 MiB smaller (one is smaller still, but triples a save's time).
+		"--setenv", "MALLOC_ARENA_MAX", "2",
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.Itoa(64 << 20), "--tmpfs", "/tmp", "--chdir", "/tmp",
 	}
 	if len(netAllow(j.cfg)) == 0 {
@@ -184,7 +184,7 @@ func (j *jail) command() *exec.Cmd {
 	// A task that outlived the kill must not keep Wait on the console pipe for ever.
 	cmd.WaitDelay = time.Second
 	cmd.Dir = "/"
-	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1", "MALLOC_ARENA_MAX=1"}
+	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1", "MALLOC_ARENA_MAX=2"}
 	return cmd
 }
 
