@@ -235,3 +235,42 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 		t.Fatalf("got %s from %s", resultOf(r), r.Session.RestoredFrom)
 	}
 }
+
+// TestRedisLossReplaysHistory: when Redis loses a session (a flush), the caller's record
+// of its runs brings it back by replay, and the next save carries the whole history.
+func TestRedisLossReplaysHistory(t *testing.T) {
+	e, b := newEngine(t, nil)
+	ctx := context.Background()
+	k := "flushed"
+	var history []string
+	runRecorded := func(code string) Result {
+		r, err := e.Execute(ctx, k, Request{Code: code, History: func(context.Context) ([]string, error) { return history, nil }})
+		if err != nil || r.Status != StatusSuccess {
+			t.Fatalf("Execute(%q): %v %s %+v", code, err, r.Status, r.Error)
+		}
+		history = append(history, code)
+		return r
+	}
+	runRecorded("counter = 0")
+	runRecorded("counter += 1\nnotes = ['kept']")
+	// Redis loses everything about the session, seen-marker included, and the warm
+	// process is gone too.
+	keys, err := b.rdb.Keys(ctx, b.prefix+"sandbox:{"+k+"}:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("session keys %v %v", keys, err)
+	}
+	if err := b.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := runRecorded("counter += 1\n(counter, notes)")
+	if resultOf(r) != "(2, ['kept'])" || r.Session.RestoredFrom != FromReplay {
+		t.Fatalf("after the flush: %s from %s", resultOf(r), r.Session.RestoredFrom)
+	}
+	// The replayed history is durable again: without the warm process, the next run
+	// comes back from Redis with everything.
+	evictLive(t, e, k)
+	r = runRecorded("(counter, notes)")
+	if resultOf(r) != "(2, ['kept'])" || r.Session.RestoredFrom != FromSnapshot {
+		t.Fatalf("after eviction: %s from %s", resultOf(r), r.Session.RestoredFrom)
+	}
+}
