@@ -51,6 +51,8 @@ type Config struct {
 	MaxArtifacts     int   // files returned per run
 	MaxArtifactBytes int64 // size of one returned file
 	MaxDataBytes     int64 // total of Request.Data per run
+	MaxDisplays      int   // display items (display(), rich results, figures) per run
+	MaxDisplayBytes  int64 // bytes of display items per run (images as base64)
 
 	NetworkAllow []string // host or host:port; empty means no network
 
@@ -84,6 +86,8 @@ func DefaultConfig() Config {
 		MaxArtifacts:         20,
 		MaxArtifactBytes:     10 << 20,
 		MaxDataBytes:         64 << 20,
+		MaxDisplays:          50,
+		MaxDisplayBytes:      16 << 20,
 		SessionTTL:           24 * time.Hour,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
@@ -141,6 +145,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxArtifacts < 0 || c.MaxArtifactBytes < 0 || c.MaxDataBytes < 0 {
 		bad("sandbox artifact and data limits must not be negative")
+	}
+	if c.MaxDisplays < 0 || c.MaxDisplays > 1000 || c.MaxDisplayBytes < 0 || c.MaxDisplayBytes > 256<<20 {
+		bad("sandbox display limits must be 0–1000 items and 0–256 MiB per run, got %d and %d bytes", c.MaxDisplays, c.MaxDisplayBytes)
 	}
 	for _, h := range c.NetworkAllow {
 		if err := validHost(h); err != nil {

@@ -239,6 +239,7 @@ func (e *Engine) runtimeConfig() runtimeConfig {
 		Net:        netAllow(cfg),
 		Memory:     cfg.MemoryBytes, MaxOutput: cfg.MaxOutput,
 		MaxFileBytes: max(cfg.MaxArtifactBytes, 1), MaxFiles: maxChangedFiles,
+		MaxDisplays: cfg.MaxDisplays, MaxDisplayBytes: cfg.MaxDisplayBytes,
 	}
 	if c.Net == nil {
 		c.Net = []string{}

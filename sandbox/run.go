@@ -290,6 +290,9 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
 	}
+	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
+	p.setDisplay(disp.add)
+	defer p.setDisplay(nil)
 	session := func() SessionInfo {
 		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
@@ -363,6 +366,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.result(&r, rep.f, lv, notes)
+	res.Displays, res.Stderr = disp.done(res.Stderr, r.DisplaysDropped)
 	res.ExecutionMS = ms
 	if interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {

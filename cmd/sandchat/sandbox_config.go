@@ -46,6 +46,7 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"WARM_POOL_MAX", "the most the warm pool grows to when bursts of new conversations come", &e.WarmPoolMax},
 		{"MAX_LIVE", "live session processes per node", &e.MaxLive},
 		{"MAX_ARTIFACTS", "files returned per run", &e.MaxArtifacts},
+		{"MAX_DISPLAYS", "display items (display(), rich results, figures) per run", &e.MaxDisplays},
 		{"QUEUE_DEPTH", "runs that may wait for one session before 429", &e.QueueDepth},
 	}
 	intRaw := make([]string, len(ints))
@@ -65,6 +66,7 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"MAX_CODE", "code per run", &maxCode},
 		{"MAX_ARTIFACT_BYTES", "size of one returned file", &e.MaxArtifactBytes},
 		{"MAX_DATA_BYTES", "conversation files mounted under /data per run", &e.MaxDataBytes},
+		{"MAX_DISPLAY_BYTES", "display items per run (images count as base64)", &e.MaxDisplayBytes},
 	}
 	sizeRaw := make([]string, len(sizes))
 	for i, v := range sizes {
