@@ -57,7 +57,10 @@ type Config struct {
 	NetworkAllow []string // host or host:port; empty means no network
 
 	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
-	PackageCDN string // optional base URL tried for packages not in PackageDir's lock file
+	PackageCDN string // optional base URL of the Pyodide distribution: the engine fetches wheels from it
+	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
+	// file's sha256, shared by every session (read-only to them) and kept across restarts.
+	PackageCacheDir string
 
 	SessionTTL  time.Duration
 	ForceReplay bool // persist every session as packages + cell replay, as compiled-extension sessions are
@@ -204,6 +207,9 @@ func Locate(c Config) Config {
 	}
 	if c.PackageDir == "" {
 		c.PackageDir = c.PyodideDir
+	}
+	if c.PackageCacheDir == "" && c.PackageCDN != "" {
+		c.PackageCacheDir = filepath.Join(os.TempDir(), "sandchat-packages")
 	}
 	return c
 }

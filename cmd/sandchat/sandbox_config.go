@@ -30,7 +30,8 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 	fs.StringVar(&e.RuntimeDir, "sandbox-runtime-dir", env("SANDBOX_RUNTIME_DIR", ""), "directory with host.ts and worker.ts; default: found near the binary or working directory (SANDCHAT_SANDBOX_RUNTIME_DIR)")
 	fs.StringVar(&e.PyodideDir, "sandbox-pyodide-dir", env("SANDBOX_PYODIDE_DIR", ""), "Pyodide distribution; default: the runtime's node_modules/pyodide (SANDCHAT_SANDBOX_PYODIDE_DIR)")
 	fs.StringVar(&e.PackageDir, "sandbox-package-dir", env("SANDBOX_PACKAGE_DIR", ""), "mirror of the Pyodide distribution (pyodide-lock.json + wheels) imports are loaded from (SANDCHAT_SANDBOX_PACKAGE_DIR)")
-	fs.StringVar(&e.PackageCDN, "sandbox-package-cdn", env("SANDBOX_PACKAGE_CDN", ""), "base URL for packages missing from the package dir (SANDCHAT_SANDBOX_PACKAGE_CDN)")
+	fs.StringVar(&e.PackageCDN, "sandbox-package-cdn", env("SANDBOX_PACKAGE_CDN", ""), "base URL of the Pyodide distribution; the server fetches wheels missing from the package dir, sha256-verified (SANDCHAT_SANDBOX_PACKAGE_CDN)")
+	fs.StringVar(&e.PackageCacheDir, "sandbox-package-cache-dir", env("SANDBOX_PACKAGE_CACHE_DIR", ""), "where wheels fetched from the CDN are kept, shared by all sessions; default <tmp>/sandchat-packages (SANDCHAT_SANDBOX_PACKAGE_CACHE_DIR)")
 	allow := list{}
 	_ = allow.Set(env("SANDBOX_NETWORK_ALLOW", ""))
 	fs.Var(&allow, "sandbox-network-allow", "hosts (host or host:port) Python may reach; empty: no network (SANDCHAT_SANDBOX_NETWORK_ALLOW)")
