@@ -29,4 +29,7 @@ func (s *Server) webRoutes() {
 	serve("/", "index.html", "text/html; charset=utf-8")
 	serve("/app.js", "app.js", "text/javascript; charset=utf-8")
 	serve("/app.css", "app.css", "text/css; charset=utf-8")
+	// DOMPurify 3.4.18 (npm dompurify, dist/purify.min.js; Apache-2.0 or MPL-2.0, see
+	// web/vendor/DOMPurify-LICENSE): sanitizes the HTML and SVG of display items.
+	serve("/vendor/purify.min.js", "vendor/purify.min.js", "text/javascript; charset=utf-8")
 }

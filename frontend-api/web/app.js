@@ -1,7 +1,7 @@
 // The sandchat web client: chat with the Internal tools popup, an agent's TOOLKITS page,
 // and toasts, all over the v1 API and one WebSocket per tab.
 const $ = (id) => document.getElementById(id);
-const state = { token: localStorage.getItem("sandchat.token") || "", conv: null, seq: 0, ws: null, catalogue: [], agent: null, showAll: false };
+const state = { token: localStorage.getItem("sandchat.token") || "", conv: null, seq: 0, ws: null, catalogue: [], agent: null, showAll: false, displays: new Map() };
 
 async function api(method, path, body) {
   const res = await fetch("/api/v1" + path, {
@@ -16,7 +16,10 @@ async function api(method, path, body) {
 }
 
 function el(tag, props = {}, ...children) {
-  const e = Object.assign(document.createElement(tag), props);
+  // dataset has only a getter: assigning it throws in a module, so its keys are copied.
+  const { dataset, ...rest } = props;
+  const e = Object.assign(document.createElement(tag), rest);
+  Object.assign(e.dataset, dataset || {});
   e.append(...children);
   return e;
 }
@@ -58,6 +61,8 @@ function onEvent(ev) {
     case "internal_tools.updated": return renderTools(ev.data.tools);
     case "message.delta": return streamText(ev.data.turn_id + ":" + (ev.agent_path || []).join("/") + ":" + ev.data.step, ev.data.text, "assistant");
     case "tool.output": return streamText(ev.data.tool_call_id, ev.data.text, "tool");
+    case "tool.display": return addDisplay(ev.data.tool_call_id, ev.data);
+    case "tool.completed": return completeDisplays(ev.data.tool_call_id, ev.data.displays);
     case "message.created": case "message.completed": case "turn.completed": case "turn.failed": return loadMessages();
   }
 }
@@ -66,6 +71,64 @@ function streamText(key, text, role) {
   let li = document.querySelector(`[data-stream="${CSS.escape(key)}"]`);
   if (!li) li = $("messages").appendChild(el("li", { className: role, dataset: { stream: key } }));
   li.textContent += text;
+}
+
+// Display items of a run: HTML and SVG are the user code's word, so they pass through
+// DOMPurify before they reach the page (the CSP forbids inline scripts besides); images
+// are the stored files, by id.
+function addDisplay(callID, item) {
+  const items = state.displays.get(callID) || [];
+  items[item.index ?? items.length] = item;
+  state.displays.set(callID, items);
+  renderDisplays(callID);
+}
+
+function completeDisplays(callID, items) {
+  if (!items?.length) return;
+  state.displays.set(callID, items);
+  renderDisplays(callID);
+}
+
+function renderDisplays(callID) {
+  let box = document.querySelector(`[data-displays="${CSS.escape(callID)}"]`);
+  if (!box) {
+    box = el("li", { className: "displays", dataset: { displays: callID } });
+    const result = document.querySelector(`[data-toolcall="${CSS.escape(callID)}"]`);
+    if (result) result.after(box);
+    else $("messages").append(box);
+  }
+  box.replaceChildren(...(state.displays.get(callID) || []).filter(Boolean).map(displayItem));
+}
+
+function displayItem(d) {
+  const div = el("div", { className: "display " + (d.kind || "display") });
+  if (d.image) {
+    if (d.image.file_id) {
+      const img = div.appendChild(el("img", { alt: d.image.name, width: d.image.width, height: d.image.height }));
+      loadImage(img, d.image.file_id);
+    } else {
+      div.append(el("em", { textContent: `image ${d.image.name} (${d.image.width}×${d.image.height})…` }));
+    }
+  } else if (d.html && window.DOMPurify) {
+    div.innerHTML = DOMPurify.sanitize(d.html, { USE_PROFILES: { html: true } });
+  } else if (d.svg && window.DOMPurify) {
+    div.innerHTML = DOMPurify.sanitize(d.svg, { USE_PROFILES: { svg: true, svgFilters: true } });
+  } else {
+    div.append(el("pre", { textContent: d.markdown || (d.json ? JSON.stringify(d.json, null, 2) : d.latex || d.text || "") }));
+  }
+  return div;
+}
+
+// Files need the Authorization header, which an <img> cannot send: fetch the bytes and
+// show them as a data: URL (the page's CSP allows images from data: and this origin).
+const imageCache = new Map();
+function loadImage(img, fileID) {
+  if (!imageCache.has(fileID)) {
+    imageCache.set(fileID, fetch(`/api/v1/files/${fileID}`, { headers: { Authorization: "Bearer " + state.token } })
+      .then((r) => (r.ok ? r.blob() : Promise.reject(new Error(r.statusText))))
+      .then((b) => new Promise((resolve) => { const fr = new FileReader(); fr.onload = () => resolve(fr.result); fr.readAsDataURL(b); })));
+  }
+  imageCache.get(fileID).then((url) => { img.src = url; }, () => imageCache.delete(fileID));
 }
 
 async function loadMe() {
@@ -98,8 +161,14 @@ async function loadMessages() {
     let text = m.content;
     if (m.role === "assistant" && m.tool_calls) text += m.tool_calls.map((c) => `\n▶ ${c.name}: ${c.arguments.code ?? JSON.stringify(c.arguments)}`).join("");
     const who = m.role === "user" ? "" : `${(m.agent_path || []).join(" › ")}: `;
-    return el("li", { className: m.role, textContent: who + text });
+    const li = el("li", { className: m.role, textContent: who + text });
+    if (m.role === "tool") li.dataset.toolcall = m.tool_call_id;
+    return li;
   }));
+  // Display items seen on this page stay under their tool result.
+  for (const m of msgs) {
+    if (m.role === "tool" && state.displays.has(m.tool_call_id)) renderDisplays(m.tool_call_id);
+  }
 }
 
 // The chat toolbar's popup: one switch per tool, showing where its state comes from.
