@@ -496,6 +496,7 @@ func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, ca
 		return refuse("The run could not be recorded: " + sandchat.ErrorMessage(err))
 	}
 	out := t.stream(ctx, conversations.EventToolOutput, path, base)
+	shown := 0
 	var agentID *int64
 	if agent.ID != 0 {
 		agentID = &agent.ID
@@ -503,6 +504,12 @@ func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, ca
 	run, err := r.Sandbox.Execute(ctx, toolkits.RunRequest{
 		ConversationID: t.convID, AgentID: agentID, TurnID: &t.turnID, Code: args.Code,
 		OnOutput: func(stream, chunk string) { out.addStream(stream, chunk) },
+		OnDisplay: func(d sandbox.Display) {
+			// Output printed before the item goes out first, as the user saw it happen.
+			_ = out.flush()
+			shown++
+			_ = t.emit(ctx, conversations.EventToolDisplay, path, merge(base, displayData(shown-1, d)))
+		},
 	})
 	_ = out.flush()
 	if err != nil {

@@ -52,6 +52,7 @@ const (
 	EventToolStarted      = "tool.started"
 	EventToolOutput       = "tool.output"
 	EventToolCompleted    = "tool.completed"
+	EventToolDisplay      = "tool.display" // one display item of a run, while it runs
 	EventAgentHandoff     = "agent.handoff"
 )
 

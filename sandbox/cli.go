@@ -29,6 +29,8 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 		}
 		fmt.Fprintf(w, "✓ %-12s %s\n", name, detail)
 	}
+	// A warning is not a failure: the sandbox works, but not as users will expect.
+	warn := func(name, detail string) { fmt.Fprintf(w, "! %-12s %s\n", name, detail) }
 	fix := errors.New("not found; run `npm ci --prefix sandbox/runtime` or set its path in the configuration")
 
 	if err := cfg.Validate(); err != nil {
@@ -61,6 +63,11 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 		check("packages", nil, "from "+cfg.PackageCDN)
 	} else {
 		check("packages", errors.New("no pyodide-lock.json in the package directory and no CDN: only the standard library can be imported"), "")
+	}
+	if src, ok := numpySource(cfg); ok {
+		check("numpy", nil, src)
+	} else {
+		warn("numpy", src)
 	}
 	if rdb == nil {
 		check("redis", errors.New("no client"), "")
@@ -121,6 +128,39 @@ func allowText(a []string) string {
 		return "off"
 	}
 	return fmt.Sprint(a)
+}
+
+// numpySource says where `import numpy` would be served from, or why it cannot be:
+// the first thing users of a data-analysis assistant ask for.
+func numpySource(cfg Config) (string, bool) {
+	var lock struct {
+		Packages map[string]struct {
+			FileName string `json:"file_name"`
+		} `json:"packages"`
+	}
+	lockPath := filepath.Join(cfg.PackageDir, "pyodide-lock.json")
+	b, err := os.ReadFile(lockPath)
+	if err == nil {
+		err = json.Unmarshal(b, &lock)
+	}
+	if err != nil {
+		if cfg.PackageCDN != "" {
+			return "from " + cfg.PackageCDN + " (no local lock file to check it against)", true
+		}
+		return "no package source can serve numpy: no pyodide-lock.json in " + cfg.PackageDir +
+			" and no CDN; set SANDCHAT_SANDBOX_PACKAGE_DIR to a mirror of the Pyodide distribution or SANDCHAT_SANDBOX_PACKAGE_CDN", false
+	}
+	p, listed := lock.Packages["numpy"]
+	switch {
+	case !listed:
+		return "numpy is not in " + lockPath + ": `import numpy` fails", false
+	case p.FileName != "" && fileExists(filepath.Join(cfg.PackageDir, filepath.Base(p.FileName))):
+		return "served from " + filepath.Join(cfg.PackageDir, filepath.Base(p.FileName)), true
+	case cfg.PackageCDN != "":
+		return "fetched from " + cfg.PackageCDN + " (not in the local mirror)", true
+	}
+	return fmt.Sprintf("no package source can serve numpy: %s lists it but %s is not there and no CDN is set; mirror the Pyodide distribution into SANDCHAT_SANDBOX_PACKAGE_DIR or set SANDCHAT_SANDBOX_PACKAGE_CDN",
+		lockPath, filepath.Base(p.FileName)), false
 }
 
 func countWheels(dir string) (int, error) {

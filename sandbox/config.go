@@ -51,11 +51,16 @@ type Config struct {
 	MaxArtifacts     int   // files returned per run
 	MaxArtifactBytes int64 // size of one returned file
 	MaxDataBytes     int64 // total of Request.Data per run
+	MaxDisplays      int   // display items (display(), rich results, figures) per run
+	MaxDisplayBytes  int64 // bytes of display items per run (images as base64)
 
 	NetworkAllow []string // host or host:port; empty means no network
 
 	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
-	PackageCDN string // optional base URL tried for packages not in PackageDir's lock file
+	PackageCDN string // optional base URL of the Pyodide distribution: the engine fetches wheels from it
+	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
+	// file's sha256, shared by every session (read-only to them) and kept across restarts.
+	PackageCacheDir string
 
 	SessionTTL  time.Duration
 	ForceReplay bool // persist every session as packages + cell replay, as compiled-extension sessions are
@@ -84,6 +89,8 @@ func DefaultConfig() Config {
 		MaxArtifacts:         20,
 		MaxArtifactBytes:     10 << 20,
 		MaxDataBytes:         64 << 20,
+		MaxDisplays:          50,
+		MaxDisplayBytes:      16 << 20,
 		SessionTTL:           24 * time.Hour,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
@@ -142,6 +149,9 @@ func (c Config) Validate() error {
 	if c.MaxArtifacts < 0 || c.MaxArtifactBytes < 0 || c.MaxDataBytes < 0 {
 		bad("sandbox artifact and data limits must not be negative")
 	}
+	if c.MaxDisplays < 0 || c.MaxDisplays > 1000 || c.MaxDisplayBytes < 0 || c.MaxDisplayBytes > 256<<20 {
+		bad("sandbox display limits must be 0–1000 items and 0–256 MiB per run, got %d and %d bytes", c.MaxDisplays, c.MaxDisplayBytes)
+	}
 	for _, h := range c.NetworkAllow {
 		if err := validHost(h); err != nil {
 			bad("sandbox network allowlist entry %q: %v", h, err)
@@ -197,6 +207,9 @@ func Locate(c Config) Config {
 	}
 	if c.PackageDir == "" {
 		c.PackageDir = c.PyodideDir
+	}
+	if c.PackageCacheDir == "" && c.PackageCDN != "" {
+		c.PackageCacheDir = filepath.Join(os.TempDir(), "sandchat-packages")
 	}
 	return c
 }

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +114,8 @@ func TestDoctorAndExec(t *testing.T) {
 	if err := Doctor(ctx, cfg, b.rdb, &out); err != nil {
 		t.Fatalf("doctor: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3."} {
+	// The npm package lists numpy in its lock file but ships no wheels: a warning, not ✓.
+	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3.", "! numpy        no package source can serve numpy"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("doctor report lacks %q:\n%s", want, out.String())
 		}
@@ -129,5 +132,39 @@ func TestDoctorAndExec(t *testing.T) {
 	out.Reset()
 	if err := Doctor(ctx, bad, b.rdb, &out); err == nil || !strings.Contains(out.String(), "npm ci --prefix sandbox/runtime") {
 		t.Fatalf("doctor without deno: %v\n%s", err, out.String())
+	}
+}
+
+func TestNumpySource(t *testing.T) {
+	lock := `{"packages":{"numpy":{"file_name":"numpy-2.2.5-cp313-cp313-pyodide_2025_0_wasm32.whl"}}}`
+	tests := []struct {
+		name      string
+		lock      string
+		wheel     bool
+		cdn       string
+		ok        bool
+		mentioned string
+	}{
+		{name: "no lock and no CDN", mentioned: "no package source can serve numpy"},
+		{name: "no lock, a CDN", cdn: "https://cdn.example/pyodide/", ok: true},
+		{name: "lock without the wheel", lock: lock, mentioned: "is not there"},
+		{name: "lock and the wheel", lock: lock, wheel: true, ok: true, mentioned: "numpy-2.2.5"},
+		{name: "lock, no wheel, a CDN", lock: lock, cdn: "https://cdn.example/pyodide/", ok: true},
+		{name: "lock without numpy", lock: `{"packages":{}}`, mentioned: "not in"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.lock != "" {
+				_ = os.WriteFile(filepath.Join(dir, "pyodide-lock.json"), []byte(tc.lock), 0o644)
+			}
+			if tc.wheel {
+				_ = os.WriteFile(filepath.Join(dir, "numpy-2.2.5-cp313-cp313-pyodide_2025_0_wasm32.whl"), []byte("PK"), 0o644)
+			}
+			msg, ok := numpySource(Config{PackageDir: dir, PackageCDN: tc.cdn})
+			if ok != tc.ok || !strings.Contains(msg, tc.mentioned) {
+				t.Errorf("numpySource = %q, %v", msg, ok)
+			}
+		})
 	}
 }

@@ -118,7 +118,7 @@ func (j *jail) memoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOve
 // denoArgs is the command line of the session process inside its sandbox.
 func (j *jail) denoArgs() []string {
 	cfg := j.cfg
-	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, "/dev/fd/3")
+	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir, "/dev/fd/3")
 	args := []string{cfg.DenoPath, "run", "--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--unstable-worker-options", "--quiet",
 		"--allow-read=" + strings.Join(reads, ","),
@@ -161,7 +161,7 @@ func (j *jail) bwrapArgs() []string {
 	}
 	a = append(a, "--ro-bind-try", "/usr/lib", "/usr/lib", "--ro-bind-try", "/usr/lib64", "/usr/lib64",
 		"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache")
-	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.DenoPath) {
+	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.PackageCacheDir, j.cfg.DenoPath) {
 		a = append(a, "--ro-bind", d, d)
 	}
 	return append(a, "--")

@@ -38,6 +38,7 @@ type Engine struct {
 	jail     *jail
 	cacheDir string
 	rt       runtimeInfo
+	fetch    *packageFetcher // nil unless packages come from a CDN
 
 	pool *pool
 
@@ -123,6 +124,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
+	if cfg.PackageCDN != "" && cfg.PackageCacheDir != "" {
+		if e.fetch, err = newPackageFetcher(cfg); err != nil {
+			e.unavailable("the package source cannot be set up: " + err.Error())
+			return nil
+		}
+	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
 	j, err := openJail(cfg, name)
 	if err != nil {
@@ -235,10 +242,11 @@ func (e *Engine) runtimeConfig() runtimeConfig {
 	c := runtimeConfig{
 		PyodideURL: (&url.URL{Scheme: "file", Path: cfg.PyodideDir + "/"}).String(),
 		PyodideDir: cfg.PyodideDir + "/",
-		Read:       uniq(cfg.PyodideDir, cfg.PackageDir),
+		Read:       uniq(cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir),
 		Net:        netAllow(cfg),
 		Memory:     cfg.MemoryBytes, MaxOutput: cfg.MaxOutput,
 		MaxFileBytes: max(cfg.MaxArtifactBytes, 1), MaxFiles: maxChangedFiles,
+		MaxDisplays: cfg.MaxDisplays, MaxDisplayBytes: cfg.MaxDisplayBytes,
 	}
 	if c.Net == nil {
 		c.Net = []string{}
@@ -246,6 +254,10 @@ func (e *Engine) runtimeConfig() runtimeConfig {
 	lock := filepath.Join(cfg.PackageDir, "pyodide-lock.json")
 	cdn := strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
 	switch {
+	case e.fetch != nil:
+		// The engine fetches and verifies wheels; sessions only read its cache.
+		cached := filepath.Join(e.fetch.dir, "pyodide-lock.json")
+		c.LockFileURL, c.PackageBaseURL = &cached, ptr(e.fetch.dir+"/")
 	case fileExists(lock):
 		c.LockFileURL, c.PackageBaseURL = &lock, ptr(cfg.PackageDir+"/")
 		if cfg.PackageCDN != "" && cfg.PackageDir == cfg.PyodideDir {
@@ -271,7 +283,7 @@ func (e *Engine) maxReplyBytes() int {
 
 func netAllow(cfg Config) []string {
 	nets := append([]string(nil), cfg.NetworkAllow...)
-	if cfg.PackageCDN != "" {
+	if cfg.PackageCDN != "" && cfg.PackageCacheDir == "" {
 		// Packages load inside the session, so the CDN is reachable from user code too.
 		if u, err := url.Parse(cfg.PackageCDN); err == nil && u.Host != "" {
 			nets = append(nets, u.Host)

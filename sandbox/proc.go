@@ -44,6 +44,7 @@ type proc struct {
 	wantID int64
 	reply  chan frame
 	onOut  func(stream, chunk string)
+	onDisp func(kind, item string) error
 	frozen bool
 	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
 
@@ -195,8 +196,17 @@ func (p *proc) read(r *os.File) {
 			return
 		}
 		p.mu.Lock()
-		want, fn := p.wantID, p.onOut
+		want, fn, disp := p.wantID, p.onOut, p.onDisp
 		p.mu.Unlock()
+		if h.ID == 0 && h.Op == "display" {
+			if disp != nil {
+				if err := disp(h.Kind, h.Item); err != nil {
+					p.kill("protocol: " + err.Error())
+					return
+				}
+			}
+			continue
+		}
 		if h.ID == 0 && h.Op == "out" {
 			if h.Stream != "stdout" && h.Stream != "stderr" {
 				p.kill("protocol: bad output stream")
@@ -296,6 +306,13 @@ func (p *proc) interrupt() {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	_ = writeFrame(p.req, interruptReq{Op: "interrupt"}, nil)
+}
+
+// setDisplay routes a run's display frames; an error from fn kills the process.
+func (p *proc) setDisplay(fn func(kind, item string) error) {
+	p.mu.Lock()
+	p.onDisp = fn
+	p.mu.Unlock()
 }
 
 // setOutput routes a run's output chunks; nil stops them.

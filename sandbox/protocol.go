@@ -98,16 +98,18 @@ func writeFrame(w io.Writer, msg any, o *blobs) error {
 // ---- requests ----
 
 type runtimeConfig struct {
-	PyodideURL     string   `json:"pyodideURL"`
-	PyodideDir     string   `json:"pyodideDir"`
-	LockFileURL    *string  `json:"lockFileURL"`
-	PackageBaseURL *string  `json:"packageBaseURL"`
-	Memory         int64    `json:"memory"`
-	MaxOutput      int      `json:"maxOutput"`
-	MaxFileBytes   int64    `json:"maxFileBytes"`
-	MaxFiles       int      `json:"maxFiles"`
-	Read           []string `json:"read"`
-	Net            []string `json:"net"`
+	PyodideURL      string   `json:"pyodideURL"`
+	PyodideDir      string   `json:"pyodideDir"`
+	LockFileURL     *string  `json:"lockFileURL"`
+	PackageBaseURL  *string  `json:"packageBaseURL"`
+	Memory          int64    `json:"memory"`
+	MaxOutput       int      `json:"maxOutput"`
+	MaxFileBytes    int64    `json:"maxFileBytes"`
+	MaxFiles        int      `json:"maxFiles"`
+	MaxDisplays     int      `json:"maxDisplays"`
+	MaxDisplayBytes int64    `json:"maxDisplayBytes"`
+	Read            []string `json:"read"`
+	Net             []string `json:"net"`
 }
 
 type primeReq struct {
@@ -172,6 +174,8 @@ type replyHead struct {
 	Op     string `json:"op"`
 	Stream string `json:"stream"`
 	Chunk  string `json:"chunk"`
+	Kind   string `json:"kind"` // display frames: display | result
+	Item   string `json:"item"` // display frames: the MIME bundle's JSON, checked by parseDisplay
 }
 
 type primeReply struct {
@@ -212,6 +216,7 @@ type runReply struct {
 	Header          *blob         `json:"header"`
 	Delta           *blob         `json:"delta"`
 	SnapshotError   *string       `json:"snapshotError"`
+	DisplaysDropped int           `json:"displaysDropped"`
 }
 
 // check refuses a run reply that no honest runtime sends; the process is then killed.
@@ -223,6 +228,9 @@ func (r *runReply) check(cfg Config, f frame) error {
 	}
 	if len(r.Stdout) > 4*cfg.MaxOutput+4096 || len(r.Stderr) > 4*cfg.MaxOutput+4096 {
 		return fmt.Errorf("output over limit")
+	}
+	if r.DisplaysDropped < 0 {
+		return fmt.Errorf("displays dropped %d", r.DisplaysDropped)
 	}
 	if len(r.Changed) > maxChangedFiles || r.Omitted < 0 {
 		return fmt.Errorf("%d changed files", len(r.Changed))

@@ -171,6 +171,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
+	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
+		// A session comes back with its packages: the cache may have been emptied since.
+		a.notes = append(a.notes, e.fetch.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+	}
 	f, err := p.call(actx, at, &o)
 	if err != nil {
 		p.close("attach failed")
@@ -284,12 +288,20 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	for _, f := range req.Data {
 		data = append(data, dataFile{Name: f.Name, Data: o.add(f.Data)})
 	}
+	if e.fetch != nil {
+		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+		notes = append(notes, e.fetch.ensure(fctx, req.Code, nil)...)
+		cancel()
+	}
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Persist: true, Replay: lv.mode == modeReplay, Data: data}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
 	}
+	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
+	p.setDisplay(disp.add)
+	defer p.setDisplay(nil)
 	session := func() SessionInfo {
 		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
@@ -363,6 +375,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.result(&r, rep.f, lv, notes)
+	res.Displays, res.Stderr = disp.done(res.Stderr, r.DisplaysDropped)
 	res.ExecutionMS = ms
 	if interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {

@@ -15,6 +15,10 @@ type Request struct {
 	// OnOutput, when set, receives stdout/stderr chunks while the code runs. It is called
 	// from the engine's reader goroutine: it must not block.
 	OnOutput func(stream, chunk string)
+	// OnDisplay, when set, receives each display item (display(), a rich trailing
+	// expression, a matplotlib figure) as the code shows it, after the output printed
+	// before it. Same goroutine rules as OnOutput. Result.Displays holds them all.
+	OnDisplay func(Display)
 	// History, when set, returns the code of the session's earlier successful runs, in
 	// order. The engine calls it when Redis holds no state for a session that did not
 	// expire (Redis lost it) and rebuilds the interpreter by running them again.
@@ -51,6 +55,7 @@ type Result struct {
 	Result      *string     `json:"result"` // repr of a trailing expression
 	Error       *ExecError  `json:"error,omitempty"`
 	Artifacts   []Artifact  `json:"artifacts"`
+	Displays    []Display   `json:"displays"`
 	ExecutionMS int64       `json:"execution_ms"`
 	Session     SessionInfo `json:"session"`
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,9 @@ type RunRequest struct {
 	Code           string
 	Timeout        time.Duration
 	OnOutput       func(stream, chunk string)
+	// OnDisplay receives display items as the code shows them; an image's file id is
+	// only known once the run is stored (Run.Displays).
+	OnDisplay func(sandbox.Display)
 }
 
 // Run is a run's outcome as the API and the model see it.
@@ -112,6 +116,8 @@ type Run struct {
 	ID int64 `json:"id"`
 	sandbox.Result
 	Artifacts []FileRef `json:"artifacts"`
+	// DataFiles lists the conversation's files under /data for this run, with sizes.
+	DataFiles []string `json:"data_files"`
 	// Notice tells the caller something it must know about the record of the run (it
 	// ran, but its audit row is still being written).
 	Notice string `json:"notice,omitempty"`
@@ -156,7 +162,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput,
+	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
 	if err != nil {
 		reason := sandchat.ErrorMessage(err)
@@ -177,7 +183,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		}
 		return Run{}, err
 	}
-	ex.Result = res
+	ex.Result = withDisplayImages(res)
 	files, err := s.finish(wctx, id, ex, "")
 	if err != nil {
 		run := Run{ID: id, Result: res, Artifacts: make([]FileRef, 0, len(res.Artifacts)),
@@ -186,13 +192,83 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		for _, a := range res.Artifacts {
 			run.Artifacts = append(run.Artifacts, FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
+		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex)
 		return run, nil
 	}
+	files = linkDisplayImages(res, files)
 	if files == nil {
 		files = []FileRef{}
 	}
-	return Run{ID: id, Result: res, Artifacts: files}, nil
+	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
+}
+
+func dataList(data []sandbox.File) []string {
+	out := make([]string, 0, len(data))
+	for _, f := range data {
+		out = append(out, fmt.Sprintf("/data/%s (%d bytes)", f.Name, len(f.Data)))
+	}
+	return out
+}
+
+// withDisplayImages returns the result to store: its artifacts plus the images of its
+// display items, each under a name of its own, so every image shown has a file id. A
+// figure that plt.show() also saved as an artifact is stored once.
+func withDisplayImages(res sandbox.Result) sandbox.Result {
+	names := map[string]int64{}
+	for _, a := range res.Artifacts {
+		names[a.Name] = a.Size
+	}
+	arts := slices.Clone(res.Artifacts)
+	for _, d := range res.Displays {
+		img := d.Image
+		if img == nil {
+			continue
+		}
+		if size, ok := names[img.Name]; ok && size == img.Size {
+			continue
+		}
+		base, ext := strings.TrimSuffix(img.Name, path.Ext(img.Name)), path.Ext(img.Name)
+		for i := 2; ; i++ {
+			if _, taken := names[img.Name]; !taken {
+				break
+			}
+			img.Name = fmt.Sprintf("%s-%d%s", base, i, ext)
+		}
+		names[img.Name] = img.Size
+		arts = append(arts, sandbox.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
+	}
+	res.Artifacts = arts
+	return res
+}
+
+// linkDisplayImages gives each displayed image its file id, and returns the run's
+// artifacts without the files that exist only as display images.
+func linkDisplayImages(res sandbox.Result, files []FileRef) []FileRef {
+	if len(res.Displays) == 0 {
+		return files
+	}
+	byName := map[string]FileRef{}
+	for _, f := range files {
+		byName[f.Name] = f
+	}
+	artifact := map[string]bool{}
+	for _, a := range res.Artifacts {
+		artifact[a.Name] = true
+	}
+	shown := map[string]bool{}
+	for _, d := range res.Displays {
+		if d.Image == nil {
+			continue
+		}
+		if f, ok := byName[d.Image.Name]; ok {
+			d.Image.FileID = f.ID
+		}
+		if !artifact[d.Image.Name] {
+			shown[d.Image.Name] = true
+		}
+	}
+	return slices.DeleteFunc(files, func(f FileRef) bool { return shown[f.Name] })
 }
 
 var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")

@@ -58,6 +58,12 @@ func TestCLI(t *testing.T) {
 			}
 		})
 	}
+	t.Run("--version names the build and the pinned runtime", func(t *testing.T) {
+		out, _, err := cli("--version")
+		if err != nil || !regexp.MustCompile(`^sandchat \S+.*, deno 2\.\d+\.\d+, pyodide \d+\.\d+\.\d+\n$`).MatchString(out) {
+			t.Fatalf("%q %v", out, err)
+		}
+	})
 	bad := map[string][]string{
 		"unknown command":    {"frobnicate"},
 		"bad duration":       {"serve", "--event-retention", "soon"},

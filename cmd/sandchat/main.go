@@ -42,6 +42,7 @@ Usage:
   sandchat doctor                     check the Python sandbox (Deno, Pyodide, Redis, a real run)
   sandchat exec [--session K] [code]  run Python through the sandbox engine (code or stdin)
   sandchat bench [-n N]               measure the sandbox engine (see docs/sandbox.md)
+  sandchat --version                  this build's version and the pinned Deno and Pyodide
 
 Every command takes --help. Flags mirror SANDCHAT_* environment variables.
 `
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		cmd = "help"
+	} else if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		cmd = "version"
 	} else if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
@@ -83,6 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBench(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
+		return nil
+	case "version":
+		fmt.Fprintln(stdout, versionText())
 		return nil
 	}
 	fmt.Fprint(stderr, usage)

@@ -30,7 +30,8 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 	fs.StringVar(&e.RuntimeDir, "sandbox-runtime-dir", env("SANDBOX_RUNTIME_DIR", ""), "directory with host.ts and worker.ts; default: found near the binary or working directory (SANDCHAT_SANDBOX_RUNTIME_DIR)")
 	fs.StringVar(&e.PyodideDir, "sandbox-pyodide-dir", env("SANDBOX_PYODIDE_DIR", ""), "Pyodide distribution; default: the runtime's node_modules/pyodide (SANDCHAT_SANDBOX_PYODIDE_DIR)")
 	fs.StringVar(&e.PackageDir, "sandbox-package-dir", env("SANDBOX_PACKAGE_DIR", ""), "mirror of the Pyodide distribution (pyodide-lock.json + wheels) imports are loaded from (SANDCHAT_SANDBOX_PACKAGE_DIR)")
-	fs.StringVar(&e.PackageCDN, "sandbox-package-cdn", env("SANDBOX_PACKAGE_CDN", ""), "base URL for packages missing from the package dir (SANDCHAT_SANDBOX_PACKAGE_CDN)")
+	fs.StringVar(&e.PackageCDN, "sandbox-package-cdn", env("SANDBOX_PACKAGE_CDN", ""), "base URL of the Pyodide distribution; the server fetches wheels missing from the package dir, sha256-verified (SANDCHAT_SANDBOX_PACKAGE_CDN)")
+	fs.StringVar(&e.PackageCacheDir, "sandbox-package-cache-dir", env("SANDBOX_PACKAGE_CACHE_DIR", ""), "where wheels fetched from the CDN are kept, shared by all sessions; default <tmp>/sandchat-packages (SANDCHAT_SANDBOX_PACKAGE_CACHE_DIR)")
 	allow := list{}
 	_ = allow.Set(env("SANDBOX_NETWORK_ALLOW", ""))
 	fs.Var(&allow, "sandbox-network-allow", "hosts (host or host:port) Python may reach; empty: no network (SANDCHAT_SANDBOX_NETWORK_ALLOW)")
@@ -46,6 +47,7 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"WARM_POOL_MAX", "the most the warm pool grows to when bursts of new conversations come", &e.WarmPoolMax},
 		{"MAX_LIVE", "live session processes per node", &e.MaxLive},
 		{"MAX_ARTIFACTS", "files returned per run", &e.MaxArtifacts},
+		{"MAX_DISPLAYS", "display items (display(), rich results, figures) per run", &e.MaxDisplays},
 		{"QUEUE_DEPTH", "runs that may wait for one session before 429", &e.QueueDepth},
 	}
 	intRaw := make([]string, len(ints))
@@ -65,6 +67,7 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"MAX_CODE", "code per run", &maxCode},
 		{"MAX_ARTIFACT_BYTES", "size of one returned file", &e.MaxArtifactBytes},
 		{"MAX_DATA_BYTES", "conversation files mounted under /data per run", &e.MaxDataBytes},
+		{"MAX_DISPLAY_BYTES", "display items per run (images count as base64)", &e.MaxDisplayBytes},
 	}
 	sizeRaw := make([]string, len(sizes))
 	for i, v := range sizes {

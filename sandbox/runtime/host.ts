@@ -22,6 +22,7 @@ let wasmSize = 0;
 let base: Uint8Array | undefined;
 const interrupt = new SharedArrayBuffer(2);
 let outBytes = 0;
+let displayBytes = 0, displayCount = 0, displayDropped = 0;
 
 type Pending = { expect: string; resolve: (v: any) => void; reject: (e: Error) => void };
 let pending: Pending | null = null;
@@ -93,6 +94,19 @@ function onWorker(m: any) {
     outBytes += m.chunk.length;
     if (outBytes > 4 * config!.maxOutput + 65536) return;
     output.send({ id: 0, op: "out", stream: m.stream, chunk: m.chunk });
+    return;
+  }
+  if (m.op === "display") {
+    // Bounded here as well as in the Worker (whose word is the user's): the engine
+    // validates each item and keeps its own count.
+    if (p.expect !== "done" || typeof m.item !== "string" || (m.kind !== "display" && m.kind !== "result")) return;
+    displayBytes += m.item.length;
+    displayCount++;
+    if (displayCount > config!.maxDisplays || displayBytes > config!.maxDisplayBytes) {
+      displayDropped++;
+      return;
+    }
+    output.send({ id: 0, op: "display", kind: m.kind, item: m.item });
     return;
   }
   if (m.op === "failed") {
@@ -179,11 +193,13 @@ async function handle(m: any) {
       }
       case "run": {
         outBytes = 0;
+        displayBytes = displayCount = displayDropped = 0;
         new Uint8Array(interrupt)[1] = 0;
         const cfg = config!;
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
           maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
+          maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
         }, "done");
         const bad = checkRun(r);
         if (bad) die(`worker reply refused: ${bad}`);
@@ -198,6 +214,7 @@ async function handle(m: any) {
           header: r.header instanceof Uint8Array ? r.header : null,
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
+          displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
         });
         return;
       }

@@ -30,6 +30,8 @@ export type RuntimeConfig = {
   maxOutput: number;
   maxFileBytes: number;
   maxFiles: number;
+  maxDisplays: number;
+  maxDisplayBytes: number;
   read: string[];
   net: string[];
 };
@@ -37,9 +39,11 @@ export type RuntimeConfig = {
 export type FileBlob = { path: string; data: Blob };
 export type DataFile = { name: string; data: Blob };
 
-/** Replies carry the request's id; "out" frames stream a run's output (id 0). */
+/** Replies carry the request's id; "out" and "display" frames stream a run's output (id 0). */
 export type Reply = { id: number; ok: true; [k: string]: any } | { id: number; ok: false; error: string };
 export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string };
+/** A display item of the run in flight (id 0): a JSON MIME bundle, checked by the engine. */
+export type Display = { id: 0; op: "display"; kind: "display" | "result"; item: string };
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -79,7 +83,7 @@ export class FrameWriter {
     // Plain writes: a pipe's WritableStream (file.writable) here does not flush.
     this.#f = file;
   }
-  send(msg: Reply | Out | Record<string, unknown>): Promise<void> {
+  send(msg: Reply | Out | Display | Record<string, unknown>): Promise<void> {
     const blobs: Uint8Array[] = [];
     const json = enc.encode(JSON.stringify(pack(msg, blobs, { n: 0 })));
     const binLen = blobs.reduce((a, b) => a + b.length, 0);

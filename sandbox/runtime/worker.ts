@@ -69,6 +69,7 @@ def _install():
     def ok(value, limit):
         if value is None:
             return ("success", None, None, compiled())
+        show_result(value)
         r = repr(value)
         if len(r) > limit:
             r = r[:limit] + "\n[... repr truncated ...]"
@@ -119,6 +120,133 @@ def _install():
         # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
         random.seed()
 
+    # ---- display: Jupyter's MIME bundles ----
+    import base64, json as _json
+
+    REPRS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
+             ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
+             ("image/jpeg", "_repr_jpeg_"), ("application/json", "_repr_json_"),
+             ("text/latex", "_repr_latex_"))
+
+    def method(obj, name):
+        # Looked up on the type, as IPython does: objects whose __getattr__ answers
+        # everything (proxies, mocks) must not look like they have every repr.
+        f = getattr(type(obj), name, None)
+        return getattr(obj, name) if f is not None else None
+
+    def figure_png(obj):
+        t = type(obj)
+        if not (t.__module__.startswith("matplotlib.") and t.__name__ == "Figure"):
+            return None
+        import io
+        buf = io.BytesIO()
+        obj.savefig(buf, format="png")
+        return buf.getvalue()
+
+    def bundle(obj):
+        data, meta = {}, {}
+        f = method(obj, "_repr_mimebundle_")
+        if f is not None:
+            try:
+                r = f(include=None, exclude=None)
+            except TypeError:
+                r = f()
+            if isinstance(r, tuple) and len(r) == 2:
+                r, meta = r[0], dict(r[1] or {})
+            if isinstance(r, dict):
+                data.update(r)
+        for mime, name in REPRS:
+            if mime in data:
+                continue
+            f = method(obj, name)
+            if f is None:
+                continue
+            v = f()
+            if isinstance(v, tuple) and len(v) == 2:
+                v, meta[mime] = v
+            if v is not None:
+                data[mime] = v
+        if "image/png" not in data:
+            png = figure_png(obj)
+            if png is not None:
+                data["image/png"] = png
+        if "text/plain" not in data:
+            data["text/plain"] = repr(obj)
+        out = {}
+        for mime, v in data.items():
+            if mime in ("image/png", "image/jpeg"):
+                if isinstance(v, (bytes, bytearray, memoryview)):
+                    v = base64.b64encode(bytes(v)).decode("ascii")
+                elif not isinstance(v, str):
+                    continue
+            elif mime == "application/json" or mime.endswith("+json"):
+                v = v if isinstance(v, str) else _json.dumps(v, default=str)
+            elif not isinstance(v, str):
+                v = v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+            out[mime] = v
+        return out, meta
+
+    def emit(kind, data, meta):
+        # The control code checks and bounds what arrives; the engine checks it again.
+        import js
+        js.sandchatDisplay(kind, _json.dumps({"data": data, "metadata": meta}, default=str))
+
+    def display(*objs, raw=False, metadata=None, **kwargs):
+        for obj in objs:
+            if raw and isinstance(obj, dict):
+                data, meta = dict(obj), dict(metadata or {})
+            else:
+                data, meta = bundle(obj)
+                if metadata:
+                    meta.update(metadata)
+            emit("display", data, meta)
+
+    def show_result(value):
+        # A trailing expression shows like Jupyter's Out[]: as a display item when it has
+        # more than text (its repr still comes back as the result).
+        try:
+            data, meta = bundle(value)
+        except BaseException:
+            return
+        if set(data) - {"text/plain"}:
+            emit("result", data, meta)
+
+    def rich_module():
+        # IPython.display's common classes, for code written for notebooks.
+        m = types.ModuleType("IPython.display")
+        class _Rich:
+            mime = "text/plain"
+            def __init__(self, data=None, url=None, filename=None, metadata=None, **kw):
+                if filename is not None:
+                    with open(filename, "rb" if self.binary else "r") as fh:
+                        data = fh.read()
+                self.data, self.metadata = data, metadata
+            binary = False
+            def _repr_mimebundle_(self, include=None, exclude=None):
+                return {self.mime: self.data, "text/plain": f"<{type(self).__name__} object>"}
+        def rich(name, mime, binary=False):
+            return type(name, (_Rich,), {"mime": mime, "binary": binary})
+        m.HTML = rich("HTML", "text/html")
+        m.Markdown = rich("Markdown", "text/markdown")
+        m.SVG = rich("SVG", "image/svg+xml")
+        m.JSON = rich("JSON", "application/json")
+        m.Latex = rich("Latex", "text/latex")
+        class Image(_Rich):
+            binary = True
+            def __init__(self, data=None, url=None, filename=None, format="png", **kw):
+                super().__init__(data, url, filename)
+                self.mime = "image/jpeg" if str(format).lower() in ("jpg", "jpeg") else "image/png"
+        m.Image = Image
+        m.display = display
+        m.clear_output = lambda *a, **k: None
+        pkg = types.ModuleType("IPython")
+        pkg.display = m
+        pkg.__path__ = []
+        sys.modules.setdefault("IPython", pkg)
+        sys.modules.setdefault("IPython.display", m)
+
+    rich_module()
+
     def patch_pyplot(plt):
         def show(*args, **kwargs):
             for num in plt.get_fignums():
@@ -126,7 +254,12 @@ def _install():
                 i = 1
                 while os.path.exists(f"${WORKDIR}/figure-{i}.png"):
                     i += 1
-                fig.savefig(f"${WORKDIR}/figure-{i}.png", format="png")
+                name = f"figure-{i}.png"
+                fig.savefig(f"${WORKDIR}/{name}", format="png")
+                with open(f"${WORKDIR}/{name}", "rb") as fh:
+                    png = fh.read()
+                emit("display", {"image/png": base64.b64encode(png).decode("ascii"),
+                                 "text/plain": repr(fig)}, {"filename": name})
             plt.close("all")
         plt.show = show
 
@@ -177,6 +310,8 @@ def _install():
                                if str(getattr(m, "__file__", None) or "").endswith(".so")]
         return seen_modules[1]
 
+    builtins.display = display
+    _m.display = display
     _m.run = run
     _m.run_async = run_async
     _m.reseed = reseed
@@ -515,6 +650,22 @@ function makeSink(stream: string, state: { bytes: number; text: string; truncate
   return { write, flush };
 }
 
+// Display items of the run in progress, as the driver's display() hands them over: sent
+// at once (after the output before them), bounded in count and bytes. What does not fit
+// is counted, and the engine says so.
+const displays = { active: false, count: 0, bytes: 0, max: 0, maxBytes: 0, dropped: 0, flush: () => {} };
+(globalThis as any).sandchatDisplay = (kind: unknown, item: unknown) => {
+  if (!displays.active || typeof kind !== "string" || typeof item !== "string") return;
+  if (displays.count >= displays.max || displays.bytes + item.length > displays.maxBytes) {
+    displays.dropped++;
+    return;
+  }
+  displays.count++;
+  displays.bytes += item.length;
+  displays.flush();
+  post({ op: "display", run: runId, kind, item });
+};
+
 async function run(m: any) {
   const t0 = performance.now();
   const timings: Record<string, number> = {};
@@ -529,6 +680,11 @@ async function run(m: any) {
   const so = makeSink("stdout", out), se = makeSink("stderr", err);
   sinks.stdout = so.write;
   sinks.stderr = se.write;
+  Object.assign(displays, { active: true, count: 0, bytes: 0, dropped: 0, max: m.maxDisplays ?? 0, maxBytes: m.maxDisplayBytes ?? 0 });
+  displays.flush = () => {
+    so.flush();
+    se.flush();
+  };
   let status = "success", result: string | null = null, error: any = null, compiled: string[] = [];
   const loadErrors: string[] = [];
   interrupt[0] = 0;
@@ -566,6 +722,7 @@ async function run(m: any) {
     if (!error || error.type !== "KeyboardInterrupt") error = { type: "KeyboardInterrupt", message: "", traceback: error?.traceback ?? "" };
   }
   sinks.stdout = sinks.stderr = discard;
+  displays.active = false;
 
   const after = new Map<string, string>();
   walk(WORKDIR, after);
@@ -589,7 +746,7 @@ async function run(m: any) {
   const reply: any = {
     op: "done", run: runId, status, result, error,
     stdout: out.text, stderr: err.text, stdoutTruncated: out.truncated, stderrTruncated: err.truncated,
-    changed, omitted, deleted, packages, timings,
+    changed, omitted, deleted, packages, timings, displaysDropped: displays.dropped,
   };
   if (m.persist && status === "success") {
     if (m.replay) {

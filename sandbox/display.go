@@ -1,0 +1,206 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	_ "image/jpeg" // DecodeConfig of displayed JPEGs
+	_ "image/png"  // and PNGs
+	"path"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// Display is one item a run shows to the user, the way Jupyter does: display(obj), a
+// trailing expression with a rich repr, or a matplotlib figure at plt.show(). Text
+// parts are as Python gave them (HTML and SVG are the browser's to sanitize); an image
+// is decoded and measured here, never trusted from the process.
+type Display struct {
+	Kind     string          `json:"kind"` // display | result (a trailing expression)
+	Text     string          `json:"text"` // text/plain, always present
+	HTML     string          `json:"html,omitempty"`
+	Markdown string          `json:"markdown,omitempty"`
+	SVG      string          `json:"svg,omitempty"`
+	LaTeX    string          `json:"latex,omitempty"`
+	JSON     json.RawMessage `json:"json,omitempty"`
+	Image    *DisplayImage   `json:"image,omitempty"`
+}
+
+// DisplayImage is a raster image of a display item. The server stores it as a file;
+// FileID names that file once stored (zero while the run streams).
+type DisplayImage struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
+	Size        int64  `json:"size"`
+	FileID      int64  `json:"file_id,omitempty"`
+	Data        []byte `json:"-"`
+}
+
+// displayTextMax bounds each text part of one display item.
+const displayTextMax = 1 << 20
+
+// parseDisplay checks one display frame from a session process. A frame no honest
+// driver sends (bad kind, not JSON, a non-string part, an image that does not decode)
+// is an error, and the process is killed; n numbers the run's images for their names.
+func parseDisplay(kind, item string, maxImage int64, n int) (Display, error) {
+	if kind != "display" && kind != "result" {
+		return Display{}, fmt.Errorf("display kind %q", kind)
+	}
+	var b struct {
+		Data     map[string]json.RawMessage `json:"data"`
+		Metadata map[string]json.RawMessage `json:"metadata"`
+	}
+	if err := json.Unmarshal([]byte(item), &b); err != nil {
+		return Display{}, fmt.Errorf("display item: %v", err)
+	}
+	if len(b.Data) == 0 || len(b.Data) > 32 {
+		return Display{}, fmt.Errorf("display item with %d parts", len(b.Data))
+	}
+	d := Display{Kind: kind}
+	text := func(mime string) (string, error) {
+		raw, ok := b.Data[mime]
+		if !ok {
+			return "", nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("display part %s is not a string", mime)
+		}
+		if len(s) > displayTextMax {
+			s = truncUTF8(s, displayTextMax) + "\n[... truncated ...]"
+		}
+		return strings.ToValidUTF8(s, "\uFFFD"), nil
+	}
+	var err error
+	for _, p := range []struct {
+		mime string
+		dst  *string
+	}{{"text/plain", &d.Text}, {"text/html", &d.HTML}, {"text/markdown", &d.Markdown}, {"image/svg+xml", &d.SVG}, {"text/latex", &d.LaTeX}} {
+		if *p.dst, err = text(p.mime); err != nil {
+			return Display{}, err
+		}
+	}
+	if js, err := text("application/json"); err != nil {
+		return Display{}, err
+	} else if js != "" {
+		if !json.Valid([]byte(js)) || len(js) > displayTextMax {
+			return Display{}, fmt.Errorf("display part application/json is not JSON")
+		}
+		d.JSON = json.RawMessage(js)
+	}
+	for _, mime := range []string{"image/png", "image/jpeg"} {
+		enc, err := text(mime)
+		if err != nil || enc == "" {
+			if err != nil {
+				return Display{}, err
+			}
+			continue
+		}
+		if int64(base64.StdEncoding.DecodedLen(len(enc))) > maxImage {
+			return Display{}, fmt.Errorf("display image over %d bytes", maxImage)
+		}
+		data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+		if err != nil {
+			return Display{}, fmt.Errorf("display image is not base64")
+		}
+		cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+		if err != nil || "image/"+format != mime {
+			return Display{}, fmt.Errorf("display part %s is not a %s image", mime, mime)
+		}
+		ext := map[string]string{"png": ".png", "jpeg": ".jpg"}[format]
+		name := fmt.Sprintf("display-%d%s", n, ext)
+		var meta struct {
+			Filename string `json:"filename"`
+		}
+		if raw, ok := b.Metadata["filename"]; ok && json.Unmarshal(raw, &meta.Filename) == nil {
+			// A figure saved at plt.show() names its artifact, so it is stored once.
+			if f := meta.Filename; f != "" && len(f) < 256 && !strings.ContainsAny(f, "/\\\x00") && path.Ext(f) == ext {
+				name = f
+			}
+		}
+		d.Image = &DisplayImage{Name: name, ContentType: mime, Width: cfg.Width, Height: cfg.Height, Size: int64(len(data)), Data: data}
+		break
+	}
+	if d.Text == "" {
+		d.Text = "<display>"
+	}
+	return d, nil
+}
+
+func truncUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// size is what a display item weighs against MaxDisplayBytes.
+func (d Display) size() int64 {
+	n := int64(len(d.Text) + len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON))
+	if d.Image != nil {
+		n += d.Image.Size
+	}
+	return n
+}
+
+// displays collects a run's display items as their frames arrive, within the run's
+// budget: items past it are counted and the run's stderr says how many were not shown.
+type displays struct {
+	max      int
+	maxBytes int64
+	maxImage int64
+	on       func(Display)
+
+	mu      sync.Mutex
+	items   []Display
+	bytes   int64
+	dropped int
+	images  int
+}
+
+func (c *displays) add(kind, item string) error {
+	c.mu.Lock()
+	d, err := parseDisplay(kind, item, c.maxImage, c.images+1)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if len(c.items) >= c.max || c.bytes+d.size() > c.maxBytes {
+		c.dropped++
+		c.mu.Unlock()
+		return nil
+	}
+	if d.Image != nil {
+		c.images++
+	}
+	c.bytes += d.size()
+	c.items = append(c.items, d)
+	on := c.on
+	c.mu.Unlock()
+	if on != nil {
+		on(d)
+	}
+	return nil
+}
+
+// done returns the items and stderr with a note of what did not fit.
+func (c *displays) done(stderr string, droppedInProcess int) ([]Display, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.dropped + droppedInProcess; n > 0 {
+		stderr += fmt.Sprintf("[sandbox] %d display items not shown: over the limit of %d items or %d bytes per run\n", n, c.max, c.maxBytes)
+	}
+	items := c.items
+	if items == nil {
+		items = []Display{}
+	}
+	return items, stderr
+}

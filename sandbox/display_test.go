@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// pngMaker is Python that builds a small PNG without any package.
+const pngMaker = `
+import struct, zlib
+def make_png(w, h):
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * w for _ in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><td>42</td></tr></table>"
+    def __repr__(self):
+        return "Table(42)"
+class Picture:
+    def _repr_png_(self):
+        return make_png(7, 5)
+`
+
+func TestDisplay(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("display")
+	mustSucceed(t, e, k, pngMaker)
+
+	var mu sync.Mutex
+	var events []string
+	var streamed []Display
+	req := Request{
+		Code: "print('before')\ndisplay(Table())\nprint('between')\ndisplay(Picture())\n" +
+			"from IPython.display import Markdown\ndisplay(Markdown('**bold**'))\nTable()",
+		OnOutput: func(stream, chunk string) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, "out:"+strings.TrimSpace(chunk))
+		},
+		OnDisplay: func(d Display) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, "display:"+d.Kind)
+			streamed = append(streamed, d)
+		},
+	}
+	res, err := e.Execute(context.Background(), k, req)
+	if err != nil || res.Status != StatusSuccess {
+		t.Fatalf("Execute: %v %+v", err, res.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := "out:before display:display out:between display:display display:display display:result"
+	if got := strings.Join(events, " "); got != want {
+		t.Errorf("stream order:\n got %s\nwant %s", got, want)
+	}
+	if len(res.Displays) != 4 || len(streamed) != 4 {
+		t.Fatalf("%d displays in the result, %d streamed: %+v", len(res.Displays), len(streamed), res.Displays)
+	}
+	html, pic, md, result := res.Displays[0], res.Displays[1], res.Displays[2], res.Displays[3]
+	if html.HTML != "<table><tr><td>42</td></tr></table>" || html.Text != "Table(42)" {
+		t.Errorf("html item %+v", html)
+	}
+	if pic.Image == nil || pic.Image.Width != 7 || pic.Image.Height != 5 || pic.Image.ContentType != "image/png" ||
+		pic.Image.Name != "display-1.png" || int64(len(pic.Image.Data)) != pic.Image.Size {
+		t.Errorf("image item %+v", pic.Image)
+	}
+	if md.Markdown != "**bold**" {
+		t.Errorf("markdown item %+v", md)
+	}
+	if result.Kind != "result" || result.HTML == "" || resultOf(res) != "Table(42)" {
+		t.Errorf("trailing expression: item %+v, result %s", result, resultOf(res))
+	}
+	if res.Session.Mode != modeSnapshot {
+		t.Errorf("display() must not stop the heap from being saved: mode %q", res.Session.Mode)
+	}
+
+	t.Run("plain values show no display item", func(t *testing.T) {
+		r := mustSucceed(t, e, k, "1 + 1")
+		if len(r.Displays) != 0 || resultOf(r) != "2" {
+			t.Errorf("displays %+v result %s", r.Displays, resultOf(r))
+		}
+	})
+	t.Run("over the count limit is dropped with a note", func(t *testing.T) {
+		r := mustSucceed(t, e, k, "for i in range(60): display(i)")
+		if len(r.Displays) != e.Config().MaxDisplays || !strings.Contains(r.Stderr, "10 display items not shown") {
+			t.Errorf("%d displays, stderr %q", len(r.Displays), r.Stderr)
+		}
+	})
+	t.Run("a forged display frame kills the process, the session comes back", func(t *testing.T) {
+		mustSucceed(t, e, k, "kept = 7")
+		for _, code := range []string{
+			"import js\njs.sandchatDisplay('display', 'not json')",
+			"import js, json, base64\njs.sandchatDisplay('display', json.dumps({'data': {'image/png': base64.b64encode(b'GIF89a nope').decode()}}))",
+			"import js\njs.sandchatDisplay('display', '{\"data\": {\"text/html\": 3}}')",
+		} {
+			r := run(t, e, k, code)
+			if r.Status != StatusError || r.Error == nil || r.Error.Type != "SandboxError" {
+				t.Errorf("%s: status %s error %+v", code, r.Status, r.Error)
+			}
+			if got := resultOf(mustSucceed(t, e, k, "kept")); got != "7" {
+				t.Errorf("after %s: kept = %s", code, got)
+			}
+		}
+	})
+}
