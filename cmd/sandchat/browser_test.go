@@ -475,7 +475,9 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
 		)
 		tab1.run(t, "make it the Analyst's child with swarm mode on",
-			chromedp.Click(fmt.Sprintf(`[data-agent="%d"]`, agentID), chromedp.ByQuery),
+			// Clicked from the page itself: the list is redrawn after the save above, and a
+			// node found by the driver may be gone by the time it clicks it.
+			until(fmt.Sprintf(`(() => { const e = document.querySelector('[data-agent="%d"]'); e?.click(); return !!e })()`, agentID)),
 			until(`document.querySelector("#agent-title").textContent === "Analyst"`),
 			// A reloaded page shows the featured tools only again.
 			chromedp.Evaluate(`document.querySelector("#show-all").textContent === "Show all" && document.querySelector("#show-all").click()`, nil),
