@@ -89,27 +89,24 @@ func (p *pool) takeReady() *proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.takes = append(p.takes, time.Now())
-	p.quiet = time.Now().Add(poolQuietAfter)
-	defer p.poke()
-	for len(p.ready) > 0 {
-		pr := p.ready[0]
-		p.ready = p.ready[1:]
-		if pr.alive() {
-			return pr
-		}
-	}
-	return nil
+	return p.take(&p.ready)
 }
 
 // takeSpare hands out a primed process for a restore, or nil.
 func (p *pool) takeSpare() *proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.take(&p.spares)
+}
+
+// take pops the first live process of list and wakes a filler; called with p.mu held.
+// Refills wait a moment: the new session's first run goes first.
+func (p *pool) take(list *[]*proc) *proc {
 	p.quiet = time.Now().Add(poolQuietAfter)
 	defer p.poke()
-	for len(p.spares) > 0 {
-		pr := p.spares[0]
-		p.spares = p.spares[1:]
+	for len(*list) > 0 {
+		pr := (*list)[0]
+		*list = (*list)[1:]
 		if pr.alive() {
 			return pr
 		}
