@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -528,15 +530,22 @@ func TestSlowClient(t *testing.T) {
 	if count != n {
 		t.Fatalf("fast client got %d of %d", count, n)
 	}
-	// The slow socket is closed with "try again later" once its buffered frames are read.
+	// The slow socket is closed: with "try again later" once its buffered frames are read
+	// when the server's stuck write ended between frames, or abruptly when its write
+	// deadline cut a frame in half (TCP cannot deliver the close frame after half a
+	// frame). Either way it ends, and does not linger open.
 	_ = slow.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	for {
 		_, _, err := slow.conn.ReadMessage()
 		if err == nil {
 			continue
 		}
-		if !websocket.IsCloseError(err, websocket.CloseTryAgainLater) {
-			t.Fatalf("slow client ended with %v, want close 1013", err)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("the slow socket was never closed: %v", err)
+		}
+		if !websocket.IsCloseError(err, websocket.CloseTryAgainLater, websocket.CloseAbnormalClosure) {
+			t.Fatalf("slow client ended with %v, want close 1013 or an abrupt close", err)
 		}
 		break
 	}
