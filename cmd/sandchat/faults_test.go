@@ -25,29 +25,6 @@ import (
 	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
-// rawDo sends a request and returns the response with its body read, for checks on
-// headers the client helper does not expose.
-func (c *client) rawDo(method, path string, body any) (*http.Response, []byte) {
-	c.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, _ := json.Marshal(body)
-		rd = bytes.NewReader(raw)
-	}
-	req, _ := http.NewRequest(method, c.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp, raw
-}
-
 type problemJSON struct {
 	Status     int
 	Code       string

@@ -109,8 +109,9 @@ func (m *Main) user(t *testing.T, name string, admin bool) (*client, int64) {
 	return m.as(t, token), u.ID
 }
 
-// do sends a request and decodes the JSON answer into out (when not nil).
-func (c *client) do(method, path string, body any, out any) int {
+// rawDo sends a request (a string body as it is, anything else as JSON) and returns the
+// response with its body read.
+func (c *client) rawDo(method, path string, body any) (*http.Response, []byte) {
 	c.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -134,6 +135,14 @@ func (c *client) do(method, path string, body any, out any) int {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	return resp, raw
+}
+
+// do sends a request, checks that an API error is a well-formed problem, and decodes the
+// JSON answer into out (when not nil).
+func (c *client) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	resp, raw := c.rawDo(method, path, body)
 	if resp.StatusCode >= 400 && strings.HasPrefix(path, "/api/") {
 		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
 			c.t.Errorf("%s %s: error %d with content type %q, want problem+json", method, path, resp.StatusCode, ct)
