@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandchat/sandchat/toolkits"
 )
 
 // Builtin is the offline, deterministic model. It runs each fenced ```python block of
@@ -98,7 +100,7 @@ func summarizeResults(msgs []ChatMessage) string {
 	}
 	var parts []string
 	for _, m := range msgs[start:] {
-		var r toolResult
+		var r toolkits.ToolResult
 		if err := json.Unmarshal([]byte(m.Content), &r); err != nil {
 			parts = append(parts, m.Content)
 			continue

@@ -2,7 +2,8 @@ package agents
 
 import (
 	"context"
-	"encoding/json"
+
+	"github.com/sandchat/sandchat/toolkits"
 )
 
 // Roles of the messages a provider sees.
@@ -23,19 +24,12 @@ type ChatMessage struct {
 	Name string `json:"name,omitempty"`
 }
 
-// ToolCall is a model's request to run a tool.
-type ToolCall struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// ToolSpec describes a tool offered to the model; Parameters is a JSON Schema object.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-}
+// ToolCall and ToolSpec are the tools' own types: the model asks for and is offered
+// what toolkits runs.
+type (
+	ToolCall = toolkits.ToolCall
+	ToolSpec = toolkits.ToolSpec
+)
 
 // CompletionRequest is one step of a turn: the context so far and the tools on offer.
 type CompletionRequest struct {

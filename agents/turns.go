@@ -17,12 +17,11 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
-	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
 // DelegateTool is the tool swarm mode offers a parent to hand work to a child agent.
-const DelegateTool = "delegate"
+const DelegateTool = toolkits.DelegateTool
 
 // TurnStore is what turns need of the conversation store. Every method that writes an
 // event writes it in the same transaction as the row it describes.
@@ -69,9 +68,7 @@ type Runner struct {
 	Store      TurnStore
 	Agents     AgentLoader
 	Catalogue  *toolkits.Catalogue
-	Sandbox    *toolkits.Sandbox
-	Limits     func() sandbox.StatusLimits
-	Packages   string // what the tool description says an import can load (toolkits.PackagesText)
+	Tools      *toolkits.Tools // each agent's toolbox in a turn
 	Providers  func(a *Agent) (Provider, error)
 	Events     conversations.Publisher
 	Cancels    CancelBus
@@ -340,11 +337,22 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 	if err != nil {
 		return "", err
 	}
-	tools := r.toolSpecs(enabled, children, depth)
 	var agentID *int64
 	if agent.ID != 0 {
 		agentID = &agent.ID
 	}
+	at := &agentTurn{t: t, agent: agent, path: path, depth: depth}
+	var swarm toolkits.Swarm
+	var kids []toolkits.Child
+	if len(children) > 0 && depth < r.MaxDepth {
+		at.children, swarm = children, at
+		for _, c := range children {
+			kids = append(kids, toolkits.Child{Name: c.Name, Description: c.Description})
+		}
+	}
+	box := r.Tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name},
+		enabled, at, kids, swarm)
+	tools := box.Specs()
 	for step := 0; step < r.MaxSteps; step++ {
 		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
 		if agent.SystemPrompt != "" {
@@ -353,7 +361,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		req.Messages = append(req.Messages, msgs...)
 		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
 		comp, err := provider.Complete(ctx, req, deltas.add)
-		if ferr := deltas.flush(); ferr != nil && err == nil {
+		if ferr := deltas.Flush(); ferr != nil && err == nil {
 			err = ferr
 		}
 		if err != nil {
@@ -383,9 +391,9 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 			return comp.Content, nil
 		}
 		// The context a child sees: the conversation so far, without this pending call.
-		before := msgs[:len(msgs)-1]
+		at.before = msgs[:len(msgs)-1]
 		for _, call := range comp.ToolCalls {
-			content := t.callTool(ctx, agent, path, call, enabled, children, before, depth)
+			content := box.Call(ctx, call)
 			if err := ctx.Err(); err != nil {
 				return "", context.Cause(ctx)
 			}
@@ -425,52 +433,27 @@ func (t *turnRun) children(ctx context.Context, agent *Agent, enabled map[string
 	return out, nil
 }
 
-func (r *Runner) toolSpecs(enabled map[string]bool, children []*Agent, depth int) []ToolSpec {
-	var specs []ToolSpec
-	if enabled[toolkits.PyodideSandbox] {
-		name, desc, params := toolkits.ToolSpec(r.Limits(), r.Packages)
-		specs = append(specs, ToolSpec{Name: name, Description: desc, Parameters: params})
-	}
-	if len(children) > 0 && depth < r.MaxDepth {
-		names := make([]string, len(children))
-		var lines []string
-		for i, c := range children {
-			names[i] = c.Name
-			lines = append(lines, fmt.Sprintf("- %s: %s", c.Name, c.Description))
-		}
-		params, _ := json.Marshal(map[string]any{
-			"type": "object", "additionalProperties": false, "required": []string{"agent", "task"},
-			"properties": map[string]any{
-				"agent": map[string]any{"type": "string", "enum": names, "description": "the child agent to hand the task to"},
-				"task":  map[string]any{"type": "string", "description": "what the child should do; it also sees the whole conversation"},
-			},
-		})
-		specs = append(specs, ToolSpec{Name: DelegateTool, Parameters: params,
-			Description: "Hand a task to one of your child agents and get its answer. Children see the conversation and share its Python session.\n" + strings.Join(lines, "\n")})
-	}
-	return specs
+// agentTurn is one agent's place in a turn: the toolbox reports its runs through it
+// (toolkits.Turn), and its children answer through it (toolkits.Swarm).
+type agentTurn struct {
+	t        *turnRun
+	agent    *Agent
+	path     []string
+	depth    int
+	children []*Agent
+	before   []ChatMessage // what a child sees: the conversation up to the pending call
 }
 
-// callTool runs one tool call and returns the compact result given to the model. A call
-// to a tool that is not on is answered with an error and never executed.
-func (t *turnRun) callTool(ctx context.Context, agent *Agent, path []string, call ToolCall, enabled map[string]bool,
-	children []*Agent, before []ChatMessage, depth int) string {
-	switch {
-	case call.Name == toolkits.PyodideSandbox && enabled[toolkits.PyodideSandbox]:
-		if t.vetoed(ctx, toolkits.PyodideSandbox) {
-			return refuse("The user switched the Python sandbox off for this conversation during this turn; do not call it again.")
-		}
-		return t.runPython(ctx, agent, path, call)
-	case call.Name == DelegateTool && len(children) > 0 && depth < t.r.MaxDepth:
-		return t.delegate(ctx, agent, path, call, children, before, depth)
-	}
-	return refuse(fmt.Sprintf("The tool %q is not available to %s in this conversation (it is switched off or unknown); do not call it again.", call.Name, agent.Name))
+func (a *agentTurn) Emit(ctx context.Context, typ string, data map[string]any) error {
+	return a.t.emit(ctx, typ, a.path, data)
 }
 
-// vetoed tells whether the user switched the tool off in the conversation since the
-// turn began: the veto holds for the rest of the turn, for every agent.
-func (t *turnRun) vetoed(ctx context.Context, toolID string) bool {
-	ts, err := t.r.Store.ToolSettings(ctx, t.convID)
+func (a *agentTurn) Stream(ctx context.Context, typ string, base map[string]any) toolkits.Stream {
+	return a.t.stream(ctx, typ, a.path, base)
+}
+
+func (a *agentTurn) Vetoed(ctx context.Context, toolID string) bool {
+	ts, err := a.t.r.Store.ToolSettings(ctx, a.t.convID)
 	if err != nil {
 		return false // the turn's own resolution stands; the run itself will fail if the store is down
 	}
@@ -478,81 +461,33 @@ func (t *turnRun) vetoed(ctx context.Context, toolID string) bool {
 	return set && !on
 }
 
-func refuse(msg string) string {
-	raw, _ := json.Marshal(toolResult{Status: "refused", Message: msg})
-	return string(raw)
-}
-
-func (t *turnRun) runPython(ctx context.Context, agent *Agent, path []string, call ToolCall) string {
-	r := t.r
-	var args struct {
-		Code string `json:"code"`
-	}
-	if err := json.Unmarshal(call.Arguments, &args); err != nil || strings.TrimSpace(args.Code) == "" {
-		return refuse(`Arguments must be {"code": "<python>"}.`)
-	}
-	base := map[string]any{"turn_id": t.turnID, "tool_call_id": call.ID, "tool": call.Name}
-	if err := t.emit(ctx, conversations.EventToolStarted, path, merge(base, map[string]any{"code": args.Code})); err != nil {
-		return refuse("The run could not be recorded: " + sandchat.ErrorMessage(err))
-	}
-	out := t.stream(ctx, conversations.EventToolOutput, path, base)
-	shown := 0
-	var agentID *int64
-	if agent.ID != 0 {
-		agentID = &agent.ID
-	}
-	run, err := r.Sandbox.Execute(ctx, toolkits.RunRequest{
-		ConversationID: t.convID, AgentID: agentID, TurnID: &t.turnID, Code: args.Code,
-		OnOutput: func(stream, chunk string) { out.addStream(stream, chunk) },
-		OnDisplay: func(d sandbox.Display) {
-			// Output printed before the item goes out first, as the user saw it happen.
-			_ = out.flush()
-			shown++
-			_ = t.emit(ctx, conversations.EventToolDisplay, path, merge(base, displayData(shown-1, d)))
-		},
-	})
-	_ = out.flush()
-	if err != nil {
-		_ = t.emit(ctx, conversations.EventToolCompleted, path, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
-		return refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))
-	}
-	_ = t.emit(ctx, conversations.EventToolCompleted, path, merge(base, completedData(run)))
-	return compactRun(run)
-}
-
-func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, call ToolCall, children []*Agent, before []ChatMessage, depth int) string {
-	r := t.r
-	var args struct {
-		Agent string `json:"agent"`
-		Task  string `json:"task"`
-	}
-	if err := json.Unmarshal(call.Arguments, &args); err != nil {
-		return refuse(`Arguments must be {"agent": "<child name>", "task": "<what to do>"}.`)
-	}
-	i := slices.IndexFunc(children, func(c *Agent) bool { return c.Name == args.Agent })
+// Delegate runs the named child's answer as a nested agent loop, recorded as a handoff.
+func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, answer string) {
+	t, r := a.t, a.t.r
+	i := slices.IndexFunc(a.children, func(c *Agent) bool { return c.Name == name })
 	if i < 0 {
-		return refuse(fmt.Sprintf("No child agent called %q.", args.Agent))
+		return "refused", fmt.Sprintf("No child agent called %q.", name)
 	}
-	child := children[i]
-	childPath := append(slices.Clone(path), child.Name)
+	child := a.children[i]
+	childPath := append(slices.Clone(a.path), child.Name)
 	var id int64
 	var ev conversations.Event
 	err := t.write(ctx, func(wctx context.Context) (err error) {
-		id, ev, err = r.Store.StartHandoff(wctx, t.fence, t.convID, parent.ID, child.ID, childPath, args.Task)
+		id, ev, err = r.Store.StartHandoff(wctx, t.fence, t.convID, a.agent.ID, child.ID, childPath, task)
 		return err
 	})
 	if err != nil {
-		return refuse("The handoff could not be recorded: " + sandchat.ErrorMessage(err))
+		return "refused", "The handoff could not be recorded: " + sandchat.ErrorMessage(err)
 	}
 	r.publish(ctx, ev)
 	// A child has its own settings, under the user's veto: read now, so a switch flipped
 	// off during the turn stops the children handed work after it.
-	answer, status := "", "completed"
+	status = "completed"
 	ts, err := r.Store.ToolSettings(ctx, t.convID)
 	if err == nil {
 		states := r.Catalogue.ResolveChild(ts.Overrides, child.InternalTools)
-		msgs := append(slices.Clone(before), ChatMessage{Role: RoleUser, Content: args.Task})
-		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), depth+1)
+		msgs := append(slices.Clone(a.before), ChatMessage{Role: RoleUser, Content: task})
+		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), a.depth+1)
 	}
 	if err != nil {
 		status, answer = "failed", sandchat.ErrorMessage(err)
@@ -563,17 +498,5 @@ func (t *turnRun) delegate(ctx context.Context, parent *Agent, path []string, ca
 	}); ferr == nil {
 		r.publish(ctx, ev)
 	}
-	raw, _ := json.Marshal(toolResult{Status: status, Agent: child.Name, Answer: answer})
-	return string(raw)
-}
-
-func merge(a, b map[string]any) map[string]any {
-	out := make(map[string]any, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = v
-	}
-	return out
+	return status, answer
 }

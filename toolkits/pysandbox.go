@@ -462,9 +462,9 @@ func PackagesText(pkgs []string) string {
 	return fmt.Sprintf(", plus %d packages of the Pyodide distribution (%s, …)", len(pkgs), strings.Join(known, ", "))
 }
 
-// ToolSpec is how the pyodide_sandbox tool is offered to a model. The description
+// PythonToolSpec is how the pyodide_sandbox tool is offered to a model. The description
 // tells the model what persists, where files are, and the limits.
-func ToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
+func PythonToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
 	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
 State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
 The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.

@@ -326,8 +326,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		srv.Sandbox.Engine = m.SandboxEngine
 	}
 	m.Runner = &agents.Runner{
-		Store: m.Store, Agents: agentStore, Catalogue: catalogue, Sandbox: srv.Sandbox, Limits: limits,
-		Packages:  toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine)),
+		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
+		Tools:     toolkits.NewTools(srv.Sandbox, limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(rdb, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
