@@ -4,6 +4,7 @@ package agents
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"time"
 
@@ -19,11 +20,13 @@ type Agent struct {
 	SystemPrompt  string          `json:"system_prompt"`
 	Model         string          `json:"model"`
 	InternalTools map[string]bool `json:"internal_tools"`
-	Children      []int64         `json:"children"`
-	Version       int64           `json:"version"`
-	Role          string          `json:"role"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
+	// Packages are imported into the agent's Python session before its code runs.
+	Packages  []string  `json:"packages"`
+	Children  []int64   `json:"children"`
+	Version   int64     `json:"version"`
+	Role      string    `json:"role"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // AgentInput creates an agent, or updates the fields that are set. An update must carry
@@ -34,6 +37,7 @@ type AgentInput struct {
 	SystemPrompt  *string          `json:"system_prompt"`
 	Model         *string          `json:"model"`
 	InternalTools *map[string]bool `json:"internal_tools"`
+	Packages      *[]string        `json:"packages"`
 	Children      *[]int64         `json:"children"`
 	Version       *int64           `json:"version"`
 }
@@ -45,7 +49,11 @@ const (
 	MaxSystemPromptLen = 64 * 1024
 	MaxModelLen        = 200
 	MaxChildren        = 32
+	MaxPackages        = 32
 )
+
+// packageName is a distribution or import name: letters, digits and . _ - inside.
+var packageName = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$`)
 
 // Validate checks the fields that are set; knownTool tells whether a tool id exists.
 func (in AgentInput) Validate(creating bool, knownTool func(string) bool) error {
@@ -72,6 +80,21 @@ func (in AgentInput) Validate(creating bool, knownTool func(string) bool) error 
 			if !knownTool(id) {
 				return sandchat.Errorf(sandchat.EINVALID, "internal_tools: unknown tool %q.", id)
 			}
+		}
+	}
+	if in.Packages != nil {
+		if len(*in.Packages) > MaxPackages {
+			return sandchat.Errorf(sandchat.EINVALID, "packages: at most %d.", MaxPackages)
+		}
+		seen := map[string]bool{}
+		for _, p := range *in.Packages {
+			if !packageName.MatchString(p) {
+				return sandchat.Errorf(sandchat.EINVALID, "packages: %q is not a package name (letters, digits, '.', '_' and '-', at most 100 characters).", p)
+			}
+			if seen[strings.ToLower(p)] {
+				return sandchat.Errorf(sandchat.EINVALID, "packages: %q is listed twice.", p)
+			}
+			seen[strings.ToLower(p)] = true
 		}
 	}
 	if in.Children != nil && len(*in.Children) > MaxChildren {

@@ -36,9 +36,9 @@ func (s *Agents) CreateAgent(ctx context.Context, in agents.AgentInput) (*agents
 	}
 	defer tx.Rollback(ctx)
 	var id int64
-	err = tx.QueryRow(ctx, `insert into agents (owner_id, name, description, system_prompt, model)
-		values ($1, $2, $3, $4, $5) returning id`,
-		sandchat.UserIDFromContext(ctx), *in.Name, deref(in.Description), deref(in.SystemPrompt), deref(in.Model)).Scan(&id)
+	err = tx.QueryRow(ctx, `insert into agents (owner_id, name, description, system_prompt, model, packages)
+		values ($1, $2, $3, $4, $5, coalesce($6::text[], '{}')) returning id`,
+		sandchat.UserIDFromContext(ctx), *in.Name, deref(in.Description), deref(in.SystemPrompt), deref(in.Model), in.Packages).Scan(&id)
 	if err != nil {
 		return nil, sandchat.PgError(err, "agent")
 	}
@@ -92,10 +92,10 @@ func (s *Agents) UpdateAgent(ctx context.Context, id int64, in agents.AgentInput
 	}
 	tag, err := tx.Exec(ctx, `update agents set
 		name = coalesce($3, name), description = coalesce($4, description),
-		system_prompt = coalesce($5, system_prompt), model = coalesce($6, model),
+		system_prompt = coalesce($5, system_prompt), model = coalesce($6, model), packages = coalesce($7::text[], packages),
 		version = version + 1, updated_at = now()
 		where id = $1 and version = $2`,
-		id, *in.Version, in.Name, in.Description, in.SystemPrompt, in.Model)
+		id, *in.Version, in.Name, in.Description, in.SystemPrompt, in.Model, in.Packages)
 	if err != nil {
 		return nil, sandchat.PgError(err, "agent")
 	}
@@ -231,9 +231,9 @@ func (s *Agents) LoadAgent(ctx context.Context, id int64) (*agents.Agent, error)
 
 func loadAgent(ctx context.Context, q sandchat.Querier, id int64, role string) (*agents.Agent, error) {
 	a := &agents.Agent{ID: id, Role: role, InternalTools: map[string]bool{}, Children: []int64{}}
-	err := q.QueryRow(ctx, `select owner_id, name, description, system_prompt, model, version, created_at, updated_at
+	err := q.QueryRow(ctx, `select owner_id, name, description, system_prompt, model, packages, version, created_at, updated_at
 		from agents where id = $1`, id).Scan(&a.OwnerID, &a.Name, &a.Description, &a.SystemPrompt, &a.Model,
-		&a.Version, &a.CreatedAt, &a.UpdatedAt)
+		&a.Packages, &a.Version, &a.CreatedAt, &a.UpdatedAt)
 	if err != nil {
 		return nil, sandchat.PgError(err, "Agent")
 	}

@@ -85,7 +85,7 @@ func TestAgents(t *testing.T) {
 	alice, _ := m.user(t, "alice", false)
 
 	a := alice.createAgent(map[string]any{"name": "Analyst", "system_prompt": "Be brief.", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	if a.Version != 1 || !a.InternalTools["pyodide_sandbox"] || a.Role != "owner" || a.Children == nil {
+	if a.Version != 1 || !a.InternalTools["pyodide_sandbox"] || a.Role != "owner" || a.Children == nil || a.Packages == nil || len(a.Packages) != 0 {
 		t.Fatalf("created %+v", a)
 	}
 
@@ -94,6 +94,24 @@ func TestAgents(t *testing.T) {
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 1, "name": "Analyst 2", "internal_tools": map[string]bool{"pyodide_sandbox": false}}, &got)
 		if got.Version != 2 || got.Name != "Analyst 2" || got.InternalTools["pyodide_sandbox"] {
 			t.Fatalf("updated %+v", got)
+		}
+	})
+	t.Run("packages to preload", func(t *testing.T) {
+		var got agentJSON
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 2, "packages": []string{"numpy", "python-dateutil"}}, &got)
+		if got.Version != 3 || strings.Join(got.Packages, ",") != "numpy,python-dateutil" {
+			t.Fatalf("updated %+v", got)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "name": "Analyst 2"}, &got)
+		if strings.Join(got.Packages, ",") != "numpy,python-dateutil" {
+			t.Fatalf("an update without packages changed them: %+v", got)
+		}
+		for _, bad := range [][]string{{"numpy; rm -rf /"}, {"../x"}, {"numpy", "NumPy"}, {""}} {
+			alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "packages": bad}, nil)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "packages": []string{}}, &got)
+		if got.Version != 5 || len(got.Packages) != 0 {
+			t.Fatalf("cleared %+v", got)
 		}
 	})
 	t.Run("stale version conflicts", func(t *testing.T) {
@@ -107,7 +125,7 @@ func TestAgents(t *testing.T) {
 	child := alice.createAgent(map[string]any{"name": "Child"})
 	t.Run("children", func(t *testing.T) {
 		var got agentJSON
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 2, "children": []int64{child.ID}}, &got)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 5, "children": []int64{child.ID}}, &got)
 		if len(got.Children) != 1 || got.Children[0] != child.ID {
 			t.Fatalf("children %+v", got.Children)
 		}
@@ -115,11 +133,11 @@ func TestAgents(t *testing.T) {
 
 	t.Run("children with one name are refused", func(t *testing.T) {
 		twin := alice.createAgent(map[string]any{"name": "Child"})
-		alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "children": []int64{child.ID, twin.ID}}, nil)
+		alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 6, "children": []int64{child.ID, twin.ID}}, nil)
 		other := alice.createAgent(map[string]any{"name": "Other"})
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "children": []int64{child.ID, other.ID}}, nil)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 6, "children": []int64{child.ID, other.ID}}, nil)
 		alice.must(409, "PUT", fmt.Sprintf("/api/v1/agents/%d", other.ID), map[string]any{"version": 1, "name": "Child"}, nil)
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "children": []int64{child.ID}}, nil)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 7, "children": []int64{child.ID}}, nil)
 		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/agents/%d", twin.ID), nil, nil)
 		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/agents/%d", other.ID), nil, nil)
 	})
@@ -137,7 +155,7 @@ func TestAgents(t *testing.T) {
 		{"wrong type", "POST", "/api/v1/agents", `{"name": 7}`, 400},
 		{"no body", "POST", "/api/v1/agents", nil, 400},
 		{"update without version", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"name": "x"}, 400},
-		{"own child", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 5, "children": []int64{a.ID}}, 400},
+		{"own child", "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 8, "children": []int64{a.ID}}, 400},
 		{"cycle", "PUT", fmt.Sprintf("/api/v1/agents/%d", child.ID), map[string]any{"version": 1, "children": []int64{a.ID}}, 400},
 		{"child that does not exist", "PUT", fmt.Sprintf("/api/v1/agents/%d", child.ID), map[string]any{"version": 1, "children": []int64{999999}}, 400},
 		{"non-numeric id", "GET", "/api/v1/agents/abc", nil, 404},

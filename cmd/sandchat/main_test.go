@@ -175,6 +175,7 @@ type agentJSON struct {
 	Name          string          `json:"name"`
 	Description   string          `json:"description"`
 	InternalTools map[string]bool `json:"internal_tools"`
+	Packages      []string        `json:"packages"`
 	Children      []int64         `json:"children"`
 	Version       int64           `json:"version"`
 	Role          string          `json:"role"`
