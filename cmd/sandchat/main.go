@@ -325,13 +325,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.SandboxEngine != nil {
 		srv.Sandbox.Engine = m.SandboxEngine
 	}
-	m.Runner = &agents.Runner{
+	if m.Runner, err = agents.NewRunner(agents.RunnerDeps{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue, Sandbox: srv.Sandbox, Limits: limits,
 		Packages:  toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine)),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(rdb, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
 		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
+	}); err != nil {
+		return err
 	}
 	srv.Turns, srv.Messages = m.Runner, m.Store
 	go m.Runner.Run(bg)
