@@ -1,5 +1,7 @@
 // Package sandchat holds the vocabulary every other package shares: the application
-// error type with its codes, and the acting user carried in a context.
+// error type with its codes, the acting user carried in a context, and the role rules
+// of owners and members. It imports no driver: the Postgres side of those rules lives
+// in migrations/pgdb, beside the schema.
 package sandchat
 
 import (
@@ -97,12 +99,15 @@ func RedisError(err error) error {
 		return err
 	}
 	if IsConnError(err) || errors.Is(err, context.DeadlineExceeded) || strings.HasPrefix(err.Error(), "LOADING") {
-		return &wrapped{app: Unavailable(DepRedis, err), cause: err}
+		return WithCause(Unavailable(DepRedis, err), err)
 	}
 	return err
 }
 
-// wrapped keeps the driver error in the chain for logs while showing the app error.
+// WithCause returns app with the driver error that caused it kept in the chain: callers
+// see app (its code and message), logs and errors.Is see the cause.
+func WithCause(app *Error, cause error) error { return &wrapped{app: app, cause: cause} }
+
 type wrapped struct {
 	app   *Error
 	cause error

@@ -13,17 +13,6 @@ type User struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Member roles on agents and conversations. The owner is not a member row: ownership
-// is a column on the resource and implies every right.
-const (
-	RoleOwner  = "owner"
-	RoleEditor = "editor"
-	RoleViewer = "viewer"
-)
-
-// ValidRole reports whether r can be granted to a member.
-func ValidRole(r string) bool { return r == RoleEditor || r == RoleViewer }
-
 type userKey struct{}
 
 // WithUser returns a context that carries the acting user.

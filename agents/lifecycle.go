@@ -8,23 +8,7 @@ import (
 // Run keeps this node's running turns alive in the store, stops those it lost, and fails
 // the turns of nodes that died, until ctx ends.
 func (r *Runner) Run(ctx context.Context) {
-	if r.StaleAfter <= 0 {
-		r.StaleAfter = 30 * time.Second
-	}
-	if r.NodeTTL <= 0 {
-		r.NodeTTL = 3 * time.Second
-	}
-	if r.QuietAfter <= 0 {
-		r.QuietAfter = r.NodeTTL + time.Second
-	}
-	if r.WriteRetry <= 0 {
-		r.WriteRetry = 15 * time.Second
-	}
-	if r.FinishRetry <= 0 {
-		r.FinishRetry = 10 * time.Minute
-	}
-	r.QuietAfter = min(r.QuietAfter, r.StaleAfter)
-	beat := min(time.Second, r.StaleAfter/3, r.NodeTTL/3)
+	beat := min(time.Second, r.staleAfter/3, r.nodeTTL/3)
 	heartbeat := time.NewTicker(beat)
 	defer heartbeat.Stop()
 	r.beat(ctx)
@@ -43,9 +27,9 @@ func (r *Runner) Run(ctx context.Context) {
 // beat renews this node's liveness key and its turns; a turn the store says this node
 // no longer runs is cancelled at once, so its code is interrupted.
 func (r *Runner) beat(ctx context.Context) {
-	if r.Nodes != nil {
-		if err := r.Nodes.Beat(ctx, r.NodeID, r.NodeTTL); err != nil && ctx.Err() == nil {
-			r.Log.Debug("node heartbeat", "err", err)
+	if r.nodes != nil {
+		if err := r.nodes.Beat(ctx, r.nodeID, r.nodeTTL); err != nil && ctx.Err() == nil {
+			r.log.Debug("node heartbeat", "err", err)
 		}
 	}
 	r.mu.Lock()
@@ -54,14 +38,14 @@ func (r *Runner) beat(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	r.mu.Unlock()
-	lost, err := r.Store.Heartbeat(ctx, r.NodeID, ids)
+	lost, err := r.store.Heartbeat(ctx, r.nodeID, ids)
 	if err != nil && ctx.Err() == nil {
-		r.Log.Warn("turn heartbeat", "err", err)
+		r.log.Warn("turn heartbeat", "err", err)
 	}
 	r.mu.Lock()
 	for _, id := range lost {
 		if t := r.running[id]; t != nil {
-			r.Log.Warn("turn ended elsewhere; stopping it here", "turn_id", id)
+			r.log.Warn("turn ended elsewhere; stopping it here", "turn_id", id)
 			t.cancel(errFenced)
 		}
 	}
@@ -70,26 +54,26 @@ func (r *Runner) beat(ctx context.Context) {
 
 func (r *Runner) sweep(ctx context.Context) {
 	var dead []string
-	if r.Nodes != nil {
-		quiet, err := r.Store.QuietNodes(ctx, r.QuietAfter)
+	if r.nodes != nil {
+		quiet, err := r.store.QuietNodes(ctx, r.quietAfter)
 		if err == nil && len(quiet) > 0 {
 			// Without Redis nobody is known dead: only the stale limit applies.
-			if alive, err := r.Nodes.Alive(ctx, quiet); err == nil {
+			if alive, err := r.nodes.Alive(ctx, quiet); err == nil {
 				for _, n := range quiet {
-					if !alive[n] && n != r.NodeID {
+					if !alive[n] && n != r.nodeID {
 						dead = append(dead, n)
 					}
 				}
 			}
 		}
 	}
-	evs, err := r.Store.FailStaleTurns(ctx, r.StaleAfter, r.QuietAfter, dead,
+	evs, err := r.store.FailStaleTurns(ctx, r.staleAfter, r.quietAfter, dead,
 		"the server running this turn stopped (crash, kill or restart); send the message again")
 	if err != nil && ctx.Err() == nil {
-		r.Log.Warn("fail stale turns", "err", err)
+		r.log.Warn("fail stale turns", "err", err)
 	}
 	for _, ev := range evs {
-		r.Log.Warn("failed a turn left running by a stopped server", "conversation_id", ev.ConversationID)
+		r.log.Warn("failed a turn left running by a stopped server", "conversation_id", ev.ConversationID)
 		r.publish(ctx, ev)
 	}
 }

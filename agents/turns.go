@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -62,29 +63,61 @@ type CancelBus interface {
 	PublishCancel(ctx context.Context, turnID int64) error
 }
 
-// Runner runs assistant turns. A turn belongs to the server: it goes on when the client
-// that started it goes away, and is stopped only by cancel, an error, or shutdown.
-type Runner struct {
-	Store      TurnStore
-	Agents     AgentLoader
-	Catalogue  *toolkits.Catalogue
-	Tools      *toolkits.Tools // each agent's toolbox in a turn
-	Providers  func(a *Agent) (Provider, error)
-	Events     conversations.Publisher
-	Cancels    CancelBus
-	Limiter    toolkits.Limiter
-	Log        *slog.Logger
-	NodeID     string
-	MaxSteps   int           // model calls per agent per turn
-	MaxDepth   int           // nesting of delegations
-	StaleAfter time.Duration // a running turn not renewed for this long is failed
+// ToolResolver tells which internal tools are on for an agent, from the conversation's
+// overrides and the agent's own settings (toolkits.Catalogue).
+type ToolResolver interface {
+	Resolve(overrides, agent map[string]bool) []toolkits.State
+	ResolveChild(overrides, child map[string]bool) []toolkits.State
+}
+
+// RunnerDeps is what a Runner is built from. Durations left zero get the defaults
+// NewRunner names.
+type RunnerDeps struct {
+	Store     TurnStore
+	Agents    AgentLoader
+	Catalogue ToolResolver
+	Tools     *toolkits.Tools // each agent's toolbox in a turn
+	Providers func(a *Agent) (Provider, error)
+	Events    conversations.Publisher
+	Cancels   CancelBus
+	Limiter   toolkits.Limiter // optional: no rate limit on messages without it
+	Log       *slog.Logger
+	NodeID    string
+	MaxSteps  int // model calls per agent per turn (12)
+	MaxDepth  int // nesting of delegations (3)
+	// StaleAfter: a running turn not renewed for this long is failed (30s).
+	StaleAfter time.Duration
 	// Nodes, when set, makes a dead node's turns fail once its liveness key expired
-	// (NodeTTL) and they went QuietAfter without renewal, long before StaleAfter.
+	// (NodeTTL, 3s) and they went QuietAfter (NodeTTL+1s) without renewal, long
+	// before StaleAfter.
 	Nodes       Nodes
 	NodeTTL     time.Duration
 	QuietAfter  time.Duration
-	WriteRetry  time.Duration // how long a turn's write is retried while Postgres is away
-	FinishRetry time.Duration // how long the end of a turn is retried
+	WriteRetry  time.Duration // how long a turn's write is retried while Postgres is away (15s)
+	FinishRetry time.Duration // how long the end of a turn is retried (10m)
+}
+
+// Runner runs assistant turns. A turn belongs to the server: it goes on when the client
+// that started it goes away, and is stopped only by cancel, an error, or shutdown.
+type Runner struct {
+	store       TurnStore
+	agents      AgentLoader
+	catalogue   ToolResolver
+	tools       *toolkits.Tools
+	providers   func(a *Agent) (Provider, error)
+	events      conversations.Publisher
+	cancels     CancelBus
+	limiter     toolkits.Limiter
+	log         *slog.Logger
+	nodeID      string
+	maxSteps    int
+	maxDepth    int
+	staleAfter  time.Duration
+	nodes       Nodes
+	nodeTTL     time.Duration
+	quietAfter  time.Duration
+	writeRetry  time.Duration
+	finishRetry time.Duration
 
 	mu       sync.Mutex
 	running  map[int64]*activeTurn
@@ -93,6 +126,42 @@ type Runner struct {
 	// abandoned is set when shutdown stops waiting: retries give up, the store is
 	// about to close.
 	abandoned atomic.Bool
+}
+
+// NewRunner checks d and fills the defaults of what it leaves zero. The Runner starts
+// turns at once; Run keeps them alive and must run for as long as the Runner serves.
+func NewRunner(d RunnerDeps) (*Runner, error) {
+	var missing []string
+	for name, ok := range map[string]bool{
+		"Store": d.Store != nil, "Agents": d.Agents != nil, "Catalogue": d.Catalogue != nil,
+		"Tools": d.Tools != nil, "Providers": d.Providers != nil,
+		"Events": d.Events != nil, "Cancels": d.Cancels != nil, "Log": d.Log != nil, "NodeID": d.NodeID != "",
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("agents.NewRunner: missing %s", strings.Join(missing, ", "))
+	}
+	r := &Runner{
+		store: d.Store, agents: d.Agents, catalogue: d.Catalogue, tools: d.Tools,
+		providers: d.Providers, events: d.Events, cancels: d.Cancels, limiter: d.Limiter,
+		log: d.Log, nodeID: d.NodeID, nodes: d.Nodes,
+		maxSteps: cmp.Or(d.MaxSteps, 12), maxDepth: cmp.Or(d.MaxDepth, 3),
+		staleAfter: positive(d.StaleAfter, 30*time.Second), nodeTTL: positive(d.NodeTTL, 3*time.Second),
+		writeRetry: positive(d.WriteRetry, 15*time.Second), finishRetry: positive(d.FinishRetry, 10*time.Minute),
+	}
+	r.quietAfter = min(positive(d.QuietAfter, r.nodeTTL+time.Second), r.staleAfter)
+	return r, nil
+}
+
+func positive(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 type activeTurn struct {
@@ -129,13 +198,13 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 	if closing {
 		return Started{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The server is shutting down; send the message again.")
 	}
-	if r.Limiter != nil {
-		if err := r.Limiter.Allow(ctx, "messages"); err != nil {
+	if r.limiter != nil {
+		if err := r.limiter.Allow(ctx, "messages"); err != nil {
 			return Started{}, err
 		}
 	}
 	owner := ownerToken()
-	turn, msg, evs, err := r.Store.StartTurn(ctx, convID, r.NodeID, owner, content)
+	turn, msg, evs, err := r.store.StartTurn(ctx, convID, r.nodeID, owner, content)
 	if err != nil {
 		return Started{}, err
 	}
@@ -156,14 +225,14 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 
 // Cancel stops a running turn on whichever node runs it.
 func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
-	conv, err := r.Store.FindConversationByID(ctx, convID)
+	conv, err := r.store.FindConversationByID(ctx, convID)
 	if err != nil {
 		return err
 	}
 	if conv.Role != sandchat.RoleOwner && conv.Role != sandchat.RoleEditor {
 		return sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow cancelling turns here.", conv.Role)
 	}
-	t, err := r.Store.Turn(ctx, convID, turnID)
+	t, err := r.store.Turn(ctx, convID, turnID)
 	if err != nil {
 		return err
 	}
@@ -173,7 +242,7 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	if r.CancelLocal(turnID) {
 		return nil
 	}
-	return r.Cancels.PublishCancel(ctx, turnID)
+	return r.cancels.PublishCancel(ctx, turnID)
 }
 
 // CancelLocal cancels the turn if this node runs it.
@@ -189,8 +258,8 @@ func (r *Runner) CancelLocal(turnID int64) bool {
 }
 
 func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
-	if err := r.Events.PublishConversation(context.WithoutCancel(ctx), ev); err != nil {
-		r.Log.Warn("publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
+	if err := r.events.PublishConversation(context.WithoutCancel(ctx), ev); err != nil {
+		r.log.Warn("publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
 	}
 }
 
@@ -199,7 +268,7 @@ func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
 func (t *turnRun) emit(ctx context.Context, typ string, path []string, data any) error {
 	var ev conversations.Event
 	err := t.write(ctx, func(wctx context.Context) (err error) {
-		ev, err = t.r.Store.Emit(wctx, t.fence, t.convID, typ, path, data)
+		ev, err = t.r.store.Emit(wctx, t.fence, t.convID, typ, path, data)
 		return err
 	})
 	if err != nil {
@@ -214,7 +283,7 @@ func (t *turnRun) emit(ctx context.Context, typ string, path []string, data any)
 // stops the whole turn, whose work now belongs to nobody.
 func (t *turnRun) write(ctx context.Context, fn func(ctx context.Context) error) error {
 	wctx := context.WithoutCancel(ctx)
-	deadline := time.Now().Add(t.r.WriteRetry)
+	deadline := time.Now().Add(t.r.writeRetry)
 	delay := 100 * time.Millisecond
 	for {
 		err := fn(wctx)
@@ -235,7 +304,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	status, errText := conversations.TurnCompleted, ""
 	defer func() {
 		if p := recover(); p != nil {
-			r.Log.Error("turn panicked", "turn_id", t.turnID, "panic", p)
+			r.log.Error("turn panicked", "turn_id", t.turnID, "panic", p)
 			status, errText = conversations.TurnFailed, "internal error"
 		}
 		// The turn stays in running (and renewed) until its end is stored, so no other
@@ -250,7 +319,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	err := t.turn(ctx)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errFenced) || errors.Is(err, conversations.ErrFenced):
-		r.Log.Warn("turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
+		r.log.Warn("turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
 		status = ""
 	case err == nil:
 	case errors.Is(cause, errCancelled):
@@ -260,7 +329,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	default:
 		status, errText = conversations.TurnFailed, sandchat.ErrorMessage(err)
 		if sandchat.ErrorCode(err) == sandchat.EINTERNAL {
-			r.Log.Error("turn failed", "turn_id", t.turnID, "err", err)
+			r.log.Error("turn failed", "turn_id", t.turnID, "err", err)
 		}
 	}
 }
@@ -269,19 +338,19 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 // stay running (and its conversation blocked) because of an outage it outlived.
 func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string) {
 	ctx = context.WithoutCancel(ctx)
-	deadline := time.Now().Add(r.FinishRetry)
+	deadline := time.Now().Add(r.finishRetry)
 	delay := 100 * time.Millisecond
 	for {
-		ev, err := r.Store.FinishTurn(ctx, t.fence, t.convID, status, errText)
+		ev, err := r.store.FinishTurn(ctx, t.fence, t.convID, status, errText)
 		switch {
 		case err == nil:
 			r.publish(ctx, *ev)
 			return
 		case errors.Is(err, conversations.ErrFenced):
-			r.Log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
+			r.log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
 			return
 		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || r.abandoned.Load():
-			r.Log.Error("finish turn", "turn_id", t.turnID, "err", err)
+			r.log.Error("finish turn", "turn_id", t.turnID, "err", err)
 			return
 		}
 		time.Sleep(delay)
@@ -291,21 +360,21 @@ func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string)
 
 func (t *turnRun) turn(ctx context.Context) error {
 	r, convID := t.r, t.convID
-	ts, err := r.Store.ToolSettings(ctx, convID)
+	ts, err := r.store.ToolSettings(ctx, convID)
 	if err != nil {
 		return err
 	}
 	agent := &Agent{Name: "assistant", InternalTools: map[string]bool{}}
 	if id := ts.Conversation.AgentID; id != nil {
-		if agent, err = r.Agents.LoadAgent(ctx, *id); err != nil {
+		if agent, err = r.agents.LoadAgent(ctx, *id); err != nil {
 			return err
 		}
 	}
-	history, err := r.Store.History(ctx, convID)
+	history, err := r.store.History(ctx, convID)
 	if err != nil {
 		return err
 	}
-	states := r.Catalogue.Resolve(ts.Overrides, ts.Agent)
+	states := r.catalogue.Resolve(ts.Overrides, ts.Agent)
 	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), toolkits.Enabled(states), toolkits.OffReasons(states, agent.Name, false), 0)
 	return err
 }
@@ -329,7 +398,7 @@ type turnRun struct {
 // results back, until it answers without tools. It returns the final text.
 func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, msgs []ChatMessage, enabled map[string]bool, off map[string]string, depth int) (string, error) {
 	r := t.r
-	provider, err := r.Providers(agent)
+	provider, err := r.providers(agent)
 	if err != nil {
 		return "", err
 	}
@@ -344,16 +413,16 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 	at := &agentTurn{t: t, agent: agent, path: path, depth: depth}
 	var swarm toolkits.Swarm
 	var kids []toolkits.Child
-	if len(children) > 0 && depth < r.MaxDepth {
+	if len(children) > 0 && depth < r.maxDepth {
 		at.children, swarm = children, at
 		for _, c := range children {
 			kids = append(kids, toolkits.Child{Name: c.Name, Description: c.Description})
 		}
 	}
-	box := r.Tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name},
+	box := r.tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name},
 		enabled, at, kids, swarm)
 	tools := box.Specs()
-	for step := 0; step < r.MaxSteps; step++ {
+	for step := 0; step < r.maxSteps; step++ {
 		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
 		if agent.SystemPrompt != "" {
 			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
@@ -376,7 +445,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		}
 		var ev conversations.Event
 		err = t.write(ctx, func(wctx context.Context) (err error) {
-			_, ev, err = r.Store.AddMessage(wctx, t.fence, conversations.Message{
+			_, ev, err = r.store.AddMessage(wctx, t.fence, conversations.Message{
 				ConversationID: t.convID, Role: RoleAssistant, AgentID: agentID, AgentPath: path,
 				Content: comp.Content, ToolCalls: calls,
 			})
@@ -399,7 +468,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 			}
 			var ev conversations.Event
 			err := t.write(ctx, func(wctx context.Context) (err error) {
-				_, ev, err = r.Store.AddMessage(wctx, t.fence, conversations.Message{
+				_, ev, err = r.store.AddMessage(wctx, t.fence, conversations.Message{
 					ConversationID: t.convID, Role: RoleTool, AgentID: agentID, AgentPath: path,
 					Content: content, ToolCallID: call.ID,
 				})
@@ -412,7 +481,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 			msgs = append(msgs, ChatMessage{Role: RoleTool, Content: content, ToolCallID: call.ID})
 		}
 	}
-	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.MaxSteps)
+	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.maxSteps)
 }
 
 // children loads the agent's children when swarm mode is on for it.
@@ -422,7 +491,7 @@ func (t *turnRun) children(ctx context.Context, agent *Agent, enabled map[string
 	}
 	var out []*Agent
 	for _, id := range agent.Children {
-		c, err := t.r.Agents.LoadAgent(ctx, id)
+		c, err := t.r.agents.LoadAgent(ctx, id)
 		if sandchat.ErrorCode(err) == sandchat.ENOTFOUND {
 			continue
 		} else if err != nil {
@@ -453,7 +522,7 @@ func (a *agentTurn) Stream(ctx context.Context, typ string, base map[string]any)
 }
 
 func (a *agentTurn) Vetoed(ctx context.Context, toolID string) bool {
-	ts, err := a.t.r.Store.ToolSettings(ctx, a.t.convID)
+	ts, err := a.t.r.store.ToolSettings(ctx, a.t.convID)
 	if err != nil {
 		return false // the turn's own resolution stands; the run itself will fail if the store is down
 	}
@@ -473,7 +542,7 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 	var id int64
 	var ev conversations.Event
 	err := t.write(ctx, func(wctx context.Context) (err error) {
-		id, ev, err = r.Store.StartHandoff(wctx, t.fence, t.convID, a.agent.ID, child.ID, childPath, task)
+		id, ev, err = r.store.StartHandoff(wctx, t.fence, t.convID, a.agent.ID, child.ID, childPath, task)
 		return err
 	})
 	if err != nil {
@@ -483,9 +552,9 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 	// A child has its own settings, under the user's veto: read now, so a switch flipped
 	// off during the turn stops the children handed work after it.
 	status = "completed"
-	ts, err := r.Store.ToolSettings(ctx, t.convID)
+	ts, err := r.store.ToolSettings(ctx, t.convID)
 	if err == nil {
-		states := r.Catalogue.ResolveChild(ts.Overrides, child.InternalTools)
+		states := r.catalogue.ResolveChild(ts.Overrides, child.InternalTools)
 		msgs := append(slices.Clone(a.before), ChatMessage{Role: RoleUser, Content: task})
 		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), a.depth+1)
 	}
@@ -493,7 +562,7 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 		status, answer = "failed", sandchat.ErrorMessage(err)
 	}
 	if ferr := t.write(ctx, func(wctx context.Context) (err error) {
-		ev, err = r.Store.FinishHandoff(wctx, t.fence, t.convID, id, childPath, status, answer)
+		ev, err = r.store.FinishHandoff(wctx, t.fence, t.convID, id, childPath, status, answer)
 		return err
 	}); ferr == nil {
 		r.publish(ctx, ev)

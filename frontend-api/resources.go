@@ -13,7 +13,7 @@ import (
 )
 
 func (s *Server) listInternalTools(c *fiber.Ctx) error {
-	return c.JSON(s.Tools.Catalogue.List())
+	return c.JSON(s.catalogue.List())
 }
 
 func (s *Server) createAgent(c *fiber.Ctx) error {
@@ -21,7 +21,7 @@ func (s *Server) createAgent(c *fiber.Ctx) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	a, err := s.Agents.CreateAgent(c.UserContext(), in)
+	a, err := s.agents.CreateAgent(c.UserContext(), in)
 	if err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func (s *Server) createAgent(c *fiber.Ctx) error {
 }
 
 func (s *Server) listAgents(c *fiber.Ctx) error {
-	list, err := s.Agents.FindAgents(c.UserContext())
+	list, err := s.agents.FindAgents(c.UserContext())
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (s *Server) getAgent(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	a, err := s.Agents.FindAgentByID(c.UserContext(), id)
+	a, err := s.agents.FindAgentByID(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) updateAgent(c *fiber.Ctx) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	a, err := s.Agents.UpdateAgent(c.UserContext(), id, in)
+	a, err := s.agents.UpdateAgent(c.UserContext(), id, in)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (s *Server) deleteAgent(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := s.Agents.DeleteAgent(c.UserContext(), id); err != nil {
+	if err := s.agents.DeleteAgent(c.UserContext(), id); err != nil {
 		return err
 	}
 	return c.SendStatus(fiber.StatusNoContent)
@@ -86,7 +86,7 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	conv, err := s.Conversations.CreateConversation(c.UserContext(), in.AgentID, in.Title)
+	conv, err := s.conversations.CreateConversation(c.UserContext(), in.AgentID, in.Title)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 }
 
 func (s *Server) listConversations(c *fiber.Ctx) error {
-	list, err := s.Conversations.FindConversations(c.UserContext())
+	list, err := s.conversations.FindConversations(c.UserContext())
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func (s *Server) getConversation(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	conv, err := s.Conversations.FindConversationByID(c.UserContext(), id)
+	conv, err := s.conversations.FindConversationByID(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *Server) renameConversation(c *fiber.Ctx) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	conv, err := s.Conversations.RenameConversation(c.UserContext(), id, in.Title)
+	conv, err := s.conversations.RenameConversation(c.UserContext(), id, in.Title)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (s *Server) deleteConversation(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := s.Conversations.DeleteConversation(c.UserContext(), id); err != nil {
+	if err := s.conversations.DeleteConversation(c.UserContext(), id); err != nil {
 		return err
 	}
 	return c.SendStatus(fiber.StatusNoContent)
@@ -147,7 +147,7 @@ func (s *Server) getConversationTools(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	states, err := s.Tools.ConversationTools(c.UserContext(), id)
+	states, err := s.tools.ConversationTools(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (s *Server) putConversationTool(c *fiber.Ctx) error {
 		return sandchat.Errorf(sandchat.EINVALID, `Body must be {"enabled": true|false|null} (null inherits from the agent).`)
 	}
 	// The id reaches events and logs: copy it out of fasthttp's reused buffer.
-	st, err := s.Tools.SetConversationTool(c.UserContext(), id, utils.CopyString(c.Params("tool")), enabled)
+	st, err := s.tools.SetConversationTool(c.UserContext(), id, utils.CopyString(c.Params("tool")), enabled)
 	if err != nil {
 		return err
 	}
@@ -194,13 +194,13 @@ type memberService interface {
 
 // memberRoutes serves a resource's members; removed, when set, runs after a member was
 // removed.
-func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberService, removed func(ctx context.Context, id, userID int64)) {
+func (s *Server) memberRoutes(r fiber.Router, path string, svc memberService, removed func(ctx context.Context, id, userID int64)) {
 	r.Get(path, func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")
 		if err != nil {
 			return err
 		}
-		list, err := svc().Members(c.UserContext(), id)
+		list, err := svc.Members(c.UserContext(), id)
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberServ
 		if err := decode(c, &in); err != nil {
 			return err
 		}
-		m, err := svc().SetMember(c.UserContext(), id, in.UserID, in.Role)
+		m, err := svc.SetMember(c.UserContext(), id, in.UserID, in.Role)
 		if err != nil {
 			return err
 		}
@@ -233,7 +233,7 @@ func (s *Server) memberRoutes(r fiber.Router, path string, svc func() memberServ
 		if err != nil {
 			return err
 		}
-		if err := svc().RemoveMember(c.UserContext(), id, userID); err != nil {
+		if err := svc.RemoveMember(c.UserContext(), id, userID); err != nil {
 			return err
 		}
 		if removed != nil {

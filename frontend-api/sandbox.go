@@ -32,10 +32,10 @@ type FileStore interface {
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
 	v1.Get("/sandbox/status", func(c *fiber.Ctx) error {
-		if s.SandboxStatus == nil {
+		if s.sandboxStatus == nil {
 			return c.JSON(sandbox.Status{Reason: "The sandbox engine is not configured."})
 		}
-		return c.JSON(s.SandboxStatus.Status(c.UserContext()))
+		return c.JSON(s.sandboxStatus.Status(c.UserContext()))
 	})
 	v1.Post("/conversations/:id/sandbox/executions", s.execute)
 	v1.Get("/conversations/:id/sandbox/executions/:execution_id", func(c *fiber.Ctx) error {
@@ -47,7 +47,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		ex, err := s.Files.Execution(c.UserContext(), id, execID)
+		ex, err := s.files.Execution(c.UserContext(), id, execID)
 		if err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		info, err := s.Sandbox.Session(c.UserContext(), id)
+		info, err := s.sandbox.Session(c.UserContext(), id)
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		if err := s.Sandbox.Reset(c.UserContext(), id); err != nil {
+		if err := s.sandbox.Reset(c.UserContext(), id); err != nil {
 			return err
 		}
 		return c.SendStatus(fiber.StatusNoContent)
@@ -80,7 +80,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		files, err := s.Files.Files(c.UserContext(), id)
+		files, err := s.files.Files(c.UserContext(), id)
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		list, err := s.Files.Executions(c.UserContext(), id)
+		list, err := s.files.Executions(c.UserContext(), id)
 		if err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		if err := s.Files.DeleteFile(c.UserContext(), id); err != nil {
+		if err := s.files.DeleteFile(c.UserContext(), id); err != nil {
 			return err
 		}
 		return c.SendStatus(fiber.StatusNoContent)
@@ -132,7 +132,7 @@ func (s *Server) execute(c *fiber.Ctx) error {
 		}
 		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
 	}
-	run, err := s.Sandbox.ExecuteDirect(c.UserContext(), id, in.Code, timeout)
+	run, err := s.sandbox.ExecuteDirect(c.UserContext(), id, in.Code, timeout)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ref, err := s.Files.UploadFile(c.UserContext(), id, fh.Filename, fh.Header.Get(fiber.HeaderContentType), data)
+	ref, err := s.files.UploadFile(c.UserContext(), id, fh.Filename, fh.Header.Get(fiber.HeaderContentType), data)
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (s *Server) downloadFile(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	f, data, err := s.Files.File(c.UserContext(), id)
+	f, data, err := s.files.File(c.UserContext(), id)
 	if err != nil {
 		return err
 	}

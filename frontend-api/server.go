@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -43,6 +45,51 @@ type Config struct {
 	WS               WSConfig
 }
 
+// ToolSettings reads and changes a conversation's internal tools (toolkits.Service).
+type ToolSettings interface {
+	ConversationTools(ctx context.Context, convID int64) ([]toolkits.State, error)
+	SetConversationTool(ctx context.Context, convID int64, toolID string, enabled *bool) (toolkits.State, error)
+}
+
+// ToolCatalogue lists the internal tools (toolkits.Catalogue).
+type ToolCatalogue interface {
+	List() []toolkits.Tool
+}
+
+// UserEvents reaches every socket of one user, on every node.
+type UserEvents interface {
+	PublishUser(ctx context.Context, userID int64, ev conversations.Event) error
+}
+
+// SandboxService is the direct side of the Python sandbox: runs from the REST
+// endpoint, and the session they share with the model (toolkits.Sandbox).
+type SandboxService interface {
+	ExecuteDirect(ctx context.Context, convID int64, code string, timeout time.Duration) (toolkits.Run, error)
+	Session(ctx context.Context, convID int64) (sandbox.SessionInfo, error)
+	Reset(ctx context.Context, convID int64) error
+}
+
+// Deps is what the Server is built from. Every service is required except
+// SandboxStatus (without it the status endpoint says the engine is not configured)
+// and Ready (no checks: always ready).
+type Deps struct {
+	Config        Config
+	Log           *slog.Logger
+	Users         sandchat.UserService
+	Agents        agents.Service
+	Conversations conversations.Service
+	Tools         ToolSettings
+	Catalogue     ToolCatalogue
+	Events        UserEvents
+	Hub           *Hub
+	Ready         []Check
+	Sandbox       SandboxService
+	SandboxStatus SandboxStatus
+	Files         FileStore
+	Turns         TurnService
+	Messages      MessageStore
+}
+
 // Server is the Fiber app with everything its handlers call.
 type Server struct {
 	app     *fiber.App
@@ -50,24 +97,41 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	Users         sandchat.UserService
-	Agents        agents.Service
-	Conversations conversations.Service
-	Tools         *toolkits.Service
-	Hub           *Hub
-	Ready         []Check
-	Sandbox       *toolkits.Sandbox
-	SandboxStatus SandboxStatus
-	Files         FileStore
-	Turns         TurnService
-	Messages      MessageStore
+	users         sandchat.UserService
+	agents        agents.Service
+	conversations conversations.Service
+	tools         ToolSettings
+	catalogue     ToolCatalogue
+	events        UserEvents
+	hub           *Hub
+	ready         []Check
+	sandbox       SandboxService
+	sandboxStatus SandboxStatus
+	files         FileStore
+	turns         TurnService
+	messages      MessageStore
 }
 
 // headerTimeout bounds the wait for a request's headers.
 const headerTimeout = 5 * time.Second
 
-// New builds the app. Fields that hold services must be set before Serve.
-func New(cfg Config, log *slog.Logger) *Server {
+// New builds the app with its routes, refusing deps that lack a required service.
+func New(d Deps) (*Server, error) {
+	var missing []string
+	for name, ok := range map[string]bool{
+		"Log": d.Log != nil, "Users": d.Users != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
+		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
+		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("frontendapi.New: missing %s", strings.Join(missing, ", "))
+	}
+	cfg := d.Config
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = time.Minute
 	}
@@ -77,7 +141,13 @@ func New(cfg Config, log *slog.Logger) *Server {
 	if cfg.BodyLimit == 0 {
 		cfg.BodyLimit = 16 << 20
 	}
-	s := &Server{cfg: cfg, log: log, metrics: newMetrics()}
+	s := &Server{
+		cfg: cfg, log: d.Log, metrics: newMetrics(),
+		users: d.Users, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
+		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
+		files: d.Files, turns: d.Turns, messages: d.Messages,
+	}
+	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
 	s.app = fiber.New(fiber.Config{
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
@@ -93,7 +163,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 		return fasthttp.RequestConfig{ReadTimeout: time.Minute}
 	}
 	s.routes()
-	return s
+	return s, nil
 }
 
 // App exposes the Fiber app, for tests that call it in-process.
@@ -120,14 +190,14 @@ func (s *Server) routes() {
 	v1.Get("/agents/:id", s.getAgent)
 	v1.Put("/agents/:id", s.updateAgent)
 	v1.Delete("/agents/:id", s.deleteAgent)
-	s.memberRoutes(v1, "/agents/:id/members", func() memberService { return s.Agents }, nil)
+	s.memberRoutes(v1, "/agents/:id/members", s.agents, nil)
 
 	v1.Post("/conversations", s.createConversation)
 	v1.Get("/conversations", s.listConversations)
 	v1.Get("/conversations/:id", s.getConversation)
 	v1.Patch("/conversations/:id", s.renameConversation)
 	v1.Delete("/conversations/:id", s.deleteConversation)
-	s.memberRoutes(v1, "/conversations/:id/members", func() memberService { return s.Conversations }, s.revokeSockets)
+	s.memberRoutes(v1, "/conversations/:id/members", s.conversations, s.revokeSockets)
 	v1.Get("/conversations/:id/internal-tools", s.getConversationTools)
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
@@ -179,9 +249,7 @@ func DefaultOrigins(addr string) []string {
 // Shutdown stops accepting, tells WebSocket clients to reconnect elsewhere and waits
 // for in-flight requests until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.Hub != nil {
-		s.Hub.CloseAll()
-	}
+	s.hub.CloseAll()
 	return s.app.ShutdownWithContext(ctx)
 }
 
@@ -190,7 +258,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 	defer cancel()
 	status := fiber.Map{}
 	ok := true
-	for _, ch := range s.Ready {
+	for _, ch := range s.ready {
 		if err := ch.Fn(ctx); err != nil {
 			ok = ok && ch.Optional
 			status[ch.Name] = err.Error()
@@ -279,7 +347,7 @@ func nulField(v any, path string) (string, bool) {
 // next replay of that socket is refused by the access check and stops it as well.
 func (s *Server) revokeSockets(ctx context.Context, convID, userID int64) {
 	data, _ := json.Marshal(map[string]int64{"conversation_id": convID})
-	if err := s.Tools.Events.PublishUser(ctx, userID, conversations.Event{Type: EventAccessRevoked, Data: data}); err != nil {
+	if err := s.events.PublishUser(ctx, userID, conversations.Event{Type: EventAccessRevoked, Data: data}); err != nil {
 		s.log.WarnContext(ctx, "publish access revocation", "conversation_id", convID, "user_id", userID, "err", err)
 	}
 }

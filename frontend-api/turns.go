@@ -33,7 +33,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		if err := decode(c, &in); err != nil {
 			return err
 		}
-		started, err := s.Turns.Start(c.UserContext(), id, in.Content)
+		started, err := s.turns.Start(c.UserContext(), id, in.Content)
 		if err != nil {
 			return err
 		}
@@ -44,7 +44,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		msgs, err := s.Messages.Messages(c.UserContext(), id)
+		msgs, err := s.messages.Messages(c.UserContext(), id)
 		if err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		t, err := s.Messages.Turn(c.UserContext(), id, turnID)
+		t, err := s.messages.Turn(c.UserContext(), id, turnID)
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		if err := s.Turns.Cancel(c.UserContext(), id, turnID); err != nil {
+		if err := s.turns.Cancel(c.UserContext(), id, turnID); err != nil {
 			return err
 		}
 		return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"turn_id": turnID, "cancelling": true})

@@ -29,7 +29,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "An API token is required: Authorization: Bearer <token>.")
 	}
 	ctx := c.UserContext()
-	u, err := s.Users.Authenticate(ctx, token)
+	u, err := s.users.Authenticate(ctx, token)
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat", error="invalid_token"`)
 		return err
@@ -55,7 +55,7 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	u, token, err := s.Users.CreateUser(ctx, in.Name, in.Admin)
+	u, token, err := s.users.CreateUser(ctx, in.Name, in.Admin)
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,7 @@ func (s *Server) websocket() fiber.Handler {
 		if origin := c.Get(fiber.HeaderOrigin); origin != "" && !slices.Contains(s.cfg.AllowedOrigins, origin) {
 			return sandchat.Errorf(sandchat.EFORBIDDEN, "Origin %q is not allowed (SANDCHAT_ALLOWED_ORIGINS).", origin)
 		}
-		h := s.Hub
+		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
 		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
 		cl := &client{hub: h, user: user, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}

@@ -9,19 +9,20 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
-var agentShare = sandchat.Shared{Noun: "Agent", Table: "agents", MemberTable: "agent_members", ForeignKey: "agent_id"}
+var agentShare = pgdb.Shared{Noun: "Agent", Table: "agents", MemberTable: "agent_members", ForeignKey: "agent_id"}
 
 // Agents implements agents.Service.
 type Agents struct {
-	db        *sandchat.Pool
+	db        *pgdb.Pool
 	knownTool func(string) bool
 }
 
 // NewAgents returns the agent store; knownTool validates internal_tools keys.
 func NewAgents(db *pgxpool.Pool, knownTool func(string) bool) *Agents {
-	return &Agents{db: sandchat.NewPool(db), knownTool: knownTool}
+	return &Agents{db: pgdb.NewPool(db), knownTool: knownTool}
 }
 
 var _ agents.Service = (*Agents)(nil)
@@ -40,7 +41,7 @@ func (s *Agents) CreateAgent(ctx context.Context, in agents.AgentInput) (*agents
 		values ($1, $2, $3, $4, $5, coalesce($6::text[], '{}')) returning id`,
 		sandchat.UserIDFromContext(ctx), *in.Name, deref(in.Description), deref(in.SystemPrompt), deref(in.Model), in.Packages).Scan(&id)
 	if err != nil {
-		return nil, sandchat.PgError(err, "agent")
+		return nil, pgdb.PgError(err, "agent")
 	}
 	if err := s.writeRelations(ctx, tx, id, in); err != nil {
 		return nil, err
@@ -97,7 +98,7 @@ func (s *Agents) UpdateAgent(ctx context.Context, id int64, in agents.AgentInput
 		where id = $1 and version = $2`,
 		id, *in.Version, in.Name, in.Description, in.SystemPrompt, in.Model, in.Packages)
 	if err != nil {
-		return nil, sandchat.PgError(err, "agent")
+		return nil, pgdb.PgError(err, "agent")
 	}
 	if tag.RowsAffected() == 0 {
 		return nil, sandchat.Errorf(sandchat.ECONFLICT, "The agent was changed since version %d was read; reload it and apply your change again.", *in.Version)
@@ -150,7 +151,7 @@ func (s *Agents) writeRelations(ctx context.Context, tx pgx.Tx, id int64, in age
 			return sandchat.Errorf(sandchat.EINVALID, "children: agent %d not found.", child)
 		}
 		if _, err := tx.Exec(ctx, `insert into agent_children (agent_id, child_id, position) values ($1, $2, $3)`, id, child, i); err != nil {
-			return sandchat.PgError(err, "agent")
+			return pgdb.PgError(err, "agent")
 		}
 	}
 	var dup string
@@ -215,7 +216,7 @@ func (s *Agents) RemoveMember(ctx context.Context, id, userID int64) error {
 }
 
 // findAgent loads an agent the caller may view, with its tools and children.
-func findAgent(ctx context.Context, q sandchat.Querier, id int64) (*agents.Agent, error) {
+func findAgent(ctx context.Context, q pgdb.Querier, id int64) (*agents.Agent, error) {
 	role, err := agentShare.Authorize(ctx, q, id, sandchat.Anyone...)
 	if err != nil {
 		return nil, err
@@ -229,13 +230,13 @@ func (s *Agents) LoadAgent(ctx context.Context, id int64) (*agents.Agent, error)
 	return loadAgent(ctx, s.db, id, "")
 }
 
-func loadAgent(ctx context.Context, q sandchat.Querier, id int64, role string) (*agents.Agent, error) {
+func loadAgent(ctx context.Context, q pgdb.Querier, id int64, role string) (*agents.Agent, error) {
 	a := &agents.Agent{ID: id, Role: role, InternalTools: map[string]bool{}, Children: []int64{}}
 	err := q.QueryRow(ctx, `select owner_id, name, description, system_prompt, model, packages, version, created_at, updated_at
 		from agents where id = $1`, id).Scan(&a.OwnerID, &a.Name, &a.Description, &a.SystemPrompt, &a.Model,
 		&a.Packages, &a.Version, &a.CreatedAt, &a.UpdatedAt)
 	if err != nil {
-		return nil, sandchat.PgError(err, "Agent")
+		return nil, pgdb.PgError(err, "Agent")
 	}
 	rows, err := q.Query(ctx, `select tool_id, enabled from agent_internal_tools where agent_id = $1`, id)
 	if err != nil {

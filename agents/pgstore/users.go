@@ -11,16 +11,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
 // tokenPrefix makes tokens recognisable in logs and secret scanners.
 const tokenPrefix = "sct_"
 
 // Users implements sandchat.UserService.
-type Users struct{ db *sandchat.Pool }
+type Users struct{ db *pgdb.Pool }
 
 // NewUsers returns the user store.
-func NewUsers(db *pgxpool.Pool) *Users { return &Users{db: sandchat.NewPool(db)} }
+func NewUsers(db *pgxpool.Pool) *Users { return &Users{db: pgdb.NewPool(db)} }
 
 var _ sandchat.UserService = (*Users)(nil)
 
@@ -42,7 +43,7 @@ func (s *Users) CreateUser(ctx context.Context, name string, admin bool) (*sandc
 	u := &sandchat.User{Name: name, Admin: admin}
 	if err := tx.QueryRow(ctx, `insert into users (name, admin) values ($1, $2) returning id, created_at`,
 		name, admin).Scan(&u.ID, &u.CreatedAt); err != nil {
-		return nil, "", sandchat.PgError(err, "user")
+		return nil, "", pgdb.PgError(err, "user")
 	}
 	token, err := newToken(ctx, tx, u.ID)
 	if err != nil {
@@ -57,7 +58,7 @@ func (s *Users) CreateToken(ctx context.Context, userID int64) (string, error) {
 	return newToken(ctx, s.db, userID)
 }
 
-func newToken(ctx context.Context, q sandchat.Querier, userID int64) (string, error) {
+func newToken(ctx context.Context, q pgdb.Querier, userID int64) (string, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return "", err
@@ -65,7 +66,7 @@ func newToken(ctx context.Context, q sandchat.Querier, userID int64) (string, er
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	hash := sha256.Sum256([]byte(token))
 	if _, err := q.Exec(ctx, `insert into api_tokens (user_id, token_hash) values ($1, $2)`, userID, hash[:]); err != nil {
-		return "", sandchat.PgError(err, "user")
+		return "", pgdb.PgError(err, "user")
 	}
 	return token, nil
 }
@@ -84,7 +85,7 @@ func (s *Users) Authenticate(ctx context.Context, token string) (*sandchat.User,
 		u.id, u.name, u.admin, u.created_at from api_tokens t join users u on u.id = t.user_id
 		where t.token_hash = $1`, hash[:]).Scan(&tokenID, &stale, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
 	if err != nil {
-		if sandchat.ErrorCode(sandchat.PgError(err, "token")) == sandchat.ENOTFOUND {
+		if sandchat.ErrorCode(pgdb.PgError(err, "token")) == sandchat.ENOTFOUND {
 			return nil, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
 		}
 		return nil, err
@@ -103,5 +104,5 @@ func (s *Users) FindUserByName(ctx context.Context, name string) (*sandchat.User
 	u := &sandchat.User{}
 	err := s.db.QueryRow(ctx, `select id, name, admin, created_at from users where name = $1 order by id limit 1`, name).
 		Scan(&u.ID, &u.Name, &u.Admin, &u.CreatedAt)
-	return u, sandchat.PgError(err, "User")
+	return u, pgdb.PgError(err, "User")
 }

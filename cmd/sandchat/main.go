@@ -218,6 +218,7 @@ type Main struct {
 	Limiter *redisbus.Limiter
 	Runner  *agents.Runner
 	openai  agents.Provider
+	sandbox *toolkits.Sandbox
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
@@ -235,13 +236,31 @@ type Main struct {
 // NewMain returns an unstarted server.
 func NewMain(cfg Config, log *slog.Logger) *Main { return &Main{Config: cfg, Log: log} }
 
-// Run opens the stores, migrates, and starts serving in the background.
-func (m *Main) Run(ctx context.Context) (err error) {
-	cfg := m.Config
-	if m.DB, err = openDB(ctx, cfg.DatabaseURL); err != nil {
+// Run opens the stores, starts the sandbox engine, builds the services and starts
+// serving in the background. Close undoes whatever part of it was done.
+func (m *Main) Run(ctx context.Context) error {
+	if err := m.openStores(ctx); err != nil {
 		return err
 	}
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	bg, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	catalogue, err := m.startEngine(bg)
+	if err != nil {
+		return err
+	}
+	if err := m.buildServices(bg, catalogue); err != nil {
+		return err
+	}
+	return m.serve(bg)
+}
+
+// openStores creates and migrates the database if needed and connects to Postgres and
+// Redis, failing with a hint when either is not running.
+func (m *Main) openStores(ctx context.Context) (err error) {
+	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
+		return err
+	}
+	ropts, err := redis.ParseURL(m.Config.RedisURL)
 	if err != nil {
 		return err
 	}
@@ -250,9 +269,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", ropts.Addr, err)
 	}
+	return nil
+}
 
-	bg, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
+// startEngine starts the sandbox engine in the background (booting Deno and Pyodide
+// takes seconds: the server answers meanwhile, with the sandbox reported as starting)
+// and returns the tool catalogue with each tool's availability probe.
+func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
+	cfg := m.Config
 	probes := m.Probes
 	if probes == nil {
 		probes = map[string]toolkits.Probe{toolkits.PyodideSandbox: func() (bool, string) {
@@ -260,14 +284,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}}
 	}
 	if cfg.Sandbox.Enabled {
-		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, rdb, m.Log.With("component", "sandbox")); err != nil {
-			return err
+		var err error
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, m.Redis, m.Log.With("component", "sandbox")); err != nil {
+			return nil, err
 		}
 		if m.Probes == nil {
 			probes[toolkits.PyodideSandbox] = m.Engine.Available
 		}
-		// Booting Deno and Pyodide takes seconds: serve meanwhile, with the sandbox
-		// reported as starting.
 		go func() {
 			if err := m.Engine.Start(bg); err != nil && bg.Err() == nil {
 				m.Log.Error("sandbox start", "err", err)
@@ -277,27 +300,78 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if _, ok := probes[toolkits.SwarmMode]; !ok {
 		probes[toolkits.SwarmMode] = func() (bool, string) { return true, "" }
 	}
-	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
+	return toolkits.NewCatalogue(probes, cfg.ToolsDisabled), nil
+}
+
+// buildServices wires the stores, the tools, the turn runner and the HTTP server.
+func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) (err error) {
+	cfg := m.Config
 	m.Users = agentstore.NewUsers(m.DB)
 	m.Store = convstore.New(m.DB, cfg.EventRetention)
-	bus := redisbus.New(rdb, cfg.RedisPrefix)
-	m.Limiter = redisbus.NewLimiter(rdb, cfg.RedisPrefix, map[string]int{
+	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
+	bus := redisbus.New(m.Redis, cfg.RedisPrefix)
+	m.Limiter = redisbus.NewLimiter(m.Redis, cfg.RedisPrefix, map[string]int{
 		"messages": cfg.RateMessages, "executions": cfg.RateExecutions,
 	})
-
-	srv := frontendapi.New(frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, m.Log)
-	srv.Users = m.Users
-	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
-	srv.Agents = agentStore
-	srv.Conversations = m.Store
-	srv.Tools = &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
+	if cfg.LLM.APIKey != "" {
+		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
+			MaxRetries: cfg.LLM.MaxRetries}, m.Log.With("component", "openai")); err != nil {
+			return err
+		}
+	}
+	tools := &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
+	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
+		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Log: m.Log.With("component", "executions")}
+	var status frontendapi.SandboxStatus
+	if m.Engine != nil {
+		m.sandbox.Engine, status = m.Engine, m.Engine
+	}
+	if m.SandboxEngine != nil {
+		m.sandbox.Engine = m.SandboxEngine
+	}
+	if err := m.startRunner(bg, agentStore, catalogue, bus); err != nil {
+		return err
+	}
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
-	srv.Hub = m.Hub
-	srv.Registry().MustRegister(m.Hub.Collectors()...)
-	srv.Ready = []frontendapi.Check{
+	m.HTTP, err = frontendapi.New(frontendapi.Deps{
+		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, Log: m.Log,
+		Users: m.Users, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
+		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store,
+	})
+	return err
+}
+
+// startRunner builds the turn runner and starts its heartbeat and its listener for
+// cancels sent from other nodes.
+func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, catalogue *toolkits.Catalogue, bus *redisbus.Bus) (err error) {
+	cfg := m.Config
+	if m.Runner, err = agents.NewRunner(agents.RunnerDeps{
+		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
+		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))),
+		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
+		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+		Nodes: redisbus.NewNodes(m.Redis, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
+		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
+	}); err != nil {
+		return err
+	}
+	go m.Runner.Run(bg)
+	go func() {
+		if err := bus.ListenCancels(bg, func(id int64) { m.Runner.CancelLocal(id) }); err != nil && bg.Err() == nil {
+			m.Log.Error("cancel listener stopped", "err", err)
+		}
+	}()
+
+	return nil
+}
+
+// readyChecks are what /readyz looks at: Postgres and Redis are required; the server is
+// useful without the sandbox, so it is reported, not required.
+func (m *Main) readyChecks(catalogue *toolkits.Catalogue) []frontendapi.Check {
+	return []frontendapi.Check{
 		{Name: "postgres", Fn: func(ctx context.Context) error { return m.DB.Ping(ctx) }},
-		{Name: "redis", Fn: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-		// The server is useful without the sandbox, so it is reported, not required.
+		{Name: "redis", Fn: func(ctx context.Context) error { return m.Redis.Ping(ctx).Err() }},
 		{Name: "sandbox", Optional: true, Fn: func(context.Context) error {
 			if ok, reason := catalogue.Available(toolkits.PyodideSandbox); !ok {
 				return errors.New(reason)
@@ -305,49 +379,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return nil
 		}},
 	}
-	if cfg.LLM.APIKey != "" {
-		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
-			MaxRetries: cfg.LLM.MaxRetries}, m.Log.With("component", "openai")); err != nil {
-			return err
-		}
-	}
-	srv.Files = m.Store
-	srv.Sandbox = &toolkits.Sandbox{Store: m.Store, Tools: srv.Tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
-		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Log: m.Log.With("component", "executions")}
-	limits := func() sandbox.StatusLimits {
-		c := cfg.Sandbox.Engine
-		return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
-	}
-	if m.Engine != nil {
-		srv.Sandbox.Engine = m.Engine
-		srv.SandboxStatus = m.Engine
-	}
-	if m.SandboxEngine != nil {
-		srv.Sandbox.Engine = m.SandboxEngine
-	}
-	m.Runner = &agents.Runner{
-		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
-		Tools:     toolkits.NewTools(srv.Sandbox, limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))),
-		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
-		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
-		Nodes: redisbus.NewNodes(rdb, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
-		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
-	}
-	srv.Turns, srv.Messages = m.Runner, m.Store
-	go m.Runner.Run(bg)
-	go func() {
-		if err := bus.ListenCancels(bg, func(id int64) { m.Runner.CancelLocal(id) }); err != nil && bg.Err() == nil {
-			m.Log.Error("cancel listener stopped", "err", err)
-		}
-	}()
-	m.HTTP = srv
+}
 
-	if m.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+// limits are the sandbox limits the model's tool description states.
+func (m *Main) limits() sandbox.StatusLimits {
+	c := m.Config.Sandbox.Engine
+	return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
+}
+
+// serve listens on the configured address and answers in the background; events past
+// their retention are pruned meanwhile.
+func (m *Main) serve(bg context.Context) (err error) {
+	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return err
 	}
 	m.served = make(chan error, 1)
-	go func() { m.served <- srv.Serve(m.ln) }()
-
+	go func() { m.served <- m.HTTP.Serve(m.ln) }()
 	go m.pruneEvents(bg)
 	m.Log.Info("sandchat listening", "addr", m.ln.Addr().String())
 	return nil
@@ -421,16 +468,16 @@ func (m *Main) close() error {
 		}
 		<-m.served
 	}
-	if m.HTTP != nil && m.HTTP.Sandbox != nil {
-		m.HTTP.Sandbox.Shutdown() // runs cut off from now on are reported as such
+	if m.sandbox != nil {
+		m.sandbox.Shutdown() // runs cut off from now on are reported as such
 	}
 	if m.Runner != nil {
 		m.Runner.Shutdown(ctx) // running turns reach their end, or are failed at the deadline
 	}
-	if m.HTTP != nil && m.HTTP.Sandbox != nil {
+	if m.sandbox != nil {
 		// Outcomes of runs still being written get a last chance before the pool goes.
 		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		m.HTTP.Sandbox.Wait(wctx)
+		m.sandbox.Wait(wctx)
 		wcancel()
 	}
 	if m.Hub != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
@@ -35,7 +36,7 @@ func (s *Store) BeginExecution(ctx context.Context, ex toolkits.Execution) (int6
 	err := s.db.QueryRow(ctx, `insert into executions (conversation_id, turn_id, user_id, agent_id, session_key, code, status)
 		values ($1, $2, $3, $4, $5, $6, 'pending') returning id`,
 		ex.ConversationID, ex.TurnID, nullID(sandchat.UserIDFromContext(ctx)), ex.AgentID, ex.SessionKey, []byte(ex.Code)).Scan(&id)
-	return id, sandchat.PgError(err, "execution")
+	return id, pgdb.PgError(err, "execution")
 }
 
 // FinishExecution completes a pending run with its outcome and artifacts in one
@@ -73,7 +74,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 			where id = $1 and status = 'pending'`,
 			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, r.Session.Version, nullText(r.Session.RestoredFrom))
 		if err != nil {
-			return sandchat.PgError(err, "execution")
+			return pgdb.PgError(err, "execution")
 		}
 		if tag.RowsAffected() == 0 {
 			// Finished by an earlier attempt whose commit we did not hear about.
@@ -94,7 +95,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 				values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
 				ex.ConversationID, id, ref.Name, clean(ref.ContentType), ref.Size, a.Data, uid).Scan(&ref.ID)
 			if err != nil {
-				return sandchat.PgError(err, "file")
+				return pgdb.PgError(err, "file")
 			}
 			refs = append(refs, ref)
 		}
@@ -152,7 +153,7 @@ func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error
 	_, err := s.db.Exec(ctx, `insert into sandbox_resets (conversation_id, session_key, after_execution_id, user_id)
 		values ($1, $2, coalesce((select max(id) from executions where conversation_id = $1 and session_key = $2), 0), $3)`,
 		convID, key, nullID(sandchat.UserIDFromContext(ctx)))
-	return sandchat.PgError(err, "session reset")
+	return pgdb.PgError(err, "session reset")
 }
 
 // StoredExecution is a run as recorded, with its whole output.
@@ -189,7 +190,7 @@ func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecutio
 		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
 			&e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt)
 	if err != nil {
-		return e, sandchat.PgError(err, "Execution")
+		return e, pgdb.PgError(err, "Execution")
 	}
 	e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
 	if result != nil {
@@ -237,11 +238,11 @@ func (s *Store) DataFiles(ctx context.Context, convID int64) ([]sandbox.File, er
 // both pass a quota.
 func lockTotal(ctx context.Context, tx pgx.Tx, convID int64, source string) (int64, error) {
 	if _, err := tx.Exec(ctx, `select 1 from conversations where id = $1 for update`, convID); err != nil {
-		return 0, sandchat.PgError(err, "conversation")
+		return 0, pgdb.PgError(err, "conversation")
 	}
 	var total int64
 	err := tx.QueryRow(ctx, `select coalesce(sum(size), 0) from files where conversation_id = $1 and source = $2`, convID, source).Scan(&total)
-	return total, sandchat.PgError(err, "files")
+	return total, pgdb.PgError(err, "files")
 }
 
 // capArtifacts keeps the artifacts that fit under the conversation's total and says in
@@ -304,7 +305,7 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 		values ($1, 'upload', $2, $3, $4, $5, $6) returning id`,
 		convID, name, contentType, ref.Size, data, sandchat.UserIDFromContext(ctx)).Scan(&ref.ID)
 	if err != nil {
-		return ref, sandchat.PgError(err, "file")
+		return ref, pgdb.PgError(err, "file")
 	}
 	return ref, tx.Commit(ctx)
 }
@@ -342,7 +343,7 @@ func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) 
 	err := s.db.QueryRow(ctx, `select id, name, content_type, size, conversation_id, source, execution_id, data
 		from files where id = $1`, id).Scan(&f.ID, &f.Name, &f.ContentType, &f.Size, &f.ConversationID, &f.Source, &f.ExecutionID, &data)
 	if err != nil {
-		return f, nil, sandchat.PgError(err, "File")
+		return f, nil, pgdb.PgError(err, "File")
 	}
 	if _, err := share.Authorize(ctx, s.db, f.ConversationID, sandchat.Anyone...); err != nil {
 		return f, nil, sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
@@ -362,7 +363,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 				from files f where f.execution_id = e.id), '[]')
 		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
 	if err != nil {
-		return nil, sandchat.PgError(err, "executions")
+		return nil, pgdb.PgError(err, "executions")
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredExecution, error) {
 		var e StoredExecution
@@ -390,7 +391,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 func (s *Store) DeleteFile(ctx context.Context, id int64) error {
 	var convID int64
 	if err := s.db.QueryRow(ctx, `select conversation_id from files where id = $1`, id).Scan(&convID); err != nil {
-		return sandchat.PgError(err, "File")
+		return pgdb.PgError(err, "File")
 	}
 	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Editors...); err != nil {
 		if sandchat.ErrorCode(err) == sandchat.ENOTFOUND {

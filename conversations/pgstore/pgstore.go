@@ -13,21 +13,22 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
-var share = sandchat.Shared{Noun: "Conversation", Table: "conversations", MemberTable: "conversation_members", ForeignKey: "conversation_id"}
-var agentShare = sandchat.Shared{Noun: "Agent", Table: "agents", MemberTable: "agent_members", ForeignKey: "agent_id"}
+var share = pgdb.Shared{Noun: "Conversation", Table: "conversations", MemberTable: "conversation_members", ForeignKey: "conversation_id"}
+var agentShare = pgdb.Shared{Noun: "Agent", Table: "agents", MemberTable: "agent_members", ForeignKey: "agent_id"}
 
 // Store implements conversations.Service.
 type Store struct {
-	db *sandchat.Pool
+	db *pgdb.Pool
 	// retention is how long events are kept for replay.
 	retention time.Duration
 }
 
 // New returns the store; events older than retention are pruned by Prune.
 func New(db *pgxpool.Pool, retention time.Duration) *Store {
-	return &Store{db: sandchat.NewPool(db), retention: retention}
+	return &Store{db: pgdb.NewPool(db), retention: retention}
 }
 
 var _ conversations.Service = (*Store)(nil)
@@ -52,21 +53,21 @@ func (s *Store) CreateConversation(ctx context.Context, agentID *int64, title st
 	c := &conversations.Conversation{Role: sandchat.RoleOwner}
 	err := scanConversation(s.db.QueryRow(ctx, `insert into conversations as c (owner_id, agent_id, title) values ($1, $2, $3)
 		returning `+convColumns, sandchat.UserIDFromContext(ctx), agentID, title), c)
-	return c, sandchat.PgError(err, "conversation")
+	return c, pgdb.PgError(err, "conversation")
 }
 
 func (s *Store) FindConversationByID(ctx context.Context, id int64) (*conversations.Conversation, error) {
 	return findConversation(ctx, s.db, id, sandchat.Anyone...)
 }
 
-func findConversation(ctx context.Context, q sandchat.Querier, id int64, want ...string) (*conversations.Conversation, error) {
+func findConversation(ctx context.Context, q pgdb.Querier, id int64, want ...string) (*conversations.Conversation, error) {
 	role, err := share.Authorize(ctx, q, id, want...)
 	if err != nil {
 		return nil, err
 	}
 	c := &conversations.Conversation{Role: role}
 	err = scanConversation(q.QueryRow(ctx, `select `+convColumns+` from conversations c where c.id = $1`, id), c)
-	return c, sandchat.PgError(err, "Conversation")
+	return c, pgdb.PgError(err, "Conversation")
 }
 
 func (s *Store) FindConversations(ctx context.Context) ([]*conversations.Conversation, error) {
@@ -98,7 +99,7 @@ func (s *Store) RenameConversation(ctx context.Context, id int64, title string) 
 		return scanConversation(tx.QueryRow(ctx, `update conversations c set title = $2, updated_at = now() where id = $1
 			returning `+convColumns, id, title), c)
 	})
-	return c, sandchat.PgError(err, "Conversation")
+	return c, pgdb.PgError(err, "Conversation")
 }
 
 func (s *Store) DeleteConversation(ctx context.Context, id int64) error {
@@ -129,7 +130,7 @@ func (s *Store) ToolSettings(ctx context.Context, id int64) (conversations.ToolS
 	return toolSettings(ctx, s.db, c)
 }
 
-func toolSettings(ctx context.Context, q sandchat.Querier, c *conversations.Conversation) (conversations.ToolSettings, error) {
+func toolSettings(ctx context.Context, q pgdb.Querier, c *conversations.Conversation) (conversations.ToolSettings, error) {
 	ts := conversations.ToolSettings{Conversation: c, Overrides: map[string]bool{}, Agent: map[string]bool{}}
 	var tool, state string
 	rows, err := q.Query(ctx, `select tool_id, state from conversation_internal_tools where conversation_id = $1`, c.ID)
@@ -199,7 +200,7 @@ func AppendEvent(ctx context.Context, tx pgx.Tx, convID int64, typ string, agent
 	ev := conversations.Event{Type: typ, ConversationID: convID, AgentPath: agentPath, Data: data}
 	err := tx.QueryRow(ctx, `update conversations set last_seq = last_seq + 1, updated_at = now() where id = $1 returning last_seq`, convID).Scan(&ev.Seq)
 	if err != nil {
-		return ev, sandchat.PgError(err, "Conversation")
+		return ev, pgdb.PgError(err, "Conversation")
 	}
 	_, err = tx.Exec(ctx, `insert into conversation_events (conversation_id, seq, type, agent_path, data) values ($1, $2, $3, $4, $5)`,
 		convID, ev.Seq, typ, agentPath, data)
@@ -214,7 +215,7 @@ func (s *Store) EventsSince(ctx context.Context, id, since int64, limit int) ([]
 	var last int64
 	if err := s.db.QueryRow(ctx, `select (select min(seq) from conversation_events where conversation_id = $1), last_seq
 		from conversations where id = $1`, id).Scan(&oldest, &last); err != nil {
-		return nil, false, sandchat.PgError(err, "Conversation")
+		return nil, false, pgdb.PgError(err, "Conversation")
 	}
 	// Every event after since must still be there, the first being since+1; a since
 	// beyond last comes from another history (a reset database) and cannot be trusted.
@@ -239,7 +240,7 @@ func (s *Store) LastSeq(ctx context.Context, id int64) (int64, error) {
 	}
 	var last int64
 	err := s.db.QueryRow(ctx, `select last_seq from conversations where id = $1`, id).Scan(&last)
-	return last, sandchat.PgError(err, "Conversation")
+	return last, pgdb.PgError(err, "Conversation")
 }
 
 // Prune deletes events past the retention period, keeping each conversation's newest

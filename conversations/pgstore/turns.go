@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
 const msgColumns = `id, conversation_id, turn_id, role, user_id, agent_id, agent_path, content, tool_calls, tool_call_id, created_at`
@@ -148,7 +149,7 @@ func (s *Store) AddMessage(ctx context.Context, f conversations.Fence, m convers
 			values ($1, $2, $3, $4, $5, $6, $7, $8) returning `+msgColumns,
 			m.ConversationID, m.TurnID, m.Role, m.AgentID, m.AgentPath, clean(m.Content), calls, toolCallID))
 		if err != nil {
-			return sandchat.PgError(err, "message")
+			return pgdb.PgError(err, "message")
 		}
 		typ := conversations.EventMessageCreated
 		if stored.Role == "assistant" {
@@ -221,7 +222,7 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 	if errText != nil {
 		t.Error = *errText
 	}
-	return t, sandchat.PgError(err, "Turn")
+	return t, pgdb.PgError(err, "Turn")
 }
 
 // Heartbeat renews this node's running turns and returns those it no longer runs

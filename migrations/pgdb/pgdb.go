@@ -1,4 +1,8 @@
-package sandchat
+// Package pgdb is what the Postgres stores share: the Querier they run on, the
+// translation of driver errors into sandchat's vocabulary, a pool that applies it to
+// every call, and the owner/member queries of agents and conversations. It sits beside
+// the schema it queries; only the pgstore adapters import it.
+package pgdb
 
 import (
 	"context"
@@ -9,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sandchat/sandchat"
 )
 
 // Querier is what the Postgres adapters need of a pool or a transaction.
@@ -23,33 +29,34 @@ type Querier interface {
 // invalid input, anything else passes through as internal.
 func PgError(err error, noun string) error {
 	var pgErr *pgconn.PgError
-	var appErr *Error
+	var appErr *sandchat.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &appErr):
 		return err
-	case pgUnreachable(err):
-		return &wrapped{app: Unavailable(DepPostgres, err), cause: err}
+	case unreachable(err):
+		return sandchat.WithCause(sandchat.Unavailable(sandchat.DepPostgres, err), err)
 	case errors.Is(err, pgx.ErrNoRows):
-		return Errorf(ENOTFOUND, "%s not found.", noun)
+		return sandchat.Errorf(sandchat.ENOTFOUND, "%s not found.", noun)
 	case errors.As(err, &pgErr):
 		switch pgErr.Code {
 		case "23503": // foreign_key_violation
-			return Errorf(EINVALID, "A referenced %s does not exist.", noun)
+			return sandchat.Errorf(sandchat.EINVALID, "A referenced %s does not exist.", noun)
 		case "23505": // unique_violation
-			return Errorf(ECONFLICT, "The %s already exists.", noun)
+			return sandchat.Errorf(sandchat.ECONFLICT, "The %s already exists.", noun)
 		case "23514", "22001": // check_violation, string_data_right_truncation
-			return Errorf(EINVALID, "Invalid %s.", noun)
+			return sandchat.Errorf(sandchat.EINVALID, "Invalid %s.", noun)
 		case "22P05", "22021": // untranslatable_character (NUL), character_not_in_repertoire
-			return Errorf(EINVALID, "The %s contains a NUL character or invalid UTF-8.", noun)
+			return sandchat.Errorf(sandchat.EINVALID, "The %s contains a NUL character or invalid UTF-8.", noun)
 		}
 	}
 	return err
 }
 
 // Shared is a resource that has an owner and members with roles: agents and
-// conversations.
+// conversations. The rules are sandchat's (CheckRole, CheckGrant); Shared reads the
+// roles they judge, in the caller's transaction.
 type Shared struct {
 	Noun        string // "Agent", for messages
 	Table       string // "agents"
@@ -70,37 +77,26 @@ func (s Shared) Role(ctx context.Context, q Querier, id, userID int64) (string, 
 	case err != nil:
 		return "", PgError(err, s.Noun)
 	case owner == userID:
-		return RoleOwner, nil
+		return sandchat.RoleOwner, nil
 	case role != nil:
 		return *role, nil
 	}
-	return "", Errorf(ENOTFOUND, "%s not found.", s.Noun)
+	return "", sandchat.Errorf(sandchat.ENOTFOUND, "%s not found.", s.Noun)
 }
 
 // Authorize returns the caller's role and fails unless it is one of want. A viewer
 // asking to edit is forbidden; a stranger gets not found.
 func (s Shared) Authorize(ctx context.Context, q Querier, id int64, want ...string) (string, error) {
-	role, err := s.Role(ctx, q, id, UserIDFromContext(ctx))
+	role, err := s.Role(ctx, q, id, sandchat.UserIDFromContext(ctx))
 	if err != nil {
 		return "", err
 	}
-	for _, w := range want {
-		if role == w {
-			return role, nil
-		}
-	}
-	return role, Errorf(EFORBIDDEN, "Your role (%s) does not allow this on the %s.", role, lower(s.Noun))
+	return role, sandchat.CheckRole(role, s.Noun, want...)
 }
 
-// Editors and Anyone are the role sets for writes and reads.
-var (
-	Editors = []string{RoleOwner, RoleEditor}
-	Anyone  = []string{RoleOwner, RoleEditor, RoleViewer}
-)
-
 // Members lists the resource's members; any role may read them.
-func (s Shared) Members(ctx context.Context, q Querier, id int64) ([]Member, error) {
-	if _, err := s.Authorize(ctx, q, id, Anyone...); err != nil {
+func (s Shared) Members(ctx context.Context, q Querier, id int64) ([]sandchat.Member, error) {
+	if _, err := s.Authorize(ctx, q, id, sandchat.Anyone...); err != nil {
 		return nil, err
 	}
 	rows, err := q.Query(ctx, fmt.Sprintf(
@@ -109,38 +105,39 @@ func (s Shared) Members(ctx context.Context, q Querier, id int64) ([]Member, err
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
-		var m Member
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.Member, error) {
+		var m sandchat.Member
 		return m, r.Scan(&m.UserID, &m.Name, &m.Role)
 	})
 }
 
 // SetMember grants or changes a member's role; only the owner manages members.
-func (s Shared) SetMember(ctx context.Context, q Querier, id, userID int64, role string) (Member, error) {
-	if !ValidRole(role) {
-		return Member{}, Errorf(EINVALID, "role must be %q or %q.", RoleEditor, RoleViewer)
+func (s Shared) SetMember(ctx context.Context, q Querier, id, userID int64, role string) (sandchat.Member, error) {
+	// A bad role is the request's fault, whoever sends it; the rest needs the owner.
+	if err := sandchat.CheckMemberRole(role); err != nil {
+		return sandchat.Member{}, err
 	}
-	if _, err := s.Authorize(ctx, q, id, RoleOwner); err != nil {
-		return Member{}, err
+	if _, err := s.Authorize(ctx, q, id, sandchat.RoleOwner); err != nil {
+		return sandchat.Member{}, err
 	}
-	if userID == UserIDFromContext(ctx) {
-		return Member{}, Errorf(EINVALID, "The owner cannot also be a member.")
+	if err := sandchat.CheckGrant(sandchat.UserIDFromContext(ctx), userID, role); err != nil {
+		return sandchat.Member{}, err
 	}
-	m := Member{UserID: userID, Role: role}
+	m := sandchat.Member{UserID: userID, Role: role}
 	err := q.QueryRow(ctx, fmt.Sprintf(
 		`with up as (insert into %s (%s, user_id, role) values ($1, $2, $3)
 		   on conflict (%s, user_id) do update set role = excluded.role returning user_id)
 		 select u.name from up join users u on u.id = up.user_id`,
 		s.MemberTable, s.ForeignKey, s.ForeignKey), id, userID, role).Scan(&m.Name)
 	if err != nil {
-		return Member{}, PgError(err, "user")
+		return sandchat.Member{}, PgError(err, "user")
 	}
 	return m, nil
 }
 
 // RemoveMember revokes a member's role; only the owner manages members.
 func (s Shared) RemoveMember(ctx context.Context, q Querier, id, userID int64) error {
-	if _, err := s.Authorize(ctx, q, id, RoleOwner); err != nil {
+	if _, err := s.Authorize(ctx, q, id, sandchat.RoleOwner); err != nil {
 		return err
 	}
 	tag, err := q.Exec(ctx, fmt.Sprintf(`delete from %s where %s = $1 and user_id = $2`, s.MemberTable, s.ForeignKey), id, userID)
@@ -148,25 +145,14 @@ func (s Shared) RemoveMember(ctx context.Context, q Querier, id, userID int64) e
 		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return Errorf(ENOTFOUND, "Member not found.")
+		return sandchat.Errorf(sandchat.ENOTFOUND, "Member not found.")
 	}
 	return nil
 }
 
-func lower(s string) string {
-	if s == "" {
-		return s
-	}
-	b := []byte(s)
-	if b[0] >= 'A' && b[0] <= 'Z' {
-		b[0] += 'a' - 'A'
-	}
-	return string(b)
-}
-
-// pgUnreachable reports whether err means Postgres could not be reached or is shutting
+// unreachable reports whether err means Postgres could not be reached or is shutting
 // down, as opposed to an answer about the query.
-func pgUnreachable(err error) bool {
+func unreachable(err error) bool {
 	var pgErr *pgconn.PgError
 	var ce *pgconn.ConnectError
 	switch {
@@ -176,7 +162,7 @@ func pgUnreachable(err error) bool {
 	case errors.As(err, &ce), pgconn.Timeout(err), errors.Is(err, context.DeadlineExceeded):
 		return true
 	}
-	return IsConnError(err)
+	return sandchat.IsConnError(err)
 }
 
 // Pool is a pgx pool whose errors are translated at the boundary: a Postgres that
@@ -188,7 +174,7 @@ type Pool struct{ P *pgxpool.Pool }
 func NewPool(p *pgxpool.Pool) *Pool { return &Pool{P: p} }
 
 func connErr(err error) error {
-	if err != nil && pgUnreachable(err) {
+	if err != nil && unreachable(err) {
 		return PgError(err, "")
 	}
 	return err
