@@ -3,11 +3,11 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -257,56 +257,91 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.A
 	var keep []sandbox.Artifact
 	var dropped []string
 	for _, a := range arts {
-		if total+int64(len(a.Data)) > MaxArtifactBytes {
-			dropped = append(dropped, a.Name)
+		if size := int64(len(a.Data)); total+size > MaxArtifactBytes {
+			dropped = append(dropped, fmt.Sprintf("%s (%s)", a.Name, sandbox.Size(size)))
 			continue
 		}
 		total += int64(len(a.Data))
 		keep = append(keep, a)
 	}
 	if len(dropped) > 0 {
-		stderr += fmt.Sprintf("[sandbox] files not kept: the conversation's files from runs would pass %d MiB (delete some to make room): %s\n",
-			MaxArtifactBytes>>20, strings.Join(dropped, ", "))
+		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's files from runs take %s of %s, and these do not fit (delete some to make room): %s\n",
+			sandbox.Size(total), sandbox.Size(MaxArtifactBytes), strings.Join(dropped, ", "))
 	}
 	return keep, stderr, nil
 }
 
-// UploadFile stores a file for /data; editors only.
-func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error) {
-	name = path.Base(strings.ReplaceAll(strings.TrimSpace(name), "\\", "/"))
-	if name == "" || name == "." || name == ".." || name == "/" || len(name) > 255 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.EINVALID, "A file needs a plain name of at most 255 characters.")
+// UploadFile stores a file for /data at its relative path (reports/2025/q1.csv); a
+// file already at that path is replaced, keeping its id. Editors only. replaced says
+// which happened.
+func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref toolkits.FileRef, replaced bool, err error) {
+	if err := sandbox.CheckDataPath(name); err != nil {
+		return ref, false, err
 	}
 	if len(data) > MaxUploadBytes {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "A file may be at most %d MiB.", MaxUploadBytes>>20)
+		return ref, false, UploadTooLarge(name, int64(len(data)))
 	}
 	if contentType == "" {
 		contentType = "application/octet-stream"
 	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
 	defer tx.Rollback(ctx)
 	if _, err := share.Authorize(ctx, tx, convID, sandchat.Editors...); err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
 	total, err := lockTotal(ctx, tx, convID, "upload")
 	if err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
-	if total+int64(len(data)) > MaxConversationBytes {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "This file is %.1f MiB and the conversation's uploads already take %.1f MiB of their %d MiB.",
-			float64(len(data))/(1<<20), float64(total)/(1<<20), MaxConversationBytes>>20)
+	// A path is a file or a folder, never both: /data/a cannot hold a/b.csv.
+	var clash string
+	err = tx.QueryRow(ctx, `select name from files where conversation_id = $1 and source = 'upload'
+		and (name = any($2) or starts_with(name, $3)) limit 1`, convID, parentDirs(name), name+"/").Scan(&clash)
+	switch {
+	case err == nil:
+		return ref, false, sandchat.Errorf(sandchat.ECONFLICT, "%s cannot be uploaded: /data/%s is taken by %s (delete it first).", name, name, clash)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return ref, false, sandchat.PgError(err, "files")
 	}
-	ref := toolkits.FileRef{Name: name, ContentType: contentType, Size: int64(len(data))}
-	err = tx.QueryRow(ctx, `insert into files (conversation_id, source, name, content_type, size, data, created_by)
-		values ($1, 'upload', $2, $3, $4, $5, $6) returning id`,
-		convID, name, contentType, ref.Size, data, sandchat.UserIDFromContext(ctx)).Scan(&ref.ID)
+	var oldID, oldSize int64
+	err = tx.QueryRow(ctx, `select id, size from files where conversation_id = $1 and source = 'upload' and name = $2`, convID, name).Scan(&oldID, &oldSize)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ref, false, sandchat.PgError(err, "files")
+	}
+	if used := total - oldSize; used+int64(len(data)) > MaxConversationBytes {
+		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation has %s of %s used; %s (%s) does not fit. Delete files to make room.",
+			sandbox.Size(used), sandbox.Size(MaxConversationBytes), name, sandbox.Size(int64(len(data))))
+	}
+	ref = toolkits.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
+	if oldID != 0 {
+		_, err = tx.Exec(ctx, `update files set content_type = $2, size = $3, data = $4, created_by = $5, created_at = now() where id = $1`,
+			oldID, contentType, ref.Size, data, nullID(sandchat.UserIDFromContext(ctx)))
+	} else {
+		err = tx.QueryRow(ctx, `insert into files (conversation_id, source, name, content_type, size, data, created_by)
+			values ($1, 'upload', $2, $3, $4, $5, $6) returning id`,
+			convID, name, contentType, ref.Size, data, nullID(sandchat.UserIDFromContext(ctx))).Scan(&ref.ID)
+	}
 	if err != nil {
-		return ref, sandchat.PgError(err, "file")
+		return ref, false, sandchat.PgError(err, "file")
 	}
-	return ref, tx.Commit(ctx)
+	return ref, oldID != 0, tx.Commit(ctx)
+}
+
+// UploadTooLarge is the refusal of one file over MaxUploadBytes, with both sizes.
+func UploadTooLarge(name string, size int64) error {
+	return sandchat.Errorf(sandchat.ETOOLARGE, "%s is %s; uploads are limited to %s per file.", name, sandbox.Size(size), sandbox.Size(MaxUploadBytes))
+}
+
+// parentDirs returns the folders a path sits in: a/b/c.csv → a, a/b.
+func parentDirs(p string) []string {
+	var dirs []string
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
 }
 
 // StoredFile is a file with where it came from.
