@@ -70,6 +70,39 @@ func TestDisplayItems(t *testing.T) {
 		if len(r.Artifacts) != 0 {
 			t.Errorf("a displayed image is not an artifact of the run: %+v", r.Artifacts)
 		}
+
+		// After the run (a page reload), the execution's record shows the same items.
+		type recordJSON struct {
+			ID       int64
+			Displays []displayJSON
+		}
+		checkRecord := func(t *testing.T, rec recordJSON) {
+			t.Helper()
+			if len(rec.Displays) != 2 || rec.Displays[0].HTML != r.Displays[0].HTML || rec.Displays[0].Text != "Table(sales=42)" {
+				t.Fatalf("stored displays %+v", rec.Displays)
+			}
+			if img := rec.Displays[1].Image; img == nil || img.FileID != r.Displays[1].Image.FileID {
+				t.Fatalf("stored image %+v, streamed %+v", img, r.Displays[1].Image)
+			}
+			checkImage(t, rec.Displays[1].Image)
+		}
+		var one recordJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions/%d", conv, r.ID), nil, &one)
+		checkRecord(t, one)
+		var list []recordJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &list)
+		found := false
+		for _, rec := range list {
+			if rec.ID == r.ID {
+				checkRecord(t, rec)
+				found = true
+			} else if len(rec.Displays) != 0 {
+				t.Errorf("execution %d without display() lists displays %+v", rec.ID, rec.Displays)
+			}
+		}
+		if !found {
+			t.Fatalf("execution %d not listed", r.ID)
+		}
 	})
 
 	t.Run("turn events and model context", func(t *testing.T) {

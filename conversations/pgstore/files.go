@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -88,6 +90,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 			return err
 		}
 		refs = make([]toolkits.FileRef, 0, len(keep))
+		stored := make(map[string]int64, len(keep))
 		for _, a := range keep {
 			ref := toolkits.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
 			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
@@ -97,13 +100,92 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 				return sandchat.PgError(err, "file")
 			}
 			refs = append(refs, ref)
+			stored[a.Name] = ref.ID
 		}
-		return nil
+		if len(r.Displays) == 0 {
+			return nil
+		}
+		displays, err := displaysJSON(r.Displays, stored)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `update executions set displays = $2 where id = $1`, id, displays)
+		return sandchat.PgError(err, "execution")
 	})
 	if err != nil {
 		return nil, err
 	}
 	return refs, nil
+}
+
+// MaxStoredDisplayBytes bounds the display items kept with one execution record; items
+// past it keep their kind, the start of their text and their image's file, marked
+// truncated.
+const MaxStoredDisplayBytes = 1 << 20
+
+// storedDisplay is a display item as kept with its execution: text parts, and an image
+// as the id of its file.
+type storedDisplay struct {
+	sandbox.Display
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// displaysJSON is what an execution keeps of its display items: fileIDs maps the name
+// of each stored image file to its id (an image whose file was not kept has none).
+func displaysJSON(items []sandbox.Display, fileIDs map[string]int64) ([]byte, error) {
+	out := make([]json.RawMessage, 0, len(items))
+	budget := MaxStoredDisplayBytes
+	for _, d := range items {
+		sd := storedDisplay{Display: sandbox.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
+			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX)}}
+		if len(d.JSON) > 0 {
+			// jsonb refuses the NUL character.
+			sd.JSON = json.RawMessage(bytes.ReplaceAll(d.JSON, []byte(`\u0000`), []byte(`\ufffd`)))
+		}
+		if d.Image != nil {
+			img := *d.Image
+			img.FileID, img.Data = fileIDs[img.Name], nil
+			sd.Image = &img
+		}
+		b, err := marshalRaw(sd)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > budget {
+			const keep = 1 << 10
+			sd.Display = sandbox.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
+			sd.Truncated = true
+			if b, err = marshalRaw(sd); err != nil {
+				return nil, err
+			}
+		}
+		budget -= len(b)
+		out = append(out, b)
+	}
+	return marshalRaw(out)
+}
+
+// marshalRaw encodes v without escaping HTML: markup is most of what display items
+// hold, and escaped it would count three times its size against the bound.
+func marshalRaw(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// truncText cuts s to at most n bytes on a character boundary.
+func truncText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // ArtifactName makes a path from the sandbox storable as a file name: valid UTF-8, no
@@ -171,8 +253,10 @@ type StoredExecution struct {
 	SessionVersion *int64             `json:"session_version,omitempty"`
 	RestoredFrom   *string            `json:"restored_from,omitempty"`
 	Artifacts      []toolkits.FileRef `json:"artifacts"`
-	CreatedAt      time.Time          `json:"created_at"`
-	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	// Displays are the run's display items as shown: text parts, and images as file ids.
+	Displays   json.RawMessage `json:"displays"`
+	CreatedAt  time.Time       `json:"created_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
 
 // Execution returns one recorded run of a conversation the caller may view: where
@@ -184,10 +268,10 @@ func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecutio
 	}
 	var code, stdout, stderr, result []byte
 	var errJSON []byte
-	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, status, code, stdout, stderr, result, error, execution_ms,
-		session_version, restored_from, created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
-		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
-			&e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt)
+	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, agent_id, status, code, stdout, stderr, result, error, execution_ms,
+		session_version, restored_from, coalesce(displays, '[]'), created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
+		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
+			&e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt)
 	if err != nil {
 		return e, sandchat.PgError(err, "Execution")
 	}
@@ -392,7 +476,8 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, `select * from (select e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
-			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, e.created_at, e.finished_at,
+			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, coalesce(e.displays, '[]'),
+			e.created_at, e.finished_at,
 			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
 				from files f where f.execution_id = e.id), '[]')
 		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
@@ -404,7 +489,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 		// Code and output are stored as the bytes the program wrote (NUL included).
 		var code, stdout, stderr, result, errJSON, files []byte
 		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
-			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt, &files)
+			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt, &files)
 		if err != nil {
 			return e, err
 		}
