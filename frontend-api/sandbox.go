@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"mime"
+	"mime/multipart"
+	"path"
 	"strconv"
 	"time"
 
@@ -22,7 +24,7 @@ type SandboxStatus interface {
 
 // FileStore is the upload and download side of conversation files.
 type FileStore interface {
-	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error)
+	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref toolkits.FileRef, replaced bool, err error)
 	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
 	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
 	Execution(ctx context.Context, convID, id int64) (pgstore.StoredExecution, error)
@@ -139,6 +141,10 @@ func (s *Server) execute(c *fiber.Ctx) error {
 	return c.JSON(run)
 }
 
+// uploadFile stores a file for /data. Its path under /data is the form field "path"
+// when given, else the file's name as sent, folders included (a browser sends
+// "data/input.csv" for a file picked within a folder). An upload to a path that holds a
+// file replaces it: 200 instead of 201.
 func (s *Server) uploadFile(c *fiber.Ctx) error {
 	id, err := paramID(c, "id")
 	if err != nil {
@@ -148,8 +154,12 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if err != nil {
 		return sandchat.Errorf(sandchat.EINVALID, "Send the file as multipart/form-data in a field named \"file\".")
 	}
+	name := c.FormValue("path")
+	if name == "" {
+		name = sentFilename(fh)
+	}
 	if fh.Size > pgstore.MaxUploadBytes {
-		return sandchat.Errorf(sandchat.ETOOLARGE, "A file may be at most %d MiB.", pgstore.MaxUploadBytes>>20)
+		return pgstore.UploadTooLarge(name, fh.Size)
 	}
 	f, err := fh.Open()
 	if err != nil {
@@ -160,11 +170,23 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ref, err := s.files.UploadFile(c.UserContext(), id, fh.Filename, fh.Header.Get(fiber.HeaderContentType), data)
+	ref, replaced, err := s.files.UploadFile(c.UserContext(), id, name, fh.Header.Get(fiber.HeaderContentType), data)
 	if err != nil {
 		return err
 	}
+	if replaced {
+		return c.JSON(ref)
+	}
 	return c.Status(fiber.StatusCreated).JSON(ref)
+}
+
+// sentFilename is the file name as the client sent it: the multipart reader keeps only
+// its last element, which would drop the folders.
+func sentFilename(fh *multipart.FileHeader) string {
+	if _, params, err := mime.ParseMediaType(fh.Header.Get(fiber.HeaderContentDisposition)); err == nil && params["filename"] != "" {
+		return params["filename"]
+	}
+	return fh.Filename
 }
 
 func (s *Server) downloadFile(c *fiber.Ctx) error {
@@ -181,7 +203,7 @@ func (s *Server) downloadFile(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentType, f.ContentType)
 	c.Set("X-Content-Type-Options", "nosniff")
 	c.Set("Content-Security-Policy", "sandbox; default-src 'none'")
-	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
+	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(f.Name)}))
 	c.Set(fiber.HeaderContentLength, strconv.Itoa(len(data)))
 	return c.Send(data)
 }

@@ -5,31 +5,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// pngMaker is Python that builds a small PNG without any package.
-const pngMaker = `
-import struct, zlib
-def make_png(w, h):
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    raw = b"".join(b"\x00" + b"\xff\x00\x00" * w for _ in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-class Table:
-    def _repr_html_(self):
-        return "<table><tr><td>42</td></tr></table>"
-    def __repr__(self):
-        return "Table(42)"
-class Picture:
-    def _repr_png_(self):
-        return make_png(7, 5)
-`
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
+)
 
 func TestDisplay(t *testing.T) {
 	e, _, key := setup(t)
 	k := key("display")
-	mustSucceed(t, e, k, pngMaker)
+	mustSucceed(t, e, k, sandboxtest.RichDisplay)
 
 	var mu sync.Mutex
 	var events []string
@@ -63,17 +46,17 @@ func TestDisplay(t *testing.T) {
 		t.Fatalf("%d displays in the result, %d streamed: %+v", len(res.Displays), len(streamed), res.Displays)
 	}
 	html, pic, md, result := res.Displays[0], res.Displays[1], res.Displays[2], res.Displays[3]
-	if html.HTML != "<table><tr><td>42</td></tr></table>" || html.Text != "Table(42)" {
+	if html.HTML != "<table><tr><td>sales</td><td>42</td></tr></table>" || html.Text != "Table(sales=42)" {
 		t.Errorf("html item %+v", html)
 	}
-	if pic.Image == nil || pic.Image.Width != 7 || pic.Image.Height != 5 || pic.Image.ContentType != "image/png" ||
+	if pic.Image == nil || pic.Image.Width != 12 || pic.Image.Height != 8 || pic.Image.ContentType != "image/png" ||
 		pic.Image.Name != "display-1.png" || int64(len(pic.Image.Data)) != pic.Image.Size {
 		t.Errorf("image item %+v", pic.Image)
 	}
 	if md.Markdown != "**bold**" {
 		t.Errorf("markdown item %+v", md)
 	}
-	if result.Kind != "result" || result.HTML == "" || resultOf(res) != "Table(42)" {
+	if result.Kind != "result" || result.HTML == "" || resultOf(res) != "Table(sales=42)" {
 		t.Errorf("trailing expression: item %+v, result %s", result, resultOf(res))
 	}
 	if res.Session.Mode != modeSnapshot {

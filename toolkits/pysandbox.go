@@ -467,7 +467,7 @@ func PackagesText(pkgs []string) string {
 func PythonToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
 	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
 State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
-The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
+The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data, in their folders (/data/reports/q1.csv); /data is on sys.path, so an uploaded mymodule.py is imported with import mymodule. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
 Packages: the standard library%s. An import of one of these loads it automatically; anything else raises ModuleNotFoundError. There is no pip and no network access unless the deployment allows it.
 Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of memory (MemoryError), %d KiB of stdout/stderr (truncated), %d KiB of code.`,
 		packages, limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)

@@ -7,27 +7,9 @@ import (
 	"image/png"
 	"strings"
 	"testing"
-)
 
-// richClasses defines, in the session, an object with _repr_html_ and one with
-// _repr_png_ (a PNG built without packages).
-const richClasses = `
-import struct, zlib
-def make_png(w, h):
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    raw = b"".join(b"\x00" + b"\x00\x80\xff" * w for _ in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-class Table:
-    def _repr_html_(self):
-        return "<table><tr><td>sales</td><td>42</td></tr></table>"
-    def __repr__(self):
-        return "Table(sales=42)"
-class Picture:
-    def _repr_png_(self):
-        return make_png(12, 8)
-`
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
+)
 
 type imageJSON struct {
 	Name        string
@@ -52,7 +34,7 @@ type displayJSON struct {
 // the traceback of a failing cell.
 func TestDisplayItems(t *testing.T) {
 	_, alice, conv := newEnv(t).coder()
-	if r := alice.run(conv, richClasses); r.Status != "success" {
+	if r := alice.run(conv, sandboxtest.RichDisplay); r.Status != "success" {
 		t.Fatalf("setup: %+v", r)
 	}
 
@@ -87,6 +69,39 @@ func TestDisplayItems(t *testing.T) {
 		checkImage(t, r.Displays[1].Image)
 		if len(r.Artifacts) != 0 {
 			t.Errorf("a displayed image is not an artifact of the run: %+v", r.Artifacts)
+		}
+
+		// After the run (a page reload), the execution's record shows the same items.
+		type recordJSON struct {
+			ID       int64
+			Displays []displayJSON
+		}
+		checkRecord := func(t *testing.T, rec recordJSON) {
+			t.Helper()
+			if len(rec.Displays) != 2 || rec.Displays[0].HTML != r.Displays[0].HTML || rec.Displays[0].Text != "Table(sales=42)" {
+				t.Fatalf("stored displays %+v", rec.Displays)
+			}
+			if img := rec.Displays[1].Image; img == nil || img.FileID != r.Displays[1].Image.FileID {
+				t.Fatalf("stored image %+v, streamed %+v", img, r.Displays[1].Image)
+			}
+			checkImage(t, rec.Displays[1].Image)
+		}
+		var one recordJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions/%d", conv, r.ID), nil, &one)
+		checkRecord(t, one)
+		var list []recordJSON
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &list)
+		found := false
+		for _, rec := range list {
+			if rec.ID == r.ID {
+				checkRecord(t, rec)
+				found = true
+			} else if len(rec.Displays) != 0 {
+				t.Errorf("execution %d without display() lists displays %+v", rec.ID, rec.Displays)
+			}
+		}
+		if !found {
+			t.Fatalf("execution %d not listed", r.ID)
 		}
 	})
 

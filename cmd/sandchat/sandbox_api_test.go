@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -40,8 +41,19 @@ func (c *client) run(conv int64, code string) runJSON {
 
 func (c *client) upload(conv int64, name, content string) int {
 	c.t.Helper()
+	status, _ := c.uploadAt(conv, name, "", content)
+	return status
+}
+
+// uploadAt sends content as a file called name, with the form field path when it is
+// not empty, and returns the status and the response body.
+func (c *client) uploadAt(conv int64, name, path, content string) (int, []byte) {
+	c.t.Helper()
 	var body bytes.Buffer
 	w := multipart.NewWriter(&body)
+	if path != "" {
+		_ = w.WriteField("path", path)
+	}
 	fw, _ := w.CreateFormFile("file", name)
 	_, _ = fw.Write([]byte(content))
 	_ = w.Close()
@@ -52,8 +64,12 @@ func (c *client) upload(conv int64, name, content string) int {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 400 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		c.t.Fatalf("upload error %d is not problem+json: %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), out)
+	}
+	return resp.StatusCode, out
 }
 
 func TestSandboxAPI(t *testing.T) {
@@ -133,7 +149,7 @@ func TestSandboxAPI(t *testing.T) {
 		}
 	})
 	t.Run("uploads are read-only under /data", func(t *testing.T) {
-		if got := alice.upload(conv, "../../etc/data.csv", "a,b\n1,2\n"); got != 201 {
+		if got := alice.upload(conv, "data.csv", "a,b\n1,2\n"); got != 201 {
 			t.Fatalf("upload status %d", got)
 		}
 		if got := viewer.upload(conv, "v.csv", "x"); got != 403 {
@@ -298,6 +314,189 @@ func TestSandboxAPI(t *testing.T) {
 		}
 		if r := alice.run(other, "secret"); r.Status != "error" {
 			t.Fatalf("variable leaked across conversations: %+v", r)
+		}
+	})
+}
+
+type fileJSON struct {
+	ID          int64
+	Name        string
+	Size        int64
+	Source      string
+	ContentType string `json:"content_type"`
+}
+
+func (c *client) files(conv int64) map[string]fileJSON {
+	c.t.Helper()
+	var list []fileJSON
+	c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, &list)
+	out := map[string]fileJSON{}
+	for _, f := range list {
+		if _, dup := out[f.Name]; dup && f.Source == "upload" {
+			c.t.Fatalf("two files named %s: %+v", f.Name, list)
+		}
+		out[f.Name] = f
+	}
+	return out
+}
+
+func (c *client) eval(conv int64, code string) string {
+	c.t.Helper()
+	r := c.run(conv, code)
+	if r.Status != "success" || r.Result == nil {
+		c.t.Fatalf("%s: %+v", code, r)
+	}
+	return *r.Result
+}
+
+// TestFiles: uploads keep their folders under /data, Python imports from /data (and sees
+// a re-upload), editors delete files and the next run no longer has them, and refusals
+// say what is wrong in numbers.
+func TestFiles(t *testing.T) {
+	e := newEnv(t)
+	m := e.node(e.withSandbox)
+	m.waitSandbox(t)
+	alice, _ := m.user(t, "alice", false)
+	viewer, viewerID := m.user(t, "viewer", false)
+	stranger, _ := m.user(t, "stranger", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	problem := func(t *testing.T, body []byte) string {
+		t.Helper()
+		var p struct{ Detail string }
+		if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
+			t.Fatalf("problem %q: %v", body, err)
+		}
+		return p.Detail
+	}
+
+	t.Run("folders are kept", func(t *testing.T) {
+		if code, body := alice.uploadAt(conv, "q1.csv", "reports/2025/q1.csv", "quarter,sales\nq1,42\n"); code != 201 {
+			t.Fatalf("upload with a path field: %d %s", code, body)
+		}
+		if code, body := alice.uploadAt(conv, "data/input.csv", "", "x\n1\n"); code != 201 {
+			t.Fatalf("upload of a file in a folder: %d %s", code, body)
+		}
+		files := alice.files(conv)
+		if files["reports/2025/q1.csv"].ID == 0 || files["data/input.csv"].ID == 0 {
+			t.Fatalf("file list %+v", files)
+		}
+		got := alice.eval(conv, "import os\n(open('/data/reports/2025/q1.csv').read(), open('/data/data/input.csv').read(), sorted(os.listdir('/data')))")
+		if got != `('quarter,sales\nq1,42\n', 'x\n1\n', ['data', 'reports'])` {
+			t.Fatalf("python sees %s", got)
+		}
+		if r := alice.run(conv, "open('/data/reports/2025/new.csv', 'w')"); r.Status != "error" {
+			t.Fatalf("a folder under /data is writable: %+v", r)
+		}
+	})
+
+	t.Run("bad paths are refused with 400", func(t *testing.T) {
+		for name, path := range map[string]string{
+			"parent":         "../../etc/passwd",
+			"absolute":       "/etc/passwd",
+			"empty segment":  "reports//q1.csv",
+			"control char":   "a\tb.csv",
+			"too deep":       strings.Repeat("d/", 8) + "f.csv",
+			"too long":       strings.Repeat("x", 256),
+			"file as folder": "reports/2025/q1.csv/inner.csv",
+		} {
+			t.Run(name, func(t *testing.T) {
+				code, body := alice.uploadAt(conv, "f.csv", path, "x")
+				want := 400
+				if name == "file as folder" {
+					want = 409
+				}
+				if code != want {
+					t.Fatalf("%q: %d %s", path, code, body)
+				}
+				if d := problem(t, body); !strings.Contains(d, "/") && !strings.Contains(d, "relative path") {
+					t.Errorf("detail %q does not say what is wrong", d)
+				}
+			})
+		}
+		if code, body := alice.uploadAt(conv, "../../etc/passwd", "", "x"); code != 400 {
+			t.Fatalf("file name with '..': %d %s", code, body)
+		}
+	})
+
+	t.Run("python imports from /data and sees a re-upload", func(t *testing.T) {
+		if code, _ := alice.uploadAt(conv, "mymodule.py", "", "def greet():\n    return 'v1'\n"); code != 201 {
+			t.Fatal(code)
+		}
+		alice.uploadAt(conv, "__init__.py", "tools/__init__.py", "")
+		alice.uploadAt(conv, "text.py", "tools/text.py", "def shout(s):\n    return s.upper()\n")
+		if got := alice.eval(conv, "import mymodule\nfrom tools.text import shout\nmymodule.greet() + shout('!ok')"); got != "'v1!OK'" {
+			t.Fatalf("first import: %s", got)
+		}
+		code, body := alice.uploadAt(conv, "mymodule.py", "", "def greet():\n    return 'v2'\n")
+		var ref fileJSON
+		if code != 200 || json.Unmarshal(body, &ref) != nil || ref.ID != alice.files(conv)["mymodule.py"].ID {
+			t.Fatalf("re-upload: %d %s", code, body)
+		}
+		if got := alice.eval(conv, "import mymodule\nmymodule.greet()"); got != "'v2'" {
+			t.Fatalf("after re-upload: %s", got)
+		}
+		// An unchanged module is not re-run: its state stays.
+		alice.eval(conv, "import tools.text\ntools.text.calls = 1\n0")
+		alice.uploadAt(conv, "other.txt", "", "unrelated change")
+		if got := alice.eval(conv, "import tools.text\ntools.text.calls"); got != "1" {
+			t.Fatalf("an unchanged module was reloaded: %s", got)
+		}
+	})
+
+	t.Run("editors delete, viewers read, strangers see nothing", func(t *testing.T) {
+		alice.uploadAt(conv, "helper.py", "", "VALUE = 7\n")
+		if code, _ := alice.uploadAt(conv, "gone.csv", "old/gone.csv", "bye\n"); code != 201 {
+			t.Fatal(code)
+		}
+		if got := alice.eval(conv, "import os, helper\n(os.path.exists('/data/old/gone.csv'), helper.VALUE)"); got != "(True, 7)" {
+			t.Fatalf("before delete: %s", got)
+		}
+		gone, helper := alice.files(conv)["old/gone.csv"], alice.files(conv)["helper.py"]
+		url := func(id int64) string { return fmt.Sprintf("/api/v1/files/%d", id) }
+		if v := viewer.files(conv); v["old/gone.csv"].ID != gone.ID {
+			t.Fatalf("viewer's list %+v", v)
+		}
+		if resp, body := viewer.rawDo("GET", url(gone.ID), nil); resp.StatusCode != 200 || string(body) != "bye\n" ||
+			!strings.Contains(resp.Header.Get("Content-Disposition"), `filename=gone.csv`) {
+			t.Fatalf("viewer download: %d %q %v", resp.StatusCode, body, resp.Header)
+		}
+		viewer.must(403, "DELETE", url(gone.ID), nil, nil)
+		stranger.must(404, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, nil)
+		stranger.must(404, "GET", url(gone.ID), nil, nil)
+		stranger.must(404, "DELETE", url(gone.ID), nil, nil)
+		alice.must(204, "DELETE", url(gone.ID), nil, nil)
+		alice.must(204, "DELETE", url(helper.ID), nil, nil)
+		alice.must(404, "DELETE", url(gone.ID), nil, nil)
+		if f := alice.files(conv); f["old/gone.csv"].ID != 0 || f["helper.py"].ID != 0 {
+			t.Fatalf("deleted files still listed: %+v", f)
+		}
+		got := alice.eval(conv, "import os, importlib.util\n(os.path.exists('/data/old'), importlib.util.find_spec('helper') is None)")
+		if got != "(False, True)" {
+			t.Fatalf("after delete, python sees %s", got)
+		}
+	})
+
+	t.Run("size limits state the sizes", func(t *testing.T) {
+		code, body := alice.uploadAt(conv, "input.csv", "", strings.Repeat("x", 25<<19))
+		if d := problem(t, body); code != 413 || d != "input.csv is 12.5 MiB; uploads are limited to 10 MiB per file." {
+			t.Fatalf("one big file: %d %q", code, d)
+		}
+		full := alice.createConversation(agent.ID)
+		for i := range 6 {
+			if code, _ := alice.uploadAt(full, fmt.Sprintf("part-%d.bin", i), "", strings.Repeat("y", 10<<20)); code != 201 {
+				t.Fatal(code)
+			}
+		}
+		code, body = alice.uploadAt(full, "input.csv", "", strings.Repeat("z", 5<<20))
+		if d := problem(t, body); code != 413 || !strings.HasPrefix(d, "This conversation has 60 MiB of 64 MiB used; input.csv (5 MiB) does not fit.") {
+			t.Fatalf("over the conversation's total: %d %q", code, d)
+		}
+		r := alice.run(conv, "open('huge.bin', 'wb').write(b'0' * (11 << 20))\nopen('fine.txt', 'w').write('ok')")
+		if r.Status != "success" || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "fine.txt" ||
+			!strings.Contains(r.Stderr, "huge.bin is 11 MiB; files from a run are limited to 10 MiB each") {
+			t.Fatalf("artifact over its cap: %+v", r)
 		}
 	})
 }

@@ -1,8 +1,10 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -89,6 +91,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 			return err
 		}
 		refs = make([]toolkits.FileRef, 0, len(keep))
+		stored := make(map[string]int64, len(keep))
 		for _, a := range keep {
 			ref := toolkits.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
 			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
@@ -98,13 +101,92 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 				return pgdb.PgError(err, "file")
 			}
 			refs = append(refs, ref)
+			stored[a.Name] = ref.ID
 		}
-		return nil
+		if len(r.Displays) == 0 {
+			return nil
+		}
+		displays, err := displaysJSON(r.Displays, stored)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `update executions set displays = $2 where id = $1`, id, displays)
+		return pgdb.PgError(err, "execution")
 	})
 	if err != nil {
 		return nil, err
 	}
 	return refs, nil
+}
+
+// MaxStoredDisplayBytes bounds the display items kept with one execution record; items
+// past it keep their kind, the start of their text and their image's file, marked
+// truncated.
+const MaxStoredDisplayBytes = 1 << 20
+
+// storedDisplay is a display item as kept with its execution: text parts, and an image
+// as the id of its file.
+type storedDisplay struct {
+	sandbox.Display
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// displaysJSON is what an execution keeps of its display items: fileIDs maps the name
+// of each stored image file to its id (an image whose file was not kept has none).
+func displaysJSON(items []sandbox.Display, fileIDs map[string]int64) ([]byte, error) {
+	out := make([]json.RawMessage, 0, len(items))
+	budget := MaxStoredDisplayBytes
+	for _, d := range items {
+		sd := storedDisplay{Display: sandbox.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
+			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX)}}
+		if len(d.JSON) > 0 {
+			// jsonb refuses the NUL character.
+			sd.JSON = json.RawMessage(bytes.ReplaceAll(d.JSON, []byte(`\u0000`), []byte(`\ufffd`)))
+		}
+		if d.Image != nil {
+			img := *d.Image
+			img.FileID, img.Data = fileIDs[img.Name], nil
+			sd.Image = &img
+		}
+		b, err := marshalRaw(sd)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > budget {
+			const keep = 1 << 10
+			sd.Display = sandbox.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
+			sd.Truncated = true
+			if b, err = marshalRaw(sd); err != nil {
+				return nil, err
+			}
+		}
+		budget -= len(b)
+		out = append(out, b)
+	}
+	return marshalRaw(out)
+}
+
+// marshalRaw encodes v without escaping HTML: markup is most of what display items
+// hold, and escaped it would count three times its size against the bound.
+func marshalRaw(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// truncText cuts s to at most n bytes on a character boundary.
+func truncText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // ArtifactName makes a path from the sandbox storable as a file name: valid UTF-8, no
@@ -172,8 +254,10 @@ type StoredExecution struct {
 	SessionVersion *int64             `json:"session_version,omitempty"`
 	RestoredFrom   *string            `json:"restored_from,omitempty"`
 	Artifacts      []toolkits.FileRef `json:"artifacts"`
-	CreatedAt      time.Time          `json:"created_at"`
-	FinishedAt     *time.Time         `json:"finished_at,omitempty"`
+	// Displays are the run's display items as shown: text parts, and images as file ids.
+	Displays   json.RawMessage `json:"displays"`
+	CreatedAt  time.Time       `json:"created_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
 
 // Execution returns one recorded run of a conversation the caller may view: where
@@ -185,10 +269,10 @@ func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecutio
 	}
 	var code, stdout, stderr, result []byte
 	var errJSON []byte
-	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, status, code, stdout, stderr, result, error, execution_ms,
-		session_version, restored_from, created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
-		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
-			&e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt)
+	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, agent_id, status, code, stdout, stderr, result, error, execution_ms,
+		session_version, restored_from, coalesce(displays, '[]'), created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
+		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
+			&e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt)
 	if err != nil {
 		return e, pgdb.PgError(err, "Execution")
 	}
@@ -258,56 +342,91 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.A
 	var keep []sandbox.Artifact
 	var dropped []string
 	for _, a := range arts {
-		if total+int64(len(a.Data)) > MaxArtifactBytes {
-			dropped = append(dropped, a.Name)
+		if size := int64(len(a.Data)); total+size > MaxArtifactBytes {
+			dropped = append(dropped, fmt.Sprintf("%s (%s)", a.Name, sandbox.Size(size)))
 			continue
 		}
 		total += int64(len(a.Data))
 		keep = append(keep, a)
 	}
 	if len(dropped) > 0 {
-		stderr += fmt.Sprintf("[sandbox] files not kept: the conversation's files from runs would pass %d MiB (delete some to make room): %s\n",
-			MaxArtifactBytes>>20, strings.Join(dropped, ", "))
+		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's files from runs take %s of %s, and these do not fit (delete some to make room): %s\n",
+			sandbox.Size(total), sandbox.Size(MaxArtifactBytes), strings.Join(dropped, ", "))
 	}
 	return keep, stderr, nil
 }
 
-// UploadFile stores a file for /data; editors only.
-func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (toolkits.FileRef, error) {
-	name = path.Base(strings.ReplaceAll(strings.TrimSpace(name), "\\", "/"))
-	if name == "" || name == "." || name == ".." || name == "/" || len(name) > 255 || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.EINVALID, "A file needs a plain name of at most 255 characters.")
+// UploadFile stores a file for /data at its relative path (reports/2025/q1.csv); a
+// file already at that path is replaced, keeping its id. Editors only. replaced says
+// which happened.
+func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref toolkits.FileRef, replaced bool, err error) {
+	if err := sandbox.CheckDataPath(name); err != nil {
+		return ref, false, err
 	}
 	if len(data) > MaxUploadBytes {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "A file may be at most %d MiB.", MaxUploadBytes>>20)
+		return ref, false, UploadTooLarge(name, int64(len(data)))
 	}
 	if contentType == "" {
 		contentType = "application/octet-stream"
 	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
 	defer tx.Rollback(ctx)
 	if _, err := share.Authorize(ctx, tx, convID, sandchat.Editors...); err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
 	total, err := lockTotal(ctx, tx, convID, "upload")
 	if err != nil {
-		return toolkits.FileRef{}, err
+		return ref, false, err
 	}
-	if total+int64(len(data)) > MaxConversationBytes {
-		return toolkits.FileRef{}, sandchat.Errorf(sandchat.ETOOLARGE, "This file is %.1f MiB and the conversation's uploads already take %.1f MiB of their %d MiB.",
-			float64(len(data))/(1<<20), float64(total)/(1<<20), MaxConversationBytes>>20)
+	// A path is a file or a folder, never both: /data/a cannot hold a/b.csv.
+	var clash string
+	err = tx.QueryRow(ctx, `select name from files where conversation_id = $1 and source = 'upload'
+		and (name = any($2) or starts_with(name, $3)) limit 1`, convID, parentDirs(name), name+"/").Scan(&clash)
+	switch {
+	case err == nil:
+		return ref, false, sandchat.Errorf(sandchat.ECONFLICT, "%s cannot be uploaded: /data/%s is taken by %s (delete it first).", name, name, clash)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return ref, false, pgdb.PgError(err, "files")
 	}
-	ref := toolkits.FileRef{Name: name, ContentType: contentType, Size: int64(len(data))}
-	err = tx.QueryRow(ctx, `insert into files (conversation_id, source, name, content_type, size, data, created_by)
-		values ($1, 'upload', $2, $3, $4, $5, $6) returning id`,
-		convID, name, contentType, ref.Size, data, sandchat.UserIDFromContext(ctx)).Scan(&ref.ID)
+	var oldID, oldSize int64
+	err = tx.QueryRow(ctx, `select id, size from files where conversation_id = $1 and source = 'upload' and name = $2`, convID, name).Scan(&oldID, &oldSize)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ref, false, pgdb.PgError(err, "files")
+	}
+	if used := total - oldSize; used+int64(len(data)) > MaxConversationBytes {
+		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation has %s of %s used; %s (%s) does not fit. Delete files to make room.",
+			sandbox.Size(used), sandbox.Size(MaxConversationBytes), name, sandbox.Size(int64(len(data))))
+	}
+	ref = toolkits.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
+	if oldID != 0 {
+		_, err = tx.Exec(ctx, `update files set content_type = $2, size = $3, data = $4, created_by = $5, created_at = now() where id = $1`,
+			oldID, contentType, ref.Size, data, nullID(sandchat.UserIDFromContext(ctx)))
+	} else {
+		err = tx.QueryRow(ctx, `insert into files (conversation_id, source, name, content_type, size, data, created_by)
+			values ($1, 'upload', $2, $3, $4, $5, $6) returning id`,
+			convID, name, contentType, ref.Size, data, nullID(sandchat.UserIDFromContext(ctx))).Scan(&ref.ID)
+	}
 	if err != nil {
-		return ref, pgdb.PgError(err, "file")
+		return ref, false, pgdb.PgError(err, "file")
 	}
-	return ref, tx.Commit(ctx)
+	return ref, oldID != 0, tx.Commit(ctx)
+}
+
+// UploadTooLarge is the refusal of one file over MaxUploadBytes, with both sizes.
+func UploadTooLarge(name string, size int64) error {
+	return sandchat.Errorf(sandchat.ETOOLARGE, "%s is %s; uploads are limited to %s per file.", name, sandbox.Size(size), sandbox.Size(MaxUploadBytes))
+}
+
+// parentDirs returns the folders a path sits in: a/b/c.csv → a, a/b.
+func parentDirs(p string) []string {
+	var dirs []string
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
 }
 
 // StoredFile is a file with where it came from.
@@ -358,7 +477,8 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, `select * from (select e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
-			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, e.created_at, e.finished_at,
+			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, coalesce(e.displays, '[]'),
+			e.created_at, e.finished_at,
 			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
 				from files f where f.execution_id = e.id), '[]')
 		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
@@ -370,7 +490,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 		// Code and output are stored as the bytes the program wrote (NUL included).
 		var code, stdout, stderr, result, errJSON, files []byte
 		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
-			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.CreatedAt, &e.FinishedAt, &files)
+			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt, &files)
 		if err != nil {
 			return e, err
 		}

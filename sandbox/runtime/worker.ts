@@ -510,10 +510,36 @@ function rmTree(dir: string) {
   }
 }
 
-function mountData(data: { name: string; data: Uint8Array }[]) {
+function setDirModes(dir: string, mode: number) {
+  const FS = py.FS;
+  FS.chmod(dir, mode);
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    if (FS.isDir(FS.lstat(dir + "/" + name).mode)) setDirModes(dir + "/" + name, mode);
+  }
+}
+
+// SHA-256 of each file under /data as last mounted; null when unknown (a new process or
+// a restored heap), so every module imported from /data counts as changed.
+let dataHashes: Map<string, string> | null = null;
+
+// DATA_SYNC makes /data importable and drops the modules imported from files that
+// changed or went away, so the next import runs the new code.
+const DATA_SYNC = String.raw`
+import sys, importlib
+if "/data" not in sys.path:
+    sys.path.append("/data")
+importlib.invalidate_caches()
+for _name, _mod in list(sys.modules.items()):
+    _file = str(getattr(_mod, "__file__", None) or "")
+    if _file.startswith("/data/") and (changed is None or _file[len("/data/"):] in set(changed)):
+        del sys.modules[_name]
+`;
+
+async function mountData(data: { name: string; data: Uint8Array }[]) {
   const FS = py.FS;
   try {
-    FS.chmod(DATADIR, 0o755);
+    setDirModes(DATADIR, 0o755);
   } catch {
     FS.mkdir(DATADIR);
   }
@@ -522,7 +548,26 @@ function mountData(data: { name: string; data: Uint8Array }[]) {
     writeFile(DATADIR + "/" + f.name, f.data);
     FS.chmod(DATADIR + "/" + f.name, 0o444);
   }
-  FS.chmod(DATADIR, 0o555);
+  setDirModes(DATADIR, 0o555);
+  const hashes = new Map<string, string>();
+  for (const f of data) {
+    const h = new Uint8Array(await crypto.subtle.digest("SHA-256", f.data));
+    hashes.set(f.name, Array.from(h, (b) => b.toString(16).padStart(2, "0")).join(""));
+  }
+  let changed: string[] | null = null;
+  if (dataHashes !== null) {
+    changed = [...dataHashes.keys()].filter((name) => hashes.get(name) !== dataHashes!.get(name));
+    changed.push(...[...hashes.keys()].filter((name) => !dataHashes!.has(name)));
+  }
+  if (changed === null || changed.length > 0) {
+    const ns = py.toPy({ changed });
+    try {
+      py.runPython(DATA_SYNC, { globals: ns, filename: "<sandchat>" });
+    } finally {
+      ns.destroy();
+    }
+  }
+  dataHashes = hashes;
 }
 
 // Powers a session must not have. Permissions already deny processes, env, FFI and
@@ -672,7 +717,7 @@ async function run(m: any) {
   const lap = (name: string) => (timings[name] = performance.now() - t0);
   runId = m.run;
   outLimit = m.maxOutput;
-  if (m.data?.length || dataMounted) mountData(m.data ?? []);
+  if (m.data?.length || dataMounted) await mountData(m.data ?? []);
   dataMounted = (m.data?.length ?? 0) > 0;
   const before = files;
   const startMs = Date.now();

@@ -1,0 +1,263 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox"
+	"github.com/sandchat/sandchat/toolkits"
+)
+
+type filesBundle struct {
+	store  *Store
+	alice  context.Context // owner of conv
+	viewer context.Context // viewer of conv
+	conv   int64
+}
+
+func setupFiles(t *testing.T) filesBundle {
+	t.Helper()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	user := func(name string) context.Context {
+		var id int64
+		if err := db.QueryRow(ctx, `insert into users (name) values ($1) returning id`, name).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return sandchat.WithUser(ctx, &sandchat.User{ID: id, Name: name})
+	}
+	b := filesBundle{store: New(db, time.Hour), alice: user("alice"), viewer: user("viewer")}
+	c, err := b.store.CreateConversation(b.alice, nil, "files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.conv = c.ID
+	if _, err := b.store.SetMember(b.alice, c.ID, sandchat.UserIDFromContext(b.viewer), sandchat.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (b filesBundle) dataFiles(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := b.store.DataFiles(context.Background(), b.conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		out[f.Name] = string(f.Data)
+	}
+	return out
+}
+
+func TestFilesUploadPaths(t *testing.T) {
+	b := setupFiles(t)
+
+	t.Run("a folder path is kept", func(t *testing.T) {
+		ref, replaced, err := b.store.UploadFile(b.alice, b.conv, "reports/2025/q1.csv", "text/csv", []byte("a,b\n"))
+		if err != nil || replaced || ref.ID == 0 || ref.Name != "reports/2025/q1.csv" {
+			t.Fatalf("upload: %+v %v %v", ref, replaced, err)
+		}
+		if got := b.dataFiles(t)["reports/2025/q1.csv"]; got != "a,b\n" {
+			t.Fatalf("data files %v", b.dataFiles(t))
+		}
+	})
+	t.Run("the same path again replaces the file", func(t *testing.T) {
+		first, _, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("one"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, replaced, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("two!"))
+		if err != nil || !replaced || second.ID != first.ID || second.Size != 4 {
+			t.Fatalf("re-upload: %+v replaced=%v err=%v (first %+v)", second, replaced, err, first)
+		}
+		files, err := b.store.Files(b.alice, b.conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range files {
+			if f.Name == "notes.txt" {
+				n++
+			}
+		}
+		if n != 1 || b.dataFiles(t)["notes.txt"] != "two!" {
+			t.Fatalf("%d rows named notes.txt, content %q", n, b.dataFiles(t)["notes.txt"])
+		}
+	})
+	t.Run("bad paths are refused", func(t *testing.T) {
+		for name, p := range map[string]string{
+			"parent":        "../etc/passwd",
+			"inner parent":  "a/../../b.csv",
+			"absolute":      "/etc/passwd",
+			"empty segment": "a//b.csv",
+			"trailing":      "a/b/",
+			"dot":           "./a.csv",
+			"newline":       "a\nb.csv",
+			"NUL":           "a\x00b.csv",
+			"backslash":     `..\evil.csv`,
+			"too deep":      strings.Repeat("d/", sandbox.MaxDataPathDepth) + "f.csv",
+			"too long":      strings.Repeat("x", sandbox.MaxDataPathBytes+1),
+			"empty":         "",
+			"invalid utf-8": "a\xffb.csv",
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x"))
+				if sandchat.ErrorCode(err) != sandchat.EINVALID {
+					t.Fatalf("%q: %v", p, err)
+				}
+			})
+		}
+	})
+	t.Run("a path cannot be a file and a folder", func(t *testing.T) {
+		for _, p := range []string{"reports/2025", "reports/2025/q1.csv/more.csv"} {
+			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x")); sandchat.ErrorCode(err) != sandchat.ECONFLICT {
+				t.Errorf("%q: %v", p, err)
+			}
+		}
+	})
+	t.Run("viewers cannot upload", func(t *testing.T) {
+		if _, _, err := b.store.UploadFile(b.viewer, b.conv, "v.csv", "", []byte("x")); sandchat.ErrorCode(err) != sandchat.EFORBIDDEN {
+			t.Fatalf("viewer upload: %v", err)
+		}
+	})
+}
+
+func TestFilesLimitsStateSizes(t *testing.T) {
+	b := setupFiles(t)
+	_, _, err := b.store.UploadFile(b.alice, b.conv, "input.csv", "", make([]byte, 25<<19)) // 12.5 MiB
+	if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || sandchat.ErrorMessage(err) != "input.csv is 12.5 MiB; uploads are limited to 10 MiB per file." {
+		t.Fatalf("one file over the limit: %v", err)
+	}
+	chunk := make([]byte, 10<<20)
+	for i := range 6 {
+		if _, _, err := b.store.UploadFile(b.alice, b.conv, "part"+string(rune('a'+i))+".bin", "", chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = b.store.UploadFile(b.alice, b.conv, "big.bin", "", make([]byte, 5<<20))
+	want := "This conversation has 60 MiB of 64 MiB used; big.bin (5 MiB) does not fit."
+	if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || !strings.HasPrefix(sandchat.ErrorMessage(err), want) {
+		t.Fatalf("over the conversation's quota: %v, want %q", err, want)
+	}
+	// Replacing a file frees its own size first.
+	if _, replaced, err := b.store.UploadFile(b.alice, b.conv, "parta.bin", "", chunk); err != nil || !replaced {
+		t.Fatalf("replacing within the quota: %v %v", replaced, err)
+	}
+
+	t.Run("artifacts past the conversation's total say which and why", func(t *testing.T) {
+		arts := []sandbox.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, MaxArtifactBytes)}}
+		tx, err := b.store.db.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		keep, stderr, err := capArtifacts(context.Background(), tx, b.conv, arts, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keep) != 1 || keep[0].Name != "small.txt" || !strings.Contains(stderr, "huge.bin (256 MiB)") || !strings.Contains(stderr, "of 256 MiB") {
+			t.Fatalf("kept %d, stderr %q", len(keep), stderr)
+		}
+	})
+}
+
+func TestFilesExecutionDisplays(t *testing.T) {
+	b := setupFiles(t)
+	ctx := b.alice
+	png := []byte("\x89PNG fake bytes, stored as a file")
+	ex := toolkits.Execution{ConversationID: b.conv, SessionKey: "conv", Code: "display(x)"}
+	id, err := b.store.BeginExecution(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.Result = sandbox.Result{Status: sandbox.StatusSuccess,
+		Artifacts: []sandbox.Artifact{{Name: "display-1.png", ContentType: "image/png", Data: png, Size: int64(len(png))}},
+		Displays: []sandbox.Display{
+			{Kind: "display", Text: "Table(42)", HTML: "<table><tr><td>42</td></tr></table>"},
+			{Kind: "display", Text: "<Picture>", Image: &sandbox.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png)), Data: png}},
+			{Kind: "result", Text: "nul\x00inside", JSON: json.RawMessage(`{"k":"a\u0000b"}`)},
+		}}
+	refs, err := b.store.FinishExecution(ctx, id, ex, "")
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("finish: %v %+v", err, refs)
+	}
+	type item struct {
+		Kind, Text, HTML string
+		Image            *struct {
+			Name   string
+			FileID int64 `json:"file_id"`
+			Width  int
+		}
+	}
+	check := func(t *testing.T, raw json.RawMessage) {
+		t.Helper()
+		var items []item
+		if err := json.Unmarshal(raw, &items); err != nil {
+			t.Fatal(err)
+		}
+		if len(items) != 3 || items[0].HTML != "<table><tr><td>42</td></tr></table>" || items[1].Image == nil ||
+			items[1].Image.FileID != refs[0].ID || items[1].Image.Width != 3 || items[2].Text != "nul\uFFFDinside" {
+			t.Fatalf("stored displays %s", raw)
+		}
+		if bytes.Contains(raw, []byte("PNG fake")) {
+			t.Fatalf("image bytes stored with the displays: %s", raw)
+		}
+	}
+	t.Run("one execution", func(t *testing.T) {
+		e, err := b.store.Execution(b.viewer, b.conv, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, e.Displays)
+	})
+	t.Run("the list", func(t *testing.T) {
+		list, err := b.store.Executions(b.viewer, b.conv)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("%v %+v", err, list)
+		}
+		check(t, list[0].Displays)
+	})
+	t.Run("a run without displays lists none", func(t *testing.T) {
+		id2, err := b.store.BeginExecution(ctx, ex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, err := b.store.Execution(ctx, b.conv, id2); err != nil || string(e.Displays) != "[]" {
+			t.Fatalf("pending run: %v %s", err, e.Displays)
+		}
+	})
+}
+
+func TestFilesDisplaysBounded(t *testing.T) {
+	big := strings.Repeat("<td>x</td>", 60_000) // 600 KB per item
+	var items []sandbox.Display
+	for range 5 {
+		items = append(items, sandbox.Display{Kind: "display", Text: strings.Repeat("t", 5000), HTML: big})
+	}
+	raw, err := displaysJSON(items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) > MaxStoredDisplayBytes+8<<10 {
+		t.Fatalf("stored %d bytes for displays, bound %d", len(raw), MaxStoredDisplayBytes)
+	}
+	var got []struct {
+		HTML      string
+		Text      string
+		Truncated bool
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || got[0].HTML != big || got[0].Truncated || !got[4].Truncated || got[4].HTML != "" || !strings.HasPrefix(got[4].Text, "ttt") {
+		t.Fatalf("items kept: %d, first truncated %v, last truncated %v", len(got), got[0].Truncated, got[4].Truncated)
+	}
+}
