@@ -58,8 +58,7 @@ func (c *client) upload(conv int64, name, content string) int {
 
 func TestSandboxAPI(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
+	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
 	stranger, _ := m.user(t, "stranger", false)
