@@ -18,11 +18,12 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/agents/openai/openaitest"
+	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 type testBundle struct {
 	srv    *openaitest.Server
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	mu     sync.Mutex
 	delays []time.Duration // the waits between attempts, recorded instead of slept
 }
@@ -37,7 +38,7 @@ func (b *testBundle) Delays() []time.Duration {
 // tweak, when not nil, adjusts the config before New.
 func setup(t *testing.T, tweak func(*Config), steps ...openaitest.Step) (*Provider, *testBundle) {
 	t.Helper()
-	b := &testBundle{srv: openaitest.New(t, steps...), logs: &syncBuffer{}}
+	b := &testBundle{srv: openaitest.New(t, steps...), logs: &testenv.Buffer{}}
 	cfg := Config{
 		BaseURL:    b.srv.URL,
 		APIKey:     b.srv.APIKey,
@@ -62,23 +63,6 @@ func setup(t *testing.T, tweak func(*Config), steps ...openaitest.Step) (*Provid
 		return ctx.Err()
 	}
 	return p, b
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 var userHello = agents.CompletionRequest{Messages: []agents.ChatMessage{{Role: agents.RoleUser, Content: "hello"}}}

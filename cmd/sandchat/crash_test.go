@@ -9,8 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,22 +42,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// lockedBuffer collects a subprocess's output while the test may read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+func freePort(t *testing.T) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // serverProcess is a real sandchat binary serving on its own address, on the test's
@@ -66,7 +55,7 @@ type serverProcess struct {
 	cmd     *exec.Cmd
 	addr    string
 	token   string // of alice, a user made with `sandchat user create`
-	logs    *lockedBuffer
+	logs    *testenv.Buffer
 	exited  chan struct{} // closed when the process is gone
 	waitErr error         // how it ended, once exited is closed
 }
@@ -78,7 +67,7 @@ type serverProcess struct {
 func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess {
 	t.Helper()
 	bin := buildSandchat(t)
-	s := &serverProcess{addr: freeAddr(t), logs: &lockedBuffer{}, exited: make(chan struct{})}
+	s := &serverProcess{addr: freeAddr(t), logs: &testenv.Buffer{}, exited: make(chan struct{})}
 	env := append(os.Environ(),
 		"SANDCHAT_ADDR="+s.addr,
 		"SANDCHAT_DATABASE_URL="+e.databaseURL,
