@@ -16,6 +16,7 @@ import (
 )
 
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dbURL := testenv.DatabaseURL(t)
 	cli := func(args ...string) (string, string, error) {

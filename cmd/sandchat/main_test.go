@@ -35,6 +35,10 @@ type testEnv struct {
 	redisPrefix string
 }
 
+// newEnv gives the test a schema and a prefix of its own, so tests that only run nodes
+// call t.Parallel. Tests stay serial that start a real sandbox engine (engines of one
+// process share its cgroup parent, and two cores), that kill or pause processes, or
+// that stop Postgres or Redis.
 func newEnv(t *testing.T) *testEnv {
 	_, prefix := testenv.Redis(t)
 	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), redisPrefix: prefix}

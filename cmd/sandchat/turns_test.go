@@ -409,6 +409,7 @@ func m2db(t *testing.T, e *testEnv) *pgx.Conn {
 }
 
 func TestMessageRateLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node(func(c *Config, _ *Main) { c.RateMessages = 2 })
 	alice, _ := m.user(t, "alice", false)
