@@ -10,6 +10,7 @@ import (
 )
 
 func TestBuiltin(t *testing.T) {
+	t.Parallel()
 	sandboxTool := ToolSpec{Name: "pyodide_sandbox"}
 	delegate := ToolSpec{Name: DelegateTool, Parameters: json.RawMessage(`{"properties":{"agent":{"enum":["alpha","beta"]}}}`)}
 	cases := []struct {
@@ -68,6 +69,7 @@ func TestBuiltin(t *testing.T) {
 // TestModelContext: a call cut off by a crash, and the inner steps of a child, never
 // reach the model; answered calls keep their results.
 func TestModelContext(t *testing.T) {
+	t.Parallel()
 	calls := func(ids ...string) json.RawMessage {
 		var cs []ToolCall
 		for _, id := range ids {

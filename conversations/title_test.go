@@ -3,6 +3,7 @@ package conversations
 import "testing"
 
 func TestTitleFrom(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, content, want string }{
 		{"first line", "Plot the sales\nfrom last year", "Plot the sales"},
 		{"markdown marks", "## Budget *review*", "Budget *review*"},

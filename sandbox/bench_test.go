@@ -13,20 +13,7 @@ func benchEngine(b *testing.B) *Engine {
 	rdb := testRedis(b)
 	prefix := randomPrefix("bench")
 	cleanPrefix(b, rdb, prefix)
-	cfg := testConfig(prefix)
-	requireRuntime(b, cfg)
-	e, err := New(cfg, rdb, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = e.Close() })
-	if err := e.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if ok, why := e.Available(); !ok {
-		b.Fatal(why)
-	}
-	return e
+	return startEngine(b, testConfig(prefix), rdb)
 }
 
 func benchRun(b *testing.B, e *Engine, key, code string) Result {

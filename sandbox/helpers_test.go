@@ -2,8 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -12,38 +11,21 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 // testRedis connects to TEST_REDIS_URL and fails the test, with how to start Redis,
 // when it is unreachable.
-func testRedis(t testing.TB) redis.UniversalClient {
-	t.Helper()
-	u := os.Getenv("TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatalf("TEST_REDIS_URL: %v", err)
-	}
-	rdb := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s is unreachable (%v): start it with `redis-server --daemonize yes` or set TEST_REDIS_URL", u, err)
-	}
-	return rdb
-}
+func testRedis(t testing.TB) redis.UniversalClient { return testenv.RedisClient(t) }
 
 func randomPrefix(name string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "sandchat-test:" + strings.ToLower(name) + ":" + hex.EncodeToString(b) + ":"
+	return testenv.Name("sandchat-test:"+strings.ToLower(name)+":") + ":"
 }
 
 // cleanPrefix deletes every key under prefix when the test ends.
 func cleanPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	t.Cleanup(func() { dropPrefix(context.Background(), rdb, prefix) })
+	t.Cleanup(func() { testenv.DropPrefix(rdb, prefix) })
 }
 
 type testLogWriter struct {
@@ -83,9 +65,16 @@ func testConfig(prefix string) Config {
 // requireRuntime fails, never skips: a CI without the runtime must say how to fix it.
 func requireRuntime(t testing.TB, cfg Config) {
 	t.Helper()
-	if cfg.DenoPath == "" || cfg.PyodideDir == "" || cfg.RuntimeDir == "" {
-		t.Fatalf("Deno/Pyodide not installed (deno=%q pyodide=%q runtime=%q): run `npm ci --prefix sandbox/runtime`", cfg.DenoPath, cfg.PyodideDir, cfg.RuntimeDir)
+	if err := checkRuntime(cfg); err != nil {
+		t.Fatal(err)
 	}
+}
+
+func checkRuntime(cfg Config) error {
+	if c := Locate(cfg); c.DenoPath == "" || c.PyodideDir == "" || c.RuntimeDir == "" {
+		return fmt.Errorf("Deno/Pyodide not installed (deno=%q pyodide=%q runtime=%q): run `npm ci --prefix sandbox/runtime`", c.DenoPath, c.PyodideDir, c.RuntimeDir)
+	}
+	return nil
 }
 
 // bundle is what setup hands a test besides the engine.
@@ -110,24 +99,9 @@ func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 	sharedOnce.Do(func() {
 		rdb := testRedis(t)
 		prefix := randomPrefix("shared")
-		cfg := testConfig(prefix)
-		if cfg.DenoPath == "" || cfg.PyodideDir == "" {
-			sharedErr = "Deno/Pyodide not installed: run `npm ci --prefix sandbox/runtime`"
-			return
-		}
-		e, err := New(cfg, rdb, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		e, err := bootEngine(testConfig(prefix), rdb, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			sharedErr = err.Error()
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := e.Start(ctx); err != nil {
-			sharedErr = err.Error()
-			return
-		}
-		if ok, why := e.Available(); !ok {
-			sharedErr = why
 			return
 		}
 		sharedEngine, sharedBundle = e, bundle{rdb: rdb, prefix: prefix, cfg: e.Config()}
@@ -137,17 +111,7 @@ func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 	}
 	ns := randomPrefix(t.Name())
 	keyOf := func(name string) string { return ns + name }
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := sharedBundle.rdb.Scan(ctx, 0, sharedBundle.prefix+"sandbox:{"+ns+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			sharedBundle.rdb.Del(ctx, keys...)
-		}
-	})
+	cleanPrefix(t, sharedBundle.rdb, sharedBundle.prefix+"sandbox:{"+ns)
 	return sharedEngine, sharedBundle, keyOf
 }
 
@@ -174,23 +138,38 @@ func newEngine(t *testing.T, mutate func(*Config)) (*Engine, bundle) {
 	return e, bundle{rdb: rdb, prefix: prefix, cfg: e.Config()}
 }
 
-func startEngine(t *testing.T, cfg Config, rdb redis.UniversalClient) *Engine {
+func startEngine(t testing.TB, cfg Config, rdb redis.UniversalClient) *Engine {
 	t.Helper()
-	requireRuntime(t, Locate(cfg))
-	e, err := New(cfg, rdb, testLogger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
+	e, err := bootEngine(cfg, rdb, testLogger(t))
+	if e != nil {
+		t.Cleanup(func() { _ = e.Close() })
 	}
-	t.Cleanup(func() { _ = e.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// bootEngine is how every test starts an engine: it checks the runtime is installed,
+// starts the engine within three minutes and requires it available. On an error after
+// New the engine is returned too, for the caller to close.
+func bootEngine(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, error) {
+	if err := checkRuntime(cfg); err != nil {
+		return nil, err
+	}
+	e, err := New(cfg, rdb, log)
+	if err != nil {
+		return nil, fmt.Errorf("New: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := e.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
+		return e, fmt.Errorf("Start: %w", err)
 	}
 	if ok, why := e.Available(); !ok {
-		t.Fatalf("engine unavailable: %s", why)
+		return e, fmt.Errorf("engine unavailable: %s", why)
 	}
-	return e
+	return e, nil
 }
 
 func run(t *testing.T, e *Engine, key, code string) Result {
@@ -222,15 +201,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if sharedEngine != nil {
 		_ = sharedEngine.Close()
-		ctx := context.Background()
-		iter := sharedBundle.rdb.Scan(ctx, 0, sharedBundle.prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			sharedBundle.rdb.Del(ctx, keys...)
-		}
+		testenv.DropPrefix(sharedBundle.rdb, sharedBundle.prefix)
 	}
 	os.Exit(code)
 }

@@ -9,6 +9,7 @@ import (
 // TestReplayable: replay takes the successful runs since the last expiry of the
 // session, and nothing when the session is expired now.
 func TestReplayable(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	run := func(code, status string, ago time.Duration) SessionRun {
 		return SessionRun{Code: code, Status: status, StartedAt: now.Add(-ago), FinishedAt: now.Add(-ago + time.Second)}

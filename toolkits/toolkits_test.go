@@ -9,6 +9,7 @@ import (
 )
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	up := func() (bool, string) { return true, "" }
 	down := func() (bool, string) { return false, "Deno is not installed." }
 	cases := []struct {
@@ -45,6 +46,7 @@ func TestResolve(t *testing.T) {
 }
 
 func TestPackagesText(t *testing.T) {
+	t.Parallel()
 	if got := toolkits.PackagesText(nil); got != " (no other packages are installed)" {
 		t.Fatal(got)
 	}
@@ -63,6 +65,7 @@ func TestPackagesText(t *testing.T) {
 // TestResolveChild: for a swarm child the conversation's off is a veto and its on does
 // not apply; otherwise the child's own setting decides, and the reason says which.
 func TestResolveChild(t *testing.T) {
+	t.Parallel()
 	up := func() (bool, string) { return true, "" }
 	c := toolkits.NewCatalogue(map[string]toolkits.Probe{toolkits.PyodideSandbox: up}, nil)
 	on, off := map[string]bool{"pyodide_sandbox": true}, map[string]bool{"pyodide_sandbox": false}

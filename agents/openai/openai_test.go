@@ -18,11 +18,12 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/agents/openai/openaitest"
+	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 type testBundle struct {
 	srv    *openaitest.Server
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	mu     sync.Mutex
 	delays []time.Duration // the waits between attempts, recorded instead of slept
 }
@@ -37,7 +38,7 @@ func (b *testBundle) Delays() []time.Duration {
 // tweak, when not nil, adjusts the config before New.
 func setup(t *testing.T, tweak func(*Config), steps ...openaitest.Step) (*Provider, *testBundle) {
 	t.Helper()
-	b := &testBundle{srv: openaitest.New(t, steps...), logs: &syncBuffer{}}
+	b := &testBundle{srv: openaitest.New(t, steps...), logs: &testenv.Buffer{}}
 	cfg := Config{
 		BaseURL:    b.srv.URL,
 		APIKey:     b.srv.APIKey,
@@ -64,23 +65,6 @@ func setup(t *testing.T, tweak func(*Config), steps ...openaitest.Step) (*Provid
 	return p, b
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 var userHello = agents.CompletionRequest{Messages: []agents.ChatMessage{{Role: agents.RoleUser, Content: "hello"}}}
 
 // complete runs one step and collects the streamed deltas.
@@ -92,6 +76,7 @@ func complete(t *testing.T, ctx context.Context, p *Provider, req agents.Complet
 }
 
 func TestCompleteStreamsText(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		text string
@@ -127,6 +112,7 @@ func TestCompleteStreamsText(t *testing.T) {
 }
 
 func TestCompleteAssemblesToolCalls(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		reply    openaitest.Reply
@@ -210,6 +196,7 @@ func assertCompletion(t *testing.T, got, want agents.Completion) {
 // A malformed-arguments call must survive the round trip the turn loop makes: stored,
 // marshalled, and sent back to the model as the text the model wrote.
 func TestToolArgumentsRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, text := range []string{`{"code":"print(`, `{"a":1}`, `not json`} {
 		t.Run(text, func(t *testing.T) {
 			raw := toolArguments(text)
@@ -224,6 +211,7 @@ func TestToolArgumentsRoundTrip(t *testing.T) {
 }
 
 func TestCompleteSendsConversation(t *testing.T) {
+	t.Parallel()
 	schema := json.RawMessage(`{"type":"object","properties":{"code":{"type":"string"}},"required":["code"]}`)
 	req := agents.CompletionRequest{
 		Messages: []agents.ChatMessage{
@@ -336,6 +324,7 @@ func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
 }
 
 func TestCompleteRejectsBadRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		req  agents.CompletionRequest
@@ -362,6 +351,7 @@ func TestCompleteRejectsBadRequest(t *testing.T) {
 }
 
 func TestCompleteRetries(t *testing.T) {
+	t.Parallel()
 	const base = time.Millisecond
 	tests := []struct {
 		name     string
@@ -514,6 +504,7 @@ func TestCompleteRetries(t *testing.T) {
 }
 
 func TestCompleteCancel(t *testing.T) {
+	t.Parallel()
 	t.Run("mid-stream", func(t *testing.T) {
 		p, b := setup(t, nil, openaitest.Reply{Text: "partial answer", Stall: true})
 		ctx, cancel := context.WithCancel(t.Context())
@@ -548,6 +539,7 @@ func TestCompleteCancel(t *testing.T) {
 }
 
 func TestCompleteStalledStream(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		steps        []openaitest.Step
@@ -590,6 +582,7 @@ func TestCompleteStalledStream(t *testing.T) {
 }
 
 func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
 	valid := Config{BaseURL: "http://localhost:11434/v1", APIKey: "k", Model: "m"}
 	tests := []struct {
 		name    string
@@ -628,6 +621,7 @@ func TestNewValidatesConfig(t *testing.T) {
 }
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
 		name   string
@@ -658,6 +652,7 @@ func TestParseRetryAfter(t *testing.T) {
 // The fake streams calls one after the other, as OpenAI does; these cover the orders
 // other servers use, fed to the accumulator directly.
 func TestAccumulatorToolCallOrders(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		chunks []string // each a delta.tool_calls array

@@ -18,6 +18,7 @@ import (
 )
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	admin, _ := m.user(t, "admin", true)
@@ -80,6 +81,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestAgents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	alice, _ := m.user(t, "alice", false)
@@ -186,6 +188,7 @@ func TestAgents(t *testing.T) {
 
 // TestPermissions runs every role against reads and writes of agents and conversations.
 func TestPermissions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	owner, _ := m.user(t, "owner", false)
@@ -279,6 +282,7 @@ func TestPermissions(t *testing.T) {
 }
 
 func TestToggles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	alice, _ := m.user(t, "alice", false)
@@ -387,6 +391,7 @@ func TestToggles(t *testing.T) {
 }
 
 func TestWebSocketToasts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	nodeA, nodeB := e.node(), e.node()
 	alice, _ := nodeA.user(t, "alice", false)
@@ -451,6 +456,7 @@ func TestWebSocketToasts(t *testing.T) {
 }
 
 func TestWebSocketResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	alice, _ := m.user(t, "alice", false)
@@ -503,6 +509,7 @@ func TestWebSocketResume(t *testing.T) {
 // TestSlowClient floods two sockets of one user; the one that never reads is cut off,
 // the other receives everything.
 func TestSlowClient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node(func(c *Config, _ *Main) { c.WSQueueBytes = 256 << 10 })
 	alice, aliceID := m.user(t, "alice", false)
@@ -570,6 +577,7 @@ func TestSlowClient(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	anon := m.as(t, "")
@@ -602,6 +610,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestShutdownAsksClientsToReconnect(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node()
 	alice, _ := m.user(t, "alice", false)

@@ -231,8 +231,7 @@ const lastCell = `[...document.querySelectorAll("#messages .cell")].pop()`
 // with the Python sandbox, and fails on any page error.
 func TestBrowserChat(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
+	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	base := "http://" + m.Addr()
 	dir := screenshotDir(t)

@@ -10,11 +10,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dbURL := testenv.DatabaseURL(t)
 	cli := func(args ...string) (string, string, error) {
@@ -64,19 +66,33 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("%q %v", out, err)
 		}
 	})
-	bad := map[string][]string{
-		"unknown command":    {"frobnicate"},
-		"bad duration":       {"serve", "--event-retention", "soon"},
-		"bad origin":         {"serve", "--allowed-origins", "evil"},
-		"bad log level":      {"serve", "--log-level", "loud"},
-		"bad database url":   {"serve", "--database-url", "mysql://x"},
-		"queue too small":    {"serve", "--ws-queue-bytes", "10"},
-		"address not a port": {"serve", "--addr", "localhost"},
+	// A bad value must stop serve before it starts. Should one be accepted, serve runs
+	// on a free port, the test's schema and prefix, and its deadline ends it: the case
+	// fails in seconds instead of hanging (the bad flag comes last, so it wins).
+	_, prefix := testenv.Redis(t)
+	safe := []string{"serve", "--addr", "127.0.0.1:0", "--database-url", dbURL, "--redis-prefix", prefix, "--sandbox=false"}
+	bad := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"bad duration", append(safe, "--event-retention", "soon"), `SANDCHAT_EVENT_RETENTION: "soon" is not a positive duration`},
+		{"bad origin", append(safe, "--allowed-origins", "evil"), `SANDCHAT_ALLOWED_ORIGINS: "evil" is not an origin`},
+		{"bad log level", append(safe, "--log-level", "loud"), `SANDCHAT_LOG_LEVEL: "loud" is not debug, info, warn or error`},
+		{"bad database url", append(safe, "--database-url", "mysql://x"), "SANDCHAT_DATABASE_URL: not a postgres:// URL"},
+		{"queue too small", append(safe, "--ws-queue-bytes", "10"), "SANDCHAT_WS_QUEUE_BYTES: 10 is below the 64 KiB minimum"},
+		{"address not a port", append(safe, "--addr", "localhost"), `SANDCHAT_ADDR: "localhost" is not host:port`},
+		{"unknown flag", append(safe, "--frobnicate"), "flag provided but not defined: -frobnicate"},
 	}
-	for name, args := range bad {
-		t.Run(name, func(t *testing.T) {
-			if _, _, err := cli(args...); err == nil {
-				t.Fatalf("%v accepted", args)
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			err := run(ctx, tc.args, &out, &errOut)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v: %v (stderr %q), want an error containing %q", tc.args, err, errOut.String(), tc.want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,9 +16,9 @@ import (
 	"github.com/sandchat/sandchat/toolkits"
 )
 
-// Config is the whole process configuration. Every field has a flag and a SANDCHAT_*
-// environment variable; the flag wins, then the variable, then the default, and every
-// default works on a developer machine.
+// Config is the whole process configuration. Every field is one entry of the settings
+// table: a flag and a SANDCHAT_* environment variable; the flag wins, then the variable,
+// then the default, and every default works on a developer machine.
 type Config struct {
 	Addr            string
 	DatabaseURL     string
@@ -54,32 +55,331 @@ type LLMConfig struct {
 	MaxRetries int
 }
 
-// env reads SANDCHAT_<name> with a default.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv("SANDCHAT_" + name); ok {
-		return v
-	}
-	return def
+// setting is one entry of the configuration table. Its variable is SANDCHAT_<env>, its
+// flag the same name in lower case with dashes unless flag says otherwise. The text of
+// the setting (flag, else variable, else def) is kept as written until every flag is
+// parsed, so a bad value is reported as written and under the variable's name.
+type setting struct {
+	env  string
+	flag string
+	def  string
+	help string
+	into parser
+	// check refuses a parsed value the process cannot honour; its message follows
+	// "SANDCHAT_<env>: ".
+	check func(c *Config) error
+	// serve: only serve reads it; migrate, user and the sandbox commands do not.
+	serve bool
+	// envOnly: a secret, read from the environment only because flags show in ps.
+	envOnly bool
 }
 
-// intSetting is an integer flag and variable kept as text until validation, so a bad
-// value is reported as written, not as a number it was turned into.
-type intSetting struct {
-	name string
-	dst  *int
-	raw  string
+func (s setting) flagName() string {
+	if s.flag != "" {
+		return s.flag
+	}
+	return strings.ReplaceAll(strings.ToLower(s.env), "_", "-")
 }
 
-func (v *intSetting) parse() error {
-	n, err := strconv.Atoi(strings.TrimSpace(v.raw))
-	if err != nil {
-		return fmt.Errorf("SANDCHAT_%s: %q is not a whole number", v.name, v.raw)
+// usage is the setting's --help line.
+func (s setting) usage() string {
+	return fmt.Sprintf("%s%s (SANDCHAT_%s)", s.help, s.into.helpSuffix, s.env)
+}
+
+// settings is the configuration: every setting of every subcommand, in the order they
+// are parsed and checked.
+func settings() []setting { return slices.Concat(storeSettings, serveSettings, sandboxSettings) }
+
+// storeSettings are read by every subcommand that talks to the stores.
+var storeSettings = []setting{
+	{env: "DATABASE_URL", def: "postgres://postgres@127.0.0.1:5432/sandchat?sslmode=disable", help: "Postgres URL",
+		into: text(func(c *Config) *string { return &c.DatabaseURL }), check: func(c *Config) error {
+			if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+				return fmt.Errorf("not a postgres:// URL")
+			}
+			return nil
+		}},
+	{env: "REDIS_URL", def: "redis://127.0.0.1:6379/0", help: "Redis URL",
+		into: text(func(c *Config) *string { return &c.RedisURL }), check: func(c *Config) error {
+			_, err := redis.ParseURL(c.RedisURL)
+			return err
+		}},
+	// Every key and channel lives under the prefix; an empty one would mix this
+	// deployment's state with anything else in the Redis.
+	{env: "REDIS_PREFIX", def: "sandchat:", help: "prefix of every Redis key and channel, so deployments sharing a Redis stay apart",
+		into: text(func(c *Config) *string { return &c.RedisPrefix }), check: func(c *Config) error {
+			if strings.TrimSpace(c.RedisPrefix) == "" {
+				return fmt.Errorf("must not be empty (e.g. sandchat:)")
+			}
+			return nil
+		}},
+	{env: "LOG_LEVEL", def: "info", help: "debug, info, warn or error",
+		into: text(func(c *Config) *string { return &c.LogLevel }), check: func(c *Config) error {
+			return oneOf(c.LogLevel, "debug", "info", "warn", "error")
+		}},
+	{env: "LOG_FORMAT", def: "text", help: "text or json",
+		into: text(func(c *Config) *string { return &c.LogFormat }), check: func(c *Config) error {
+			return oneOf(c.LogFormat, "text", "json")
+		}},
+}
+
+// serveSettings are read by serve only. Bounds: events must outlive a reconnect; a turn
+// is renewed every second, so a stale limit of a few seconds is the least that does not
+// fail live turns.
+var serveSettings = []setting{
+	{env: "ADDR", def: "127.0.0.1:8080", help: "listen address", serve: true,
+		into: text(func(c *Config) *string { return &c.Addr }), check: func(c *Config) error {
+			if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+				return fmt.Errorf("%q is not host:port", c.Addr)
+			}
+			return nil
+		}},
+	{env: "ALLOWED_ORIGINS", help: "comma-separated browser origins allowed to open WebSockets; default: the server's own", serve: true,
+		into: commaList(func(c *Config) *[]string { return &c.AllowedOrigins }), check: func(c *Config) error {
+			for _, o := range c.AllowedOrigins {
+				if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+					return fmt.Errorf("%q is not an origin like https://chat.example.com", o)
+				}
+			}
+			return nil
+		}},
+	{env: "TOOLS_DISABLED", help: "comma-separated internal tool ids switched off for the whole deployment", serve: true,
+		into: commaList(func(c *Config) *[]string { return &c.ToolsDisabled }), check: func(c *Config) error {
+			known := toolkits.NewCatalogue(nil, nil)
+			for _, id := range c.ToolsDisabled {
+				if !known.Has(id) {
+					return fmt.Errorf("%q is not an internal tool id (%s, %s)", id, toolkits.PyodideSandbox, toolkits.SwarmMode)
+				}
+			}
+			return nil
+		}},
+	{env: "WS_QUEUE_BYTES", def: strconv.Itoa(4 << 20), help: "bytes that may wait to be written to one WebSocket before it is dropped as too slow", serve: true,
+		into: wholeNumber(func(c *Config) *int { return &c.WSQueueBytes }), check: func(c *Config) error {
+			if c.WSQueueBytes < 64<<10 {
+				return fmt.Errorf("%d is below the 64 KiB minimum", c.WSQueueBytes)
+			}
+			return nil
+		}},
+	{env: "RATE_MESSAGES", def: "30", help: "messages one user may send per minute; 0: unlimited", serve: true,
+		into: wholeNumber(func(c *Config) *int { return &c.RateMessages }), check: func(c *Config) error { return unlimitedOrPositive(c.RateMessages) }},
+	{env: "RATE_EXECUTIONS", def: "120", help: "sandbox runs one user may start per minute; 0: unlimited", serve: true,
+		into: wholeNumber(func(c *Config) *int { return &c.RateExecutions }), check: func(c *Config) error { return unlimitedOrPositive(c.RateExecutions) }},
+	{env: "LLM_PROVIDER", def: "builtin", help: "builtin (offline) or openai: the model of agents that name none", serve: true,
+		into: text(func(c *Config) *string { return &c.LLM.Provider }), check: func(c *Config) error {
+			if c.LLM.Provider == "openai" && c.LLM.APIKey == "" {
+				return fmt.Errorf("openai needs SANDCHAT_LLM_API_KEY")
+			}
+			return oneOf(c.LLM.Provider, "builtin", "openai")
+		}},
+	{env: "LLM_BASE_URL", def: "https://api.openai.com/v1", help: "OpenAI-compatible Chat Completions base URL", serve: true,
+		into: text(func(c *Config) *string { return &c.LLM.BaseURL })},
+	{env: "LLM_API_KEY", help: "API key of the OpenAI-compatible endpoint", serve: true, envOnly: true,
+		into: text(func(c *Config) *string { return &c.LLM.APIKey })},
+	{env: "LLM_MODEL", def: "gpt-4o-mini", help: "default model for the openai provider", serve: true,
+		into: text(func(c *Config) *string { return &c.LLM.Model })},
+	{env: "LLM_MAX_RETRIES", def: "2", help: "retries on 429/5xx", serve: true,
+		into: wholeNumber(func(c *Config) *int { return &c.LLM.MaxRetries }), check: func(c *Config) error {
+			if c.LLM.MaxRetries < 0 || c.LLM.MaxRetries > 10 {
+				return fmt.Errorf("%d is not between 0 and 10", c.LLM.MaxRetries)
+			}
+			return nil
+		}},
+	{env: "ADMIN_TOKEN_FILE", help: "print a working admin token at start, keeping it in this file", serve: true,
+		into: text(func(c *Config) *string { return &c.AdminTokenFile })},
+	{env: "EVENT_RETENTION", def: "24h", help: "replay history kept per conversation", serve: true,
+		into: durationIn(time.Minute, 365*24*time.Hour, func(c *Config) *time.Duration { return &c.EventRetention })},
+	{env: "SHUTDOWN_TIMEOUT", def: "15s", help: "how long running turns get to finish at shutdown", serve: true,
+		into: durationIn(time.Second, time.Hour, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{env: "TURN_STALE_AFTER", def: "30s", help: "a running turn its node stopped renewing this long ago is failed", serve: true,
+		into: durationIn(5*time.Second, 24*time.Hour, func(c *Config) *time.Duration { return &c.TurnStaleAfter })},
+}
+
+// bind registers the flags every subcommand that talks to the stores shares.
+func (c *Config) bind(fs *flag.FlagSet) (finish func() error) { return c.bindSettings(fs, false) }
+
+// bindServe registers the flags of serve.
+func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) { return c.bindSettings(fs, true) }
+
+// bindSettings registers a flag for each setting the subcommand reads, with the
+// variable's text or the default as its value. finish, called after fs.Parse, parses and
+// checks them all and stops at the first bad one.
+func (c *Config) bindSettings(fs *flag.FlagSet, serve bool) (finish func() error) {
+	c.Sandbox.Engine = defaultEngine()
+	type bound struct {
+		setting
+		raw *string
 	}
-	*v.dst = n
+	var all []bound
+	for _, s := range settings() {
+		if s.serve && !serve {
+			continue
+		}
+		raw := new(string)
+		*raw = s.def
+		if v, ok := os.LookupEnv("SANDCHAT_" + s.env); ok {
+			*raw = v
+		}
+		all = append(all, bound{s, raw})
+		switch {
+		case s.envOnly:
+		case s.into.kind == kindBoolean:
+			fs.Var((*boolText)(raw), s.flagName(), s.usage())
+		case s.into.kind == kindList:
+			fs.Var((*listText)(raw), s.flagName(), s.usage())
+		default:
+			fs.StringVar(raw, s.flagName(), *raw, s.usage())
+		}
+	}
+	return func() error {
+		for _, b := range all {
+			if err := b.into.set(c, *b.raw); err != nil {
+				return fmt.Errorf("SANDCHAT_%s: %w", b.env, err)
+			}
+		}
+		for _, b := range all {
+			if b.check == nil {
+				continue
+			}
+			if err := b.check(c); err != nil {
+				return fmt.Errorf("SANDCHAT_%s: %w", b.env, err)
+			}
+		}
+		return c.Sandbox.finish(c.RedisPrefix)
+	}
+}
+
+// parser turns a setting's text into its field of Config.
+type parser struct {
+	kind       kind
+	set        func(c *Config, raw string) error
+	helpSuffix string // what --help adds about the form of the value
+}
+
+// kind is the form of a setting's text.
+type kind string
+
+const (
+	kindText        kind = "text"
+	kindBoolean     kind = "boolean" // its flag may be given without a value
+	kindWholeNumber kind = "whole number"
+	kindSize        kind = "size"
+	kindDuration    kind = "duration"
+	kindList        kind = "list"
+)
+
+func text(field func(*Config) *string) parser {
+	return parser{kind: kindText, set: func(c *Config, raw string) error { *field(c) = raw; return nil }}
+}
+
+func boolean(field func(*Config) *bool) parser {
+	return parser{kind: kindBoolean, set: func(c *Config, raw string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", raw)
+		}
+		*field(c) = b
+		return nil
+	}}
+}
+
+func wholeNumber(field func(*Config) *int) parser {
+	return parser{kind: kindWholeNumber, set: func(c *Config, raw string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", raw)
+		}
+		*field(c) = n
+		return nil
+	}}
+}
+
+// size reads bytes with an optional KiB, MiB or GiB suffix.
+func size[T int | int64](field func(*Config) *T) parser {
+	return parser{kind: kindSize, helpSuffix: ", bytes or 512MiB", set: func(c *Config, raw string) error {
+		n, err := parseSize(raw)
+		if err != nil {
+			return err
+		}
+		*field(c) = T(n)
+		return nil
+	}}
+}
+
+// duration reads Go's form (30s, 24h).
+func duration(field func(*Config) *time.Duration) parser {
+	return parser{kind: kindDuration, set: func(c *Config, raw string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 30s)", raw)
+		}
+		*field(c) = d
+		return nil
+	}}
+}
+
+// durationIn reads a positive duration between min and max.
+func durationIn(min, max time.Duration, field func(*Config) *time.Duration) parser {
+	return parser{kind: kindDuration, helpSuffix: fmt.Sprintf(", %s to %s", min, max), set: func(c *Config, raw string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration (e.g. 30s, 24h)", raw)
+		}
+		if d < min || d > max {
+			return fmt.Errorf("%s is out of range (%s to %s)", d, min, max)
+		}
+		*field(c) = d
+		return nil
+	}}
+}
+
+// commaList reads comma-separated values, dropping blanks.
+func commaList(field func(*Config) *[]string) parser {
+	return parser{kind: kindList, set: func(c *Config, raw string) error {
+		var l []string
+		for _, s := range strings.Split(raw, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				l = append(l, s)
+			}
+		}
+		*field(c) = l
+		return nil
+	}}
+}
+
+// boolText is a boolean flag kept as text, so a bad value is reported like any other.
+type boolText string
+
+func (b *boolText) String() string {
+	if v, err := strconv.ParseBool(string(*b)); err == nil && v {
+		return "true"
+	}
+	return "false"
+}
+func (b *boolText) Set(v string) error { *b = boolText(v); return nil }
+func (b *boolText) IsBoolFlag() bool   { return true }
+
+// listText is a comma-separated flag kept as text.
+type listText string
+
+func (l *listText) String() string     { return string(*l) }
+func (l *listText) Set(v string) error { *l = listText(v); return nil }
+
+func oneOf(v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	last := len(allowed) - 1
+	return fmt.Errorf("%q is not %s or %s", v, strings.Join(allowed[:last], ", "), allowed[last])
+}
+
+func unlimitedOrPositive(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%d must be 0 (unlimited) or positive", n)
+	}
 	return nil
 }
 
-// list is a comma-separated flag value.
+// list is a comma-separated flag value of a subcommand's own (exec --data).
 type list []string
 
 func (l *list) String() string { return strings.Join(*l, ",") }
@@ -89,150 +389,6 @@ func (l *list) Set(v string) error {
 		if s = strings.TrimSpace(s); s != "" {
 			*l = append(*l, s)
 		}
-	}
-	return nil
-}
-
-// durationEnv parses a duration variable now, so a bad one stops the process with its
-// name in the message.
-type durationEnv struct {
-	name     string
-	dst      *time.Duration
-	raw      string
-	min, max time.Duration
-}
-
-// bind registers the flags every subcommand that talks to the stores shares.
-func (c *Config) bind(fs *flag.FlagSet) (finish func() error) {
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sandchat?sslmode=disable"), "Postgres URL (SANDCHAT_DATABASE_URL)")
-	fs.StringVar(&c.RedisURL, "redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (SANDCHAT_REDIS_URL)")
-	fs.StringVar(&c.RedisPrefix, "redis-prefix", env("REDIS_PREFIX", "sandchat:"), "prefix of every Redis key and channel, so deployments sharing a Redis stay apart (SANDCHAT_REDIS_PREFIX)")
-	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (SANDCHAT_LOG_LEVEL)")
-	fs.StringVar(&c.LogFormat, "log-format", env("LOG_FORMAT", "text"), "text or json (SANDCHAT_LOG_FORMAT)")
-	finishSandbox := c.Sandbox.bind(fs, &c.RedisPrefix)
-	return func() error {
-		if err := c.validate(); err != nil {
-			return err
-		}
-		return finishSandbox()
-	}
-}
-
-// bindServe registers the flags of serve.
-func (c *Config) bindServe(fs *flag.FlagSet) (finish func() error) {
-	finishCommon := c.bind(fs)
-	fs.StringVar(&c.Addr, "addr", env("ADDR", "127.0.0.1:8080"), "listen address (SANDCHAT_ADDR)")
-	c.AllowedOrigins = nil
-	origins := list{}
-	_ = origins.Set(env("ALLOWED_ORIGINS", ""))
-	fs.Var(&origins, "allowed-origins", "comma-separated browser origins allowed to open WebSockets; default: the server's own (SANDCHAT_ALLOWED_ORIGINS)")
-	disabled := list{}
-	_ = disabled.Set(env("TOOLS_DISABLED", ""))
-	fs.Var(&disabled, "tools-disabled", "comma-separated internal tool ids switched off for the whole deployment (SANDCHAT_TOOLS_DISABLED)")
-	ints := []*intSetting{
-		{name: "WS_QUEUE_BYTES", dst: &c.WSQueueBytes, raw: env("WS_QUEUE_BYTES", strconv.Itoa(4<<20))},
-		{name: "RATE_MESSAGES", dst: &c.RateMessages, raw: env("RATE_MESSAGES", "30")},
-		{name: "RATE_EXECUTIONS", dst: &c.RateExecutions, raw: env("RATE_EXECUTIONS", "120")},
-		{name: "LLM_MAX_RETRIES", dst: &c.LLM.MaxRetries, raw: env("LLM_MAX_RETRIES", "2")},
-	}
-	intHelp := map[string]string{
-		"WS_QUEUE_BYTES":  "bytes that may wait to be written to one WebSocket before it is dropped as too slow",
-		"RATE_MESSAGES":   "messages one user may send per minute; 0: unlimited",
-		"RATE_EXECUTIONS": "sandbox runs one user may start per minute; 0: unlimited",
-		"LLM_MAX_RETRIES": "retries on 429/5xx",
-	}
-	for _, v := range ints {
-		fs.StringVar(&v.raw, flagName(v.name), v.raw, fmt.Sprintf("%s (SANDCHAT_%s)", intHelp[v.name], v.name))
-	}
-	fs.StringVar(&c.LLM.Provider, "llm-provider", env("LLM_PROVIDER", "builtin"), "builtin (offline) or openai: the model of agents that name none (SANDCHAT_LLM_PROVIDER)")
-	fs.StringVar(&c.LLM.BaseURL, "llm-base-url", env("LLM_BASE_URL", "https://api.openai.com/v1"), "OpenAI-compatible Chat Completions base URL (SANDCHAT_LLM_BASE_URL)")
-	c.LLM.APIKey = env("LLM_API_KEY", "") // from the environment only: flags show in ps
-	fs.StringVar(&c.LLM.Model, "llm-model", env("LLM_MODEL", "gpt-4o-mini"), "default model for the openai provider (SANDCHAT_LLM_MODEL)")
-	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("ADMIN_TOKEN_FILE", ""), "print a working admin token at start, keeping it in this file (SANDCHAT_ADMIN_TOKEN_FILE)")
-	// Bounds: events must outlive a reconnect; a turn is renewed every second, so a
-	// stale limit of a few seconds is the least that does not fail live turns.
-	durations := []*durationEnv{
-		{name: "EVENT_RETENTION", dst: &c.EventRetention, raw: env("EVENT_RETENTION", "24h"), min: time.Minute, max: 365 * 24 * time.Hour},
-		{name: "SHUTDOWN_TIMEOUT", dst: &c.ShutdownTimeout, raw: env("SHUTDOWN_TIMEOUT", "15s"), min: time.Second, max: time.Hour},
-		{name: "TURN_STALE_AFTER", dst: &c.TurnStaleAfter, raw: env("TURN_STALE_AFTER", "30s"), min: 5 * time.Second, max: 24 * time.Hour},
-	}
-	for _, d := range durations {
-		flagName := strings.ReplaceAll(strings.ToLower(d.name), "_", "-")
-		fs.StringVar(&d.raw, flagName, d.raw, fmt.Sprintf("duration (SANDCHAT_%s)", d.name))
-	}
-	return func() error {
-		c.AllowedOrigins, c.ToolsDisabled = origins, disabled
-		for _, v := range ints {
-			if err := v.parse(); err != nil {
-				return err
-			}
-		}
-		for _, d := range durations {
-			v, err := time.ParseDuration(strings.TrimSpace(d.raw))
-			if err != nil || v <= 0 {
-				return fmt.Errorf("SANDCHAT_%s: %q is not a positive duration (e.g. 30s, 24h)", d.name, d.raw)
-			}
-			if v < d.min || v > d.max {
-				return fmt.Errorf("SANDCHAT_%s: %s is out of range (%s to %s)", d.name, v, d.min, d.max)
-			}
-			*d.dst = v
-		}
-		known := toolkits.NewCatalogue(nil, nil)
-		for _, id := range c.ToolsDisabled {
-			if !known.Has(id) {
-				return fmt.Errorf("SANDCHAT_TOOLS_DISABLED: %q is not an internal tool id (%s, %s)", id, toolkits.PyodideSandbox, toolkits.SwarmMode)
-			}
-		}
-		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-			return fmt.Errorf("SANDCHAT_ADDR: %q is not host:port", c.Addr)
-		}
-		switch c.LLM.Provider {
-		case "builtin":
-		case "openai":
-			if c.LLM.APIKey == "" {
-				return fmt.Errorf("SANDCHAT_LLM_PROVIDER=openai needs SANDCHAT_LLM_API_KEY")
-			}
-		default:
-			return fmt.Errorf("SANDCHAT_LLM_PROVIDER: %q is not builtin or openai", c.LLM.Provider)
-		}
-		if c.LLM.MaxRetries < 0 || c.LLM.MaxRetries > 10 {
-			return fmt.Errorf("SANDCHAT_LLM_MAX_RETRIES: %d is not between 0 and 10", c.LLM.MaxRetries)
-		}
-		if c.RateMessages < 0 || c.RateExecutions < 0 {
-			return fmt.Errorf("SANDCHAT_RATE_MESSAGES and SANDCHAT_RATE_EXECUTIONS must be 0 (unlimited) or positive")
-		}
-		if c.WSQueueBytes < 64<<10 {
-			return fmt.Errorf("SANDCHAT_WS_QUEUE_BYTES: %d is below the 64 KiB minimum", c.WSQueueBytes)
-		}
-		for _, o := range c.AllowedOrigins {
-			if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
-				return fmt.Errorf("SANDCHAT_ALLOWED_ORIGINS: %q is not an origin like https://chat.example.com", o)
-			}
-		}
-		return finishCommon()
-	}
-}
-
-func (c *Config) validate() error {
-	u, err := url.Parse(c.DatabaseURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return fmt.Errorf("SANDCHAT_DATABASE_URL: not a postgres:// URL")
-	}
-	if _, err := redis.ParseURL(c.RedisURL); err != nil {
-		return fmt.Errorf("SANDCHAT_REDIS_URL: %v", err)
-	}
-	// Every key and channel lives under the prefix; an empty one would mix this
-	// deployment's state with anything else in the Redis.
-	if strings.TrimSpace(c.RedisPrefix) == "" {
-		return fmt.Errorf("SANDCHAT_REDIS_PREFIX: must not be empty (e.g. sandchat:)")
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("SANDCHAT_LOG_LEVEL: %q is not debug, info, warn or error", c.LogLevel)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return fmt.Errorf("SANDCHAT_LOG_FORMAT: %q is not text or json", c.LogFormat)
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -48,6 +51,84 @@ func TestConfigRefusesBadValues(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := finish(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestSettingsTable: every setting has a variable, a flag (unless it is a secret) and
+// help, shows in serve --help, and a bad value of every parsed kind, by flag or by
+// variable, stops the process with a message naming the variable and the text given.
+func TestSettingsTable(t *testing.T) {
+	var cfg Config
+	var help bytes.Buffer
+	fs := newFlagSet("serve", "", &help)
+	cfg.bindServe(fs)
+	fs.Usage()
+	envs, flags := map[string]bool{}, map[string]bool{}
+	for _, s := range settings() {
+		if !regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`).MatchString(s.env) || envs[s.env] {
+			t.Errorf("SANDCHAT_%s: a variable name must be upper case and unique", s.env)
+		}
+		envs[s.env] = true
+		if strings.TrimSpace(s.help) == "" || s.into.set == nil || s.into.kind == "" {
+			t.Errorf("SANDCHAT_%s: no help, parser or kind", s.env)
+		}
+		if s.envOnly {
+			if fs.Lookup(s.flagName()) != nil {
+				t.Errorf("SANDCHAT_%s is read from the environment only, yet has a flag", s.env)
+			}
+			continue
+		}
+		if flags[s.flagName()] {
+			t.Errorf("flag -%s is declared twice", s.flagName())
+		}
+		flags[s.flagName()] = true
+		if f := fs.Lookup(s.flagName()); f == nil || !strings.Contains(f.Usage, "SANDCHAT_"+s.env) {
+			t.Errorf("SANDCHAT_%s: no flag -%s naming it", s.env, s.flagName())
+		}
+		if !strings.Contains(help.String(), "-"+s.flagName()) || !strings.Contains(help.String(), "(SANDCHAT_"+s.env+")") {
+			t.Errorf("serve --help does not list -%s (SANDCHAT_%s)", s.flagName(), s.env)
+		}
+	}
+
+	bad := map[kind]string{kindBoolean: "maybe", kindWholeNumber: "ten", kindSize: "lots", kindDuration: "soon"}
+	parse := func(t *testing.T, args ...string) error {
+		var cfg Config
+		fs := newFlagSet("serve", "", io.Discard)
+		finish := cfg.bindServe(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return finish()
+	}
+	seen := map[kind]bool{}
+	for _, s := range settings() {
+		value, ok := bad[s.into.kind]
+		if !ok {
+			continue
+		}
+		seen[s.into.kind] = true
+		want := fmt.Sprintf("SANDCHAT_%s: %q is not ", s.env, value)
+		t.Run(s.env+" by flag", func(t *testing.T) {
+			if err := parse(t, "-"+s.flagName()+"="+value); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("-%s=%s: %v, want an error containing %q", s.flagName(), value, err, want)
+			}
+		})
+		t.Run(s.env+" by variable", func(t *testing.T) {
+			t.Setenv("SANDCHAT_"+s.env, value)
+			if err := parse(t); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("SANDCHAT_%s=%s: %v, want an error containing %q", s.env, value, err, want)
+			}
+		})
+	}
+	for k := range bad {
+		if !seen[k] {
+			t.Errorf("no setting of kind %s: the bad value table is stale", k)
+		}
+	}
+	t.Run("every default passes", func(t *testing.T) {
+		if err := parse(t); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -9,8 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,22 +42,83 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// lockedBuffer collects a subprocess's output while the test may read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+func freePort(t *testing.T) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+// serverProcess is a real sandchat binary serving on its own address, on the test's
+// database and Redis prefix.
+type serverProcess struct {
+	cmd     *exec.Cmd
+	addr    string
+	token   string // of alice, a user made with `sandchat user create`
+	logs    *testenv.Buffer
+	exited  chan struct{} // closed when the process is gone
+	waitErr error         // how it ended, once exited is closed
 }
 
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// startServer builds the binary, makes alice through the CLI and runs serve, with the
+// openai provider at llmURL, until it answers /healthz. The process is killed (resumed
+// first, if the test paused it) when the test ends, and its output logged if the test
+// failed.
+func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess {
+	t.Helper()
+	bin := buildSandchat(t)
+	s := &serverProcess{addr: freeAddr(t), logs: &testenv.Buffer{}, exited: make(chan struct{})}
+	env := append(os.Environ(),
+		"SANDCHAT_ADDR="+s.addr,
+		"SANDCHAT_DATABASE_URL="+e.databaseURL,
+		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
+		"SANDCHAT_REDIS_PREFIX="+e.redisPrefix,
+		"SANDCHAT_SANDBOX_ENABLED=false",
+		"SANDCHAT_LLM_PROVIDER=openai",
+		"SANDCHAT_LLM_BASE_URL="+llmURL,
+		"SANDCHAT_LLM_API_KEY="+llmKey,
+		"SANDCHAT_LLM_MAX_RETRIES=0",
+		"SANDCHAT_LOG_LEVEL=warn",
+	)
+	var stdout, stderr bytes.Buffer
+	create := exec.Command(bin, "user", "create", "--name", "alice")
+	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
+	if err := create.Run(); err != nil {
+		t.Fatalf("user create: %v\n%s", err, stderr.String())
+	}
+	s.token = strings.TrimSpace(stdout.String())
+
+	s.cmd = exec.Command(bin, "serve")
+	s.cmd.Env, s.cmd.Stdout, s.cmd.Stderr = env, s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.cmd.Process.Kill()
+		select {
+		case <-s.exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("serve did not exit")
+		}
+		if t.Failed() {
+			t.Logf("serve output:\n%s", s.logs.String())
+		}
+	})
+	eventually(t, 60*time.Second, "serve to listen on "+s.addr, func() bool {
+		select {
+		case <-s.exited:
+			t.Fatalf("serve exited: %v\n%s", s.waitErr, s.logs.String())
+		default:
+		}
+		resp, err := http.Get("http://" + s.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	return s
 }
 
 // TestCrashMidTurn kills a server with SIGKILL while its turn waits on the model; the
@@ -66,92 +127,25 @@ func (b *lockedBuffer) String() string {
 func TestCrashMidTurn(t *testing.T) {
 	srv := openaitest.New(t, openaitest.Reply{Stall: true})
 	e := newEnv(t)
-	bin := buildSandchat(t)
-	addr := freeAddr(t)
-	env := append(os.Environ(),
-		"SANDCHAT_ADDR="+addr,
-		"SANDCHAT_DATABASE_URL="+e.databaseURL,
-		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
-		"SANDCHAT_REDIS_PREFIX="+e.redisPrefix,
-		"SANDCHAT_SANDBOX_ENABLED=false",
-		"SANDCHAT_LLM_PROVIDER=openai",
-		"SANDCHAT_LLM_BASE_URL="+srv.URL,
-		"SANDCHAT_LLM_API_KEY="+srv.APIKey,
-		"SANDCHAT_LLM_MAX_RETRIES=0",
-		"SANDCHAT_LOG_LEVEL=warn",
-	)
-
-	// A user, through the CLI.
-	var stdout, stderr bytes.Buffer
-	create := exec.Command(bin, "user", "create", "--name", "alice")
-	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
-	if err := create.Run(); err != nil {
-		t.Fatalf("user create: %v\n%s", err, stderr.String())
-	}
-	token := strings.TrimSpace(stdout.String())
-
-	// The server that will die.
-	logs := &lockedBuffer{}
-	serve := exec.Command(bin, "serve")
-	serve.Env, serve.Stdout, serve.Stderr = env, logs, logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{}) // closed when the process is gone
-	var waitErr error
-	go func() { waitErr = serve.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("serve did not exit")
-		}
-		if t.Failed() {
-			t.Logf("serve output:\n%s", logs.String())
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatalf("serve exited: %v\n%s", waitErr, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not listening on %s after 60s\n%s", addr, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	alice := &client{t: t, base: "http://" + addr, token: token}
+	serve := startServer(t, e, srv.URL, srv.APIKey)
+	alice := &client{t: t, base: "http://" + serve.addr, token: serve.token}
 	conv := alice.createConversation(0)
 	const content = "Tell me a long story."
 	turn := alice.post(conv, content)
 
 	// The turn is in the model's stream when the endpoint has its request.
-	deadline = time.Now().Add(30 * time.Second)
-	for len(srv.Requests()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the model endpoint got no request\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 30*time.Second, "a request at the model endpoint", func() bool { return len(srv.Requests()) > 0 })
 	var tj turnJSON
 	alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
 	if tj.Status != "running" {
 		t.Fatalf("turn %+v before the kill, want running", tj)
 	}
-	if err := serve.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := serve.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	select {
-	case <-exited:
+	case <-serve.exited:
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve survived SIGKILL")
 	}
@@ -159,18 +153,8 @@ func TestCrashMidTurn(t *testing.T) {
 	// Another node on the same database and Redis takes over, with the default 30 s
 	// stale limit: the dead node's liveness key expiring is what tells it.
 	m := e.node()
-	alice = m.as(t, token)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
-		if tj.Status != "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn still running 15s after its server was killed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	alice = m.as(t, serve.token)
+	tj = alice.awaitTurn(conv, turn, 15*time.Second)
 	t.Logf("turn of the killed server failed %s after SIGKILL", time.Since(killed).Round(time.Millisecond))
 	if tj.Status != "failed" || !strings.Contains(tj.Error, "server") || !strings.Contains(tj.Error, "stopped") {
 		t.Fatalf("turn %+v, want failed because its server stopped", tj)

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
@@ -40,16 +41,6 @@ type pgCluster struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func startPostgres(t *testing.T) *pgCluster {
@@ -109,7 +100,7 @@ func (p *pgCluster) start() {
 	defer p.mu.Unlock()
 	cmd := p.command("postgres", "-D", filepath.Join(p.dir, "data"), "-p", strconv.Itoa(p.port), "-k", p.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start postgres: %v", err)

@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +19,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-
-	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 type problemJSON struct {
@@ -42,20 +38,6 @@ func (c *client) unavailable(dep, method, path string, body any) {
 		c.t.Fatalf("%s %s during the %s outage: %d Retry-After=%q %s, want 503 unavailable naming %s with Retry-After",
 			method, path, dep, resp.StatusCode, resp.Header.Get("Retry-After"), raw, dep)
 	}
-}
-
-// eventually polls fn until it returns true or the time is up; it returns how long it
-// took.
-func eventually(t *testing.T, within time.Duration, what string, fn func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !fn() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // TestFaults injects faults into a real server running on its own Postgres cluster and
@@ -180,7 +162,7 @@ func TestFaults(t *testing.T) {
 		ws := alice.socket()
 		ws.subscribe(conv, nil)
 		turn := alice.post(conv, "Run it:\n"+py("nul\nraise nul"))
-		if status := alice.waitTurn(conv, turn); status != "completed" {
+		if status := alice.finishTurn(conv, turn).Status; status != "completed" {
 			t.Fatalf("turn with NUL output %s, want completed", status)
 		}
 		done := ws.expect("tool.completed")
@@ -427,7 +409,7 @@ func TestFaults(t *testing.T) {
 				break
 			}
 		}
-		if alice.waitTurn(conv, turn) != "completed" || largest > 64<<10 || streamed > 200<<10 {
+		if alice.finishTurn(conv, turn).Status != "completed" || largest > 64<<10 || streamed > 200<<10 {
 			t.Fatalf("largest frame %d bytes, %d streamed: want frames under 64 KiB", largest, streamed)
 		}
 		var full struct{ Stdout string }
@@ -541,52 +523,8 @@ func TestZombieTurn(t *testing.T) {
 		}
 	}()
 	e := newEnv(t)
-	bin := buildSandchat(t)
-	addr := freeAddr(t)
-	env := append(os.Environ(),
-		"SANDCHAT_ADDR="+addr,
-		"SANDCHAT_DATABASE_URL="+e.databaseURL,
-		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
-		"SANDCHAT_REDIS_PREFIX="+e.redisPrefix,
-		"SANDCHAT_SANDBOX_ENABLED=false",
-		"SANDCHAT_LLM_PROVIDER=openai",
-		"SANDCHAT_LLM_BASE_URL="+srv.URL,
-		"SANDCHAT_LLM_API_KEY=sk-zombie",
-		"SANDCHAT_LLM_MAX_RETRIES=0",
-		"SANDCHAT_LOG_LEVEL=warn",
-	)
-	var stdout, stderr bytes.Buffer
-	create := exec.Command(bin, "user", "create", "--name", "alice")
-	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
-	if err := create.Run(); err != nil {
-		t.Fatalf("user create: %v\n%s", err, stderr.String())
-	}
-	token := strings.TrimSpace(stdout.String())
-
-	logs := &lockedBuffer{}
-	serve := exec.Command(bin, "serve")
-	serve.Env, serve.Stdout, serve.Stderr = env, logs, logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = serve.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(syscall.SIGCONT)
-		_ = serve.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("paused server's output:\n%s", logs.String())
-		}
-	})
-	eventually(t, 60*time.Second, "the server to listen", func() bool {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
-	alice := &client{t: t, base: "http://" + addr, token: token}
+	serve := startServer(t, e, srv.URL, "sk-zombie")
+	alice := &client{t: t, base: "http://" + serve.addr, token: serve.token}
 	conv := alice.createConversation(0)
 	turn := alice.post(conv, "Tell me a long story.")
 	select {
@@ -598,15 +536,13 @@ func TestZombieTurn(t *testing.T) {
 
 	// A second node, with the default 30 s stale limit.
 	b := e.node()
-	alice = b.as(t, token)
-	if err := serve.Process.Signal(syscall.SIGSTOP); err != nil {
+	alice = b.as(t, serve.token)
+	if err := serve.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	var tj turnJSON
-	took := eventually(t, 20*time.Second, "the paused server's turn failed", func() bool {
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
-		return tj.Status != "running"
-	})
+	paused := time.Now()
+	tj := alice.awaitTurn(conv, turn, 20*time.Second)
+	took := time.Since(paused)
 	if tj.Status != "failed" || !strings.Contains(tj.Error, "stopped") {
 		t.Fatalf("turn %+v, want failed because its server stopped", tj)
 	}
@@ -624,11 +560,11 @@ func TestZombieTurn(t *testing.T) {
 	// The paused server wakes up with the model's answer waiting: it must notice it
 	// lost the turn and write nothing.
 	close(release)
-	if err := serve.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := serve.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 15*time.Second, "the resumed server to stop its lost turn", func() bool {
-		return strings.Contains(logs.String(), "ended elsewhere")
+		return strings.Contains(serve.logs.String(), "ended elsewhere")
 	})
 	time.Sleep(500 * time.Millisecond)
 	var zombie int

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -33,6 +35,10 @@ type testEnv struct {
 	redisPrefix string
 }
 
+// newEnv gives the test a schema and a prefix of its own, so tests that only run nodes
+// call t.Parallel. Tests stay serial that start a real sandbox engine (engines of one
+// process share its cgroup parent, and two cores), that kill or pause processes, or
+// that stop Postgres or Redis.
 func newEnv(t *testing.T) *testEnv {
 	_, prefix := testenv.Redis(t)
 	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), redisPrefix: prefix}
@@ -65,28 +71,49 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 	return m
 }
 
-// withSandbox runs the real engine on the node, small enough for a 2-core machine.
-func (e *testEnv) withSandbox(c *Config, _ *Main) {
-	c.Sandbox.Enabled = true
-	c.Sandbox.Engine = sandbox.DefaultConfig()
-	c.Sandbox.Engine.WarmPool = 1
-	c.Sandbox.Engine.RedisPrefix = e.redisPrefix
+// sandboxNode starts a node running the real engine, small enough for a 2-core
+// machine, and waits for the engine to finish booting. mutate adjusts its config.
+func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
+	e.t.Helper()
+	withSandbox := func(c *Config, _ *Main) {
+		c.Sandbox.Enabled = true
+		c.Sandbox.Engine = sandbox.DefaultConfig()
+		c.Sandbox.Engine.WarmPool = 1
+		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
+	}
+	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)
+	var reason string
+	if _, ok := poll(90*time.Second, func() bool {
+		var ok bool
+		ok, reason = m.Engine.Available()
+		return ok
+	}); !ok {
+		e.t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
+	}
+	return m
 }
 
-// waitSandbox waits for the node's engine to finish booting.
-func (m *Main) waitSandbox(t *testing.T) {
+// eventually polls fn until it returns true or the time is up; it returns how long it
+// took.
+func eventually(t *testing.T, within time.Duration, what string, fn func() bool) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ok, reason := m.Engine.Available()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
-		}
-		time.Sleep(100 * time.Millisecond)
+	took, ok := poll(within, fn)
+	if !ok {
+		t.Fatalf("%s: not within %s", what, within)
 	}
+	return took
+}
+
+// poll calls fn every 50 ms until it returns true or within has passed.
+func poll(within time.Duration, fn func() bool) (took time.Duration, ok bool) {
+	start := time.Now()
+	for !fn() {
+		if time.Since(start) > within {
+			return time.Since(start), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start), true
 }
 
 // client is a user talking to one node.
@@ -277,14 +304,19 @@ func (s *socket) expect(typ string) frame {
 	}
 }
 
-// quiet asserts that no frame of type typ arrives within d.
+// quiet asserts that no frame of type typ arrives within d on a socket that stays
+// open: a closed or failing socket is not silence. A timed-out read leaves the
+// connection unusable, so quiet is the last read of a socket.
 func (s *socket) quiet(typ string, d time.Duration) {
 	s.t.Helper()
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	for {
 		f, err := s.next(time.Until(deadline))
-		if err != nil {
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 			return
+		}
+		if err != nil {
+			s.t.Fatalf("waiting to see no %s frame, the socket failed: %v", typ, err)
 		}
 		if f.Type == typ {
 			s.t.Fatalf("unexpected %s frame: %s", typ, f.Data)

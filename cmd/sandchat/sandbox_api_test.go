@@ -74,8 +74,7 @@ func (c *client) uploadAt(conv int64, name, path, content string) (int, []byte) 
 
 func TestSandboxAPI(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
+	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
 	stranger, _ := m.user(t, "stranger", false)

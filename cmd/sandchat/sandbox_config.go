@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"strconv"
@@ -18,129 +17,96 @@ type SandboxConfig struct {
 	Engine           sandbox.Config
 }
 
-// bindSandbox registers the SANDCHAT_SANDBOX_* settings. Sizes are in bytes and accept
-// KiB/MiB/GiB suffixes; durations take Go's form (30s, 24h).
-func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func() error) {
-	def := sandbox.DefaultConfig()
-	e := &c.Engine
-	*e = def
-	fs.BoolVar(&c.Enabled, "sandbox", envBool("SANDBOX_ENABLED", true), "run the Python sandbox engine (SANDCHAT_SANDBOX_ENABLED)")
-	fs.BoolVar(&c.PerAgentSessions, "sandbox-per-agent-sessions", envBool("SANDBOX_PER_AGENT_SESSIONS", false), "give each agent of a swarm its own Python session instead of the conversation's (SANDCHAT_SANDBOX_PER_AGENT_SESSIONS)")
-	fs.StringVar(&e.DenoPath, "sandbox-deno", env("SANDBOX_DENO", ""), "Deno binary; default: sandbox/runtime/node_modules (SANDCHAT_SANDBOX_DENO)")
-	fs.StringVar(&e.RuntimeDir, "sandbox-runtime-dir", env("SANDBOX_RUNTIME_DIR", ""), "directory with host.ts and worker.ts; default: found near the binary or working directory (SANDCHAT_SANDBOX_RUNTIME_DIR)")
-	fs.StringVar(&e.PyodideDir, "sandbox-pyodide-dir", env("SANDBOX_PYODIDE_DIR", ""), "Pyodide distribution; default: the runtime's node_modules/pyodide (SANDCHAT_SANDBOX_PYODIDE_DIR)")
-	fs.StringVar(&e.PackageDir, "sandbox-package-dir", env("SANDBOX_PACKAGE_DIR", ""), "mirror of the Pyodide distribution (pyodide-lock.json + wheels) imports are loaded from (SANDCHAT_SANDBOX_PACKAGE_DIR)")
-	fs.StringVar(&e.PackageCDN, "sandbox-package-cdn", env("SANDBOX_PACKAGE_CDN", ""), "base URL of the Pyodide distribution; the server fetches wheels missing from the package dir, sha256-verified (SANDCHAT_SANDBOX_PACKAGE_CDN)")
-	fs.StringVar(&e.PackageCacheDir, "sandbox-package-cache-dir", env("SANDBOX_PACKAGE_CACHE_DIR", ""), "where wheels fetched from the CDN are kept, shared by all sessions; default <tmp>/sandchat-packages (SANDCHAT_SANDBOX_PACKAGE_CACHE_DIR)")
-	allow := list{}
-	_ = allow.Set(env("SANDBOX_NETWORK_ALLOW", ""))
-	fs.Var(&allow, "sandbox-network-allow", "hosts (host or host:port) Python may reach; empty: no network (SANDCHAT_SANDBOX_NETWORK_ALLOW)")
-	fs.StringVar(&e.Isolation, "sandbox-isolation", env("SANDBOX_ISOLATION", e.Isolation), "strict: each session process under bubblewrap in its own cgroup; process: Deno permissions only, where namespaces or cgroups are unavailable (SANDCHAT_SANDBOX_ISOLATION)")
-	fs.StringVar(&e.SandboxUser, "sandbox-user", env("SANDBOX_USER", e.SandboxUser), "unprivileged user session processes run as when the server runs as root (SANDCHAT_SANDBOX_USER)")
-	fs.BoolVar(&e.ForceReplay, "sandbox-force-replay", envBool("SANDBOX_FORCE_REPLAY", false), "persist every session as packages + replay of its cells (SANDCHAT_SANDBOX_FORCE_REPLAY)")
+// defaultEngine is the engine configuration before any setting applies; fields no
+// setting names keep these values.
+func defaultEngine() sandbox.Config { return sandbox.DefaultConfig() }
 
-	ints := []struct {
-		name, help string
-		dst        *int
-	}{
-		{"WARM_POOL", "session processes kept restored and ready for new conversations, at least", &e.WarmPool},
-		{"WARM_POOL_MAX", "the most the warm pool grows to when bursts of new conversations come", &e.WarmPoolMax},
-		{"MAX_LIVE", "live session processes per node", &e.MaxLive},
-		{"MAX_ARTIFACTS", "files returned per run", &e.MaxArtifacts},
-		{"MAX_DISPLAYS", "display items (display(), rich results, figures) per run", &e.MaxDisplays},
-		{"QUEUE_DEPTH", "runs that may wait for one session before 429", &e.QueueDepth},
-	}
-	intRaw := make([]string, len(ints))
-	for i, v := range ints {
-		intRaw[i] = env("SANDBOX_"+v.name, strconv.Itoa(*v.dst))
-		fs.StringVar(&intRaw[i], "sandbox-"+flagName(v.name), intRaw[i], fmt.Sprintf("%s (SANDCHAT_SANDBOX_%s)", v.help, v.name))
-	}
-	maxOutput, maxCode := int64(e.MaxOutput), int64(e.MaxCode)
-	sizes := []struct {
-		name, help string
-		dst        *int64
-	}{
-		{"MEMORY", "WebAssembly memory per session (past it Python gets MemoryError)", &e.MemoryBytes},
-		{"RUNTIME_OVERHEAD", "memory a session process needs beside the heap; the kernel caps it at MEMORY plus this", &e.RuntimeOverheadBytes},
-		{"MAX_STATE", "a session's durable state in Redis (heap delta, files, replay log)", &e.MaxStateBytes},
-		{"MAX_OUTPUT", "stdout and stderr kept per run, each", &maxOutput},
-		{"MAX_CODE", "code per run", &maxCode},
-		{"MAX_ARTIFACT_BYTES", "size of one returned file", &e.MaxArtifactBytes},
-		{"MAX_DATA_BYTES", "conversation files mounted under /data per run", &e.MaxDataBytes},
-		{"MAX_DISPLAY_BYTES", "display items per run (images count as base64)", &e.MaxDisplayBytes},
-	}
-	sizeRaw := make([]string, len(sizes))
-	for i, v := range sizes {
-		sizeRaw[i] = env("SANDBOX_"+v.name, strconv.FormatInt(*v.dst, 10))
-		fs.StringVar(&sizeRaw[i], "sandbox-"+flagName(v.name), sizeRaw[i], fmt.Sprintf("%s, bytes or 512MiB (SANDCHAT_SANDBOX_%s)", v.help, v.name))
-	}
-	durations := []struct {
-		name, help string
-		dst        *time.Duration
-	}{
-		{"TIMEOUT", "default time limit of a run", &e.Timeout},
-		{"MAX_TIMEOUT", "the longest time limit a caller may ask for", &e.MaxTimeout},
-		{"GRACE", "how long code may ignore the interrupt before its process is killed", &e.Grace},
-		{"RESTORE_TIMEOUT", "how long bringing a session back may take (restore, packages, replay)", &e.RestoreTimeout},
-		{"IDLE_TIMEOUT", "a session idle this long leaves memory (its state stays in Redis)", &e.IdleTimeout},
-		{"SESSION_TTL", "how long an idle session's state is kept", &e.SessionTTL},
-	}
-	durRaw := make([]string, len(durations))
-	for i, v := range durations {
-		durRaw[i] = env("SANDBOX_"+v.name, v.dst.String())
-		fs.StringVar(&durRaw[i], "sandbox-"+flagName(v.name), durRaw[i], fmt.Sprintf("%s (SANDCHAT_SANDBOX_%s)", v.help, v.name))
-	}
-	return func() error {
-		for _, name := range []string{"SANDBOX_ENABLED", "SANDBOX_PER_AGENT_SESSIONS", "SANDBOX_FORCE_REPLAY"} {
-			if v := env(name, ""); v != "" {
-				if _, err := strconv.ParseBool(v); err != nil {
-					return fmt.Errorf("SANDCHAT_%s: %q is not true or false", name, v)
-				}
-			}
-		}
-		e.NetworkAllow = allow
-		e.RedisPrefix = *redisPrefix
-		for i, v := range ints {
-			n, err := strconv.Atoi(strings.TrimSpace(intRaw[i]))
-			if err != nil {
-				return fmt.Errorf("SANDCHAT_SANDBOX_%s: %q is not a whole number", v.name, intRaw[i])
-			}
-			*v.dst = n
-		}
-		for i, v := range sizes {
-			n, err := parseSize(sizeRaw[i])
-			if err != nil {
-				return fmt.Errorf("SANDCHAT_SANDBOX_%s: %v", v.name, err)
-			}
-			*v.dst = n
-		}
-		e.MaxOutput, e.MaxCode = int(maxOutput), int(maxCode)
-		for i, v := range durations {
-			d, err := time.ParseDuration(strings.TrimSpace(durRaw[i]))
-			if err != nil {
-				return fmt.Errorf("SANDCHAT_SANDBOX_%s: %q is not a duration (e.g. 30s)", v.name, durRaw[i])
-			}
-			*v.dst = d
-		}
-		if err := e.Validate(); err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-		return nil
-	}
-}
+// engine is the field of Config a sandbox setting fills.
+func engine(c *Config) *sandbox.Config { return &c.Sandbox.Engine }
 
-func flagName(envName string) string { return strings.ReplaceAll(strings.ToLower(envName), "_", "-") }
+// sandboxSettings are the SANDCHAT_SANDBOX_* settings; their defaults are the engine's.
+// Sizes are in bytes and accept KiB/MiB/GiB suffixes; durations take Go's form (30s, 24h).
+var sandboxSettings = func() []setting {
+	def := defaultEngine()
+	itoa, sz, dur := strconv.Itoa, func(n int64) string { return strconv.FormatInt(n, 10) }, time.Duration.String
+	return []setting{
+		{env: "SANDBOX_ENABLED", flag: "sandbox", def: "true", help: "run the Python sandbox engine",
+			into: boolean(func(c *Config) *bool { return &c.Sandbox.Enabled })},
+		{env: "SANDBOX_PER_AGENT_SESSIONS", def: "false", help: "give each agent of a swarm its own Python session instead of the conversation's",
+			into: boolean(func(c *Config) *bool { return &c.Sandbox.PerAgentSessions })},
+		{env: "SANDBOX_DENO", help: "Deno binary; default: sandbox/runtime/node_modules",
+			into: text(func(c *Config) *string { return &engine(c).DenoPath })},
+		{env: "SANDBOX_RUNTIME_DIR", help: "directory with host.ts and worker.ts; default: found near the binary or working directory",
+			into: text(func(c *Config) *string { return &engine(c).RuntimeDir })},
+		{env: "SANDBOX_PYODIDE_DIR", help: "Pyodide distribution; default: the runtime's node_modules/pyodide",
+			into: text(func(c *Config) *string { return &engine(c).PyodideDir })},
+		{env: "SANDBOX_PACKAGE_DIR", help: "mirror of the Pyodide distribution (pyodide-lock.json + wheels) imports are loaded from",
+			into: text(func(c *Config) *string { return &engine(c).PackageDir })},
+		{env: "SANDBOX_PACKAGE_CDN", help: "base URL of the Pyodide distribution; the server fetches wheels missing from the package dir, sha256-verified",
+			into: text(func(c *Config) *string { return &engine(c).PackageCDN })},
+		{env: "SANDBOX_PACKAGE_CACHE_DIR", help: "where wheels fetched from the CDN are kept, shared by all sessions; default <tmp>/sandchat-packages",
+			into: text(func(c *Config) *string { return &engine(c).PackageCacheDir })},
+		{env: "SANDBOX_NETWORK_ALLOW", help: "hosts (host or host:port) Python may reach; empty: no network",
+			into: commaList(func(c *Config) *[]string { return &engine(c).NetworkAllow })},
+		{env: "SANDBOX_ISOLATION", def: def.Isolation, help: "strict: each session process under bubblewrap in its own cgroup; process: Deno permissions only, where namespaces or cgroups are unavailable",
+			into: text(func(c *Config) *string { return &engine(c).Isolation })},
+		{env: "SANDBOX_USER", def: def.SandboxUser, help: "unprivileged user session processes run as when the server runs as root",
+			into: text(func(c *Config) *string { return &engine(c).SandboxUser })},
+		{env: "SANDBOX_FORCE_REPLAY", def: "false", help: "persist every session as packages + replay of its cells",
+			into: boolean(func(c *Config) *bool { return &engine(c).ForceReplay })},
 
-func envBool(name string, def bool) bool {
-	v := env(name, "")
-	if v == "" {
-		return def
+		{env: "SANDBOX_WARM_POOL", def: itoa(def.WarmPool), help: "session processes kept restored and ready for new conversations, at least",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).WarmPool })},
+		{env: "SANDBOX_WARM_POOL_MAX", def: itoa(def.WarmPoolMax), help: "the most the warm pool grows to when bursts of new conversations come",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).WarmPoolMax })},
+		{env: "SANDBOX_MAX_LIVE", def: itoa(def.MaxLive), help: "live session processes per node",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).MaxLive })},
+		{env: "SANDBOX_MAX_ARTIFACTS", def: itoa(def.MaxArtifacts), help: "files returned per run",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).MaxArtifacts })},
+		{env: "SANDBOX_MAX_DISPLAYS", def: itoa(def.MaxDisplays), help: "display items (display(), rich results, figures) per run",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).MaxDisplays })},
+		{env: "SANDBOX_QUEUE_DEPTH", def: itoa(def.QueueDepth), help: "runs that may wait for one session before 429",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).QueueDepth })},
+
+		{env: "SANDBOX_MEMORY", def: sz(def.MemoryBytes), help: "WebAssembly memory per session (past it Python gets MemoryError)",
+			into: size(func(c *Config) *int64 { return &engine(c).MemoryBytes })},
+		{env: "SANDBOX_RUNTIME_OVERHEAD", def: sz(def.RuntimeOverheadBytes), help: "memory a session process needs beside the heap; the kernel caps it at MEMORY plus this",
+			into: size(func(c *Config) *int64 { return &engine(c).RuntimeOverheadBytes })},
+		{env: "SANDBOX_MAX_STATE", def: sz(def.MaxStateBytes), help: "a session's durable state in Redis (heap delta, files, replay log)",
+			into: size(func(c *Config) *int64 { return &engine(c).MaxStateBytes })},
+		{env: "SANDBOX_MAX_OUTPUT", def: itoa(def.MaxOutput), help: "stdout and stderr kept per run, each",
+			into: size(func(c *Config) *int { return &engine(c).MaxOutput })},
+		{env: "SANDBOX_MAX_CODE", def: itoa(def.MaxCode), help: "code per run",
+			into: size(func(c *Config) *int { return &engine(c).MaxCode })},
+		{env: "SANDBOX_MAX_ARTIFACT_BYTES", def: sz(def.MaxArtifactBytes), help: "size of one returned file",
+			into: size(func(c *Config) *int64 { return &engine(c).MaxArtifactBytes })},
+		{env: "SANDBOX_MAX_DATA_BYTES", def: sz(def.MaxDataBytes), help: "conversation files mounted under /data per run",
+			into: size(func(c *Config) *int64 { return &engine(c).MaxDataBytes })},
+		{env: "SANDBOX_MAX_DISPLAY_BYTES", def: sz(def.MaxDisplayBytes), help: "display items per run (images count as base64)",
+			into: size(func(c *Config) *int64 { return &engine(c).MaxDisplayBytes })},
+
+		{env: "SANDBOX_TIMEOUT", def: dur(def.Timeout), help: "default time limit of a run",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).Timeout })},
+		{env: "SANDBOX_MAX_TIMEOUT", def: dur(def.MaxTimeout), help: "the longest time limit a caller may ask for",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).MaxTimeout })},
+		{env: "SANDBOX_GRACE", def: dur(def.Grace), help: "how long code may ignore the interrupt before its process is killed",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).Grace })},
+		{env: "SANDBOX_RESTORE_TIMEOUT", def: dur(def.RestoreTimeout), help: "how long bringing a session back may take (restore, packages, replay)",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).RestoreTimeout })},
+		{env: "SANDBOX_IDLE_TIMEOUT", def: dur(def.IdleTimeout), help: "a session idle this long leaves memory (its state stays in Redis)",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).IdleTimeout })},
+		{env: "SANDBOX_SESSION_TTL", def: dur(def.SessionTTL), help: "how long an idle session's state is kept",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).SessionTTL })},
 	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def
+}()
+
+// finish checks the engine settings together, once every one is parsed.
+func (c *SandboxConfig) finish(redisPrefix string) error {
+	c.Engine.RedisPrefix = redisPrefix
+	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
 	}
-	return b
+	return nil
 }
 
 // parseSize reads "1048576", "512MiB", "64KiB" or "2GiB".

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandchat/sandchat/agents/openai/openaitest"
 )
@@ -16,24 +15,6 @@ type turnJSON struct {
 	ID     int64
 	Status string
 	Error  string
-}
-
-// finishTurn polls the turn until it is no longer running (at most a minute) and
-// returns it.
-func (c *client) finishTurn(conv, turn int64) turnJSON {
-	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var tj turnJSON
-		c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
-		if tj.Status != "running" {
-			return tj
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("turn %d still running after 60s", turn)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // messages returns the conversation's stored messages.
@@ -100,10 +81,9 @@ func TestTurnsOpenAI(t *testing.T) {
 		openaitest.Status{Code: 401},
 	)
 	e := newEnv(t)
-	m := e.node(e.withSandbox, func(c *Config, _ *Main) {
+	m := e.sandboxNode(func(c *Config, _ *Main) {
 		c.LLM = LLMConfig{Provider: "openai", BaseURL: srv.URL, APIKey: srv.APIKey, Model: "fake-model", MaxRetries: 1}
 	})
-	m.waitSandbox(t)
 	alice, _ := m.user(t, "alice", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "model": "fake-model",
 		"internal_tools": map[string]bool{"pyodide_sandbox": true}})

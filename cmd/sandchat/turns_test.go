@@ -25,7 +25,7 @@ type messageJSON struct {
 func (c *client) say(conv int64, content string) (status, answer string) {
 	c.t.Helper()
 	turn := c.post(conv, content)
-	status = c.waitTurn(conv, turn)
+	status = c.finishTurn(conv, turn).Status
 	var msgs []messageJSON
 	c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), nil, &msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -49,23 +49,24 @@ func (c *client) post(conv int64, content string) int64 {
 	return started.TurnID
 }
 
-func (c *client) waitTurn(conv, turn int64) string {
+// finishTurn waits for the turn to end, as long as a sandbox turn may take.
+func (c *client) finishTurn(conv, turn int64) turnJSON {
+	return c.awaitTurn(conv, turn, 90*time.Second)
+}
+
+// awaitTurn polls the turn until it is no longer running and returns it; a turn still
+// running after within fails the test.
+func (c *client) awaitTurn(conv, turn int64, within time.Duration) turnJSON {
 	c.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		var t struct{ Status, Error string }
-		c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &t)
-		if t.Status != "running" {
-			if t.Error != "" {
-				c.t.Logf("turn %d ended %s: %s", turn, t.Status, t.Error)
-			}
-			return t.Status
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("turn %d still running", turn)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var tj turnJSON
+	eventually(c.t, within, fmt.Sprintf("turn %d to end", turn), func() bool {
+		c.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/turns/%d", conv, turn), nil, &tj)
+		return tj.Status != "running"
+	})
+	if tj.Error != "" {
+		c.t.Logf("turn %d ended %s: %s", turn, tj.Status, tj.Error)
 	}
+	return tj
 }
 
 func py(code string) string { return "```python\n" + code + "\n```" }
@@ -73,8 +74,7 @@ func py(code string) string { return "```python\n" + code + "\n```" }
 // coder starts a node with the real sandbox and gives alice a conversation with an
 // agent that has the sandbox on.
 func (e *testEnv) coder() (*Main, *client, int64) {
-	m := e.node(e.withSandbox)
-	m.waitSandbox(e.t)
+	m := e.sandboxNode()
 	alice, _ := m.user(e.t, "alice", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	return m, alice, alice.createConversation(agent.ID)
@@ -220,7 +220,7 @@ func TestResumeMidTurn(t *testing.T) {
 		}
 	}
 	first.conn.Close() // the tab goes away mid-run
-	if status := alice.waitTurn(conv, turn); status != "completed" {
+	if status := alice.finishTurn(conv, turn).Status; status != "completed" {
 		t.Fatalf("turn %s", status)
 	}
 
@@ -257,8 +257,7 @@ func TestResumeMidTurn(t *testing.T) {
 // internal-tool settings.
 func TestSwarm(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
+	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	alpha := alice.createAgent(map[string]any{"name": "alpha", "description": "sets things up", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	beta := alice.createAgent(map[string]any{"name": "beta", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
@@ -342,7 +341,7 @@ func TestSwarm(t *testing.T) {
 			}
 		}
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": false}, nil)
-		alice.waitTurn(conv, turn)
+		alice.finishTurn(conv, turn)
 		msgs := alice.messages(conv)
 		answer := msgs[len(msgs)-1].Content
 		if !strings.Contains(answer, "first") || strings.Contains(answer, "second") || !strings.Contains(answer, "switched the Python sandbox off") {
@@ -362,8 +361,7 @@ func TestSwarm(t *testing.T) {
 // running code and the session keeps its state.
 func TestCancelAndBusy(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox, func(c *Config, _ *Main) { c.ShutdownTimeout = time.Second })
-	m.waitSandbox(t)
+	m := e.sandboxNode(func(c *Config, _ *Main) { c.ShutdownTimeout = time.Second })
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
@@ -377,7 +375,7 @@ func TestCancelAndBusy(t *testing.T) {
 	viewer.must(403, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
 	viewer.must(403, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": "hi"}, nil)
 	alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
-	if status := alice.waitTurn(conv, turn); status != "cancelled" {
+	if status := alice.finishTurn(conv, turn).Status; status != "cancelled" {
 		t.Fatalf("turn %s, want cancelled", status)
 	}
 	alice.must(409, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
@@ -411,6 +409,7 @@ func m2db(t *testing.T, e *testEnv) *pgx.Conn {
 }
 
 func TestMessageRateLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.node(func(c *Config, _ *Main) { c.RateMessages = 2 })
 	alice, _ := m.user(t, "alice", false)
@@ -432,9 +431,8 @@ func TestMessageRateLimit(t *testing.T) {
 // is cancelled through a third.
 func TestTurnsAcrossNodes(t *testing.T) {
 	e := newEnv(t)
-	runner := e.node(e.withSandbox)
+	runner := e.sandboxNode()
 	watcher, canceller := e.node(), e.node()
-	runner.waitSandbox(t)
 	alice, _ := runner.user(t, "alice", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	conv := alice.createConversation(agent.ID)
@@ -445,7 +443,7 @@ func TestTurnsAcrossNodes(t *testing.T) {
 	for f := ws.expect2(); f.Type != "tool.output"; f = ws.expect2() {
 	}
 	canceller.as(t, alice.token).must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
-	if status := alice.waitTurn(conv, turn); status != "cancelled" {
+	if status := alice.finishTurn(conv, turn).Status; status != "cancelled" {
 		t.Fatalf("turn %s, want cancelled", status)
 	}
 	for {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestArtifactName(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ name, in string }{
 		{"short", "plot.png"},
 		{"long ascii", strings.Repeat("d/", 200) + "table.csv"},

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,9 +103,9 @@ func RedisURL() string {
 	return DefaultRedisURL
 }
 
-// Redis returns a client and a key prefix of the test's own; keys under the prefix are
-// deleted when the test ends.
-func Redis(t testing.TB) (*redis.Client, string) {
+// RedisClient connects to the Redis server tests use, failing the test with how to
+// start it when it is unreachable. The caller closes it.
+func RedisClient(t testing.TB) *redis.Client {
 	t.Helper()
 	opts, err := redis.ParseURL(RedisURL())
 	if err != nil {
@@ -114,20 +115,45 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
 		t.Fatalf("redis at %s is not reachable (%v): %s", opts.Addr, err, startHint)
 	}
+	return rdb
+}
+
+// Redis returns a client and a key prefix of the test's own; keys under the prefix are
+// deleted when the test ends.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb := RedisClient(t)
 	prefix := Name("test:") + ":"
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
+		DropPrefix(rdb, prefix)
 		_ = rdb.Close()
 	})
 	return rdb, prefix
 }
+
+// DropPrefix deletes every key that starts with prefix.
+func DropPrefix(rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pattern := globEscaper.Replace(prefix) + "*"
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == 1000 {
+			rdb.Del(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}
+
+// globEscaper makes a prefix match only itself in a SCAN pattern.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
 func redact(raw string) string {
 	u, err := url.Parse(raw)

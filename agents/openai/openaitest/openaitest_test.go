@@ -43,6 +43,7 @@ func post(t *testing.T, srv *openaitest.Server, key, body string) *http.Response
 const hello = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 
 func TestServer(t *testing.T) {
+	t.Parallel()
 	t.Run("streams SSE chunks then DONE", func(t *testing.T) {
 		srv := openaitest.New(t, openaitest.Reply{Text: "Hello, world", ToolCalls: []openaitest.Call{{Name: "f", Arguments: `{"a":1}`}}})
 		res := post(t, srv, srv.APIKey, hello)
