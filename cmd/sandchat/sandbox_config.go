@@ -35,6 +35,17 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 	allow := list{}
 	_ = allow.Set(env("SANDBOX_NETWORK_ALLOW", ""))
 	fs.Var(&allow, "sandbox-network-allow", "hosts (host or host:port) Python may reach; empty: no network (SANDCHAT_SANDBOX_NETWORK_ALLOW)")
+	// Packages: micropip.install served by the engine, the cache bound, preloaded modules.
+	pipMode := env("SANDBOX_PIP", "on")
+	fs.StringVar(&pipMode, "sandbox-pip", pipMode, "on: micropip.install fetches pure-Python wheels through the server; off: no installs (SANDCHAT_SANDBOX_PIP)")
+	fs.StringVar(&e.PipIndex, "sandbox-pip-index", env("SANDBOX_PIP_INDEX", e.PipIndex), "base URL of a PyPI-style JSON API (<base><name>/json) micropip installs from (SANDCHAT_SANDBOX_PIP_INDEX)")
+	pipAllow, pipHosts, preload := list(e.PipAllow), list(e.PipHosts), list{}
+	_ = pipAllow.Set(env("SANDBOX_PIP_ALLOW", pipAllow.String()))
+	_ = pipHosts.Set(env("SANDBOX_PIP_HOSTS", pipHosts.String()))
+	_ = preload.Set(env("SANDBOX_PRELOAD", ""))
+	fs.Var(&pipAllow, "sandbox-pip-allow", "project names micropip may install, or * for any (SANDCHAT_SANDBOX_PIP_ALLOW)")
+	fs.Var(&pipHosts, "sandbox-pip-hosts", "hosts wheels may be downloaded from besides the index's (SANDCHAT_SANDBOX_PIP_HOSTS)")
+	fs.Var(&preload, "sandbox-preload", "modules every new interpreter imports before the base snapshot (SANDCHAT_SANDBOX_PRELOAD)")
 	fs.StringVar(&e.Isolation, "sandbox-isolation", env("SANDBOX_ISOLATION", e.Isolation), "strict: each session process under bubblewrap in its own cgroup; process: Deno permissions only, where namespaces or cgroups are unavailable (SANDCHAT_SANDBOX_ISOLATION)")
 	fs.StringVar(&e.SandboxUser, "sandbox-user", env("SANDBOX_USER", e.SandboxUser), "unprivileged user session processes run as when the server runs as root (SANDCHAT_SANDBOX_USER)")
 	fs.BoolVar(&e.ForceReplay, "sandbox-force-replay", envBool("SANDBOX_FORCE_REPLAY", false), "persist every session as packages + replay of its cells (SANDCHAT_SANDBOX_FORCE_REPLAY)")
@@ -49,6 +60,7 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"MAX_ARTIFACTS", "files returned per run", &e.MaxArtifacts},
 		{"MAX_DISPLAYS", "display items (display(), rich results, figures) per run", &e.MaxDisplays},
 		{"QUEUE_DEPTH", "runs that may wait for one session before 429", &e.QueueDepth},
+		{"PIP_MAX_PACKAGES", "wheels one micropip.install may fetch, dependencies included", &e.PipMaxPackages},
 	}
 	intRaw := make([]string, len(ints))
 	for i, v := range ints {
@@ -68,6 +80,8 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 		{"MAX_ARTIFACT_BYTES", "size of one returned file", &e.MaxArtifactBytes},
 		{"MAX_DATA_BYTES", "conversation files mounted under /data per run", &e.MaxDataBytes},
 		{"MAX_DISPLAY_BYTES", "display items per run (images count as base64)", &e.MaxDisplayBytes},
+		{"PACKAGE_CACHE_MAX", "package cache size; least recently used wheels go past it", &e.PackageCacheMaxBytes},
+		{"PIP_MAX_BYTES", "bytes one micropip.install may download", &e.PipMaxBytes},
 	}
 	sizeRaw := make([]string, len(sizes))
 	for i, v := range sizes {
@@ -99,6 +113,10 @@ func (c *SandboxConfig) bind(fs *flag.FlagSet, redisPrefix *string) (finish func
 			}
 		}
 		e.NetworkAllow = allow
+		if pipMode != "on" && pipMode != "off" {
+			return fmt.Errorf("SANDCHAT_SANDBOX_PIP: %q is not on or off", pipMode)
+		}
+		e.PipOff, e.PipAllow, e.PipHosts, e.Preload = pipMode == "off", pipAllow, pipHosts, preload
 		e.RedisPrefix = *redisPrefix
 		for i, v := range ints {
 			n, err := strconv.Atoi(strings.TrimSpace(intRaw[i]))
