@@ -660,11 +660,12 @@ func evalMarker(m string, env map[string]string) (bool, error) {
 
 // pipServer answers the install requests of one run (or attach) of a session.
 type pipServer struct {
-	e      *Engine
-	lv     *live
-	ctx    context.Context
-	busy   chan struct{}
-	pinned []string
+	e        *Engine
+	lv       *live
+	ctx      context.Context
+	busy     chan struct{}
+	pinned   []string
+	releases []func()
 }
 
 type pipInstallMsg struct {
@@ -715,9 +716,12 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 	var lockNotes []string
 	plan, err := e.fetch.install(ctx, req, have)
 	if err == nil && len(plan.lock) > 0 {
+		// Pinned until the run ends: the Worker loads them after this answer.
 		var release func()
 		lockNotes, release = e.fetch.ensure(ctx, "", plan.lock)
-		defer func() { e.cleanups(release) }()
+		e.mu.Lock()
+		s.releases = append(s.releases, release)
+		e.mu.Unlock()
 	}
 	if err == nil && len(lockNotes) > 0 {
 		err = &pipError{strings.Join(lockNotes, "; ")}
@@ -746,19 +750,14 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 // done releases the cache files this server's installs pinned.
 func (s *pipServer) done() {
 	s.e.mu.Lock()
-	pinned := s.pinned
-	s.pinned = nil
+	pinned, releases := s.pinned, s.releases
+	s.pinned, s.releases = nil, nil
 	s.e.mu.Unlock()
+	for _, release := range releases {
+		release()
+	}
 	if s.e.fetch != nil {
 		s.e.fetch.release(pinned)
-	}
-}
-
-func (e *Engine) cleanups(fns ...func()) {
-	for _, fn := range fns {
-		if fn != nil {
-			fn()
-		}
 	}
 }
 
