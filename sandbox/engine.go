@@ -126,8 +126,13 @@ func (e *Engine) Start(ctx context.Context) error {
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
 		if e.fetch, err = newPackageFetcher(cfg); err != nil {
-			e.unavailable("the package source cannot be set up: " + err.Error())
-			return nil
+			if cfg.PackageCDN != "" {
+				e.unavailable("the package source cannot be set up: " + err.Error())
+				return nil
+			}
+			// Only micropip needed the cache: Python runs without it rather than not at all.
+			e.log.Warn("micropip is unavailable: the package cache cannot be set up", "dir", cfg.PackageCacheDir, "err", err)
+			e.fetch, cfg.PackageCacheDir, e.cfg.PackageCacheDir = nil, "", ""
 		}
 	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])

@@ -697,6 +697,9 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 	}
 	if s.e.fetch == nil {
 		out.Error = "installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported"
+		if !s.e.cfg.PipOff {
+			out.Error = "installing packages is unavailable: the server's package cache could not be set up"
+		}
 		return out
 	}
 	var req pipRequest
