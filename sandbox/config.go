@@ -61,6 +61,22 @@ type Config struct {
 	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
 	// file's sha256, shared by every session (read-only to them) and kept across restarts.
 	PackageCacheDir string
+	// PackageCacheMaxBytes bounds the cache: past it the least recently used wheels that
+	// no load in flight needs are deleted.
+	PackageCacheMaxBytes int64
+
+	// micropip.install inside sessions is served by the engine (sessions have no network):
+	// pure-Python wheels from a PyPI-style JSON API, sha256-verified, cached with the rest.
+	PipOff         bool     // no installs at all
+	PipIndex       string   // base URL of the JSON API: <PipIndex><name>/json
+	PipAllow       []string // installable project names, or "*" for any
+	PipHosts       []string // hosts wheels may come from besides the index's own
+	PipMaxPackages int      // wheels one install may fetch, dependencies included
+	PipMaxBytes    int64    // bytes one install may download
+
+	// Preload is imported by every new interpreter before the base snapshot is taken:
+	// a session's first import of these is instant and costs its state nothing.
+	Preload []string
 
 	SessionTTL  time.Duration
 	ForceReplay bool // persist every session as packages + cell replay, as compiled-extension sessions are
@@ -94,6 +110,12 @@ func DefaultConfig() Config {
 		SessionTTL:           24 * time.Hour,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
+		PackageCacheMaxBytes: 2 << 30,
+		PipIndex:             "https://pypi.org/pypi/",
+		PipAllow:             []string{"*"},
+		PipHosts:             []string{"files.pythonhosted.org"},
+		PipMaxPackages:       20,
+		PipMaxBytes:          100 << 20,
 	}
 }
 
@@ -163,6 +185,35 @@ func (c Config) Validate() error {
 			bad("sandbox package CDN must be an http(s) URL, got %q", c.PackageCDN)
 		}
 	}
+	if c.PackageCacheMaxBytes < 16<<20 {
+		bad("sandbox package cache bound must be at least 16 MiB, got %d bytes", c.PackageCacheMaxBytes)
+	}
+	if !c.PipOff {
+		if u, err := url.Parse(c.PipIndex); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad("sandbox pip index must be an http(s) URL, got %q", c.PipIndex)
+		}
+		for _, n := range c.PipAllow {
+			if n != "*" && !projectName.MatchString(n) {
+				bad("sandbox pip allowlist entry %q is not a project name or *", n)
+			}
+		}
+		for _, h := range c.PipHosts {
+			if err := validHost(h); err != nil {
+				bad("sandbox pip host %q: %v", h, err)
+			}
+		}
+		if c.PipMaxPackages < 1 || c.PipMaxPackages > 500 || c.PipMaxBytes < 1<<20 || c.PipMaxBytes > maxWheelBytes {
+			bad("sandbox pip limits must be 1–500 packages and 1 MiB–512 MiB per install, got %d and %d bytes", c.PipMaxPackages, c.PipMaxBytes)
+		}
+	}
+	if len(c.Preload) > maxPreload {
+		bad("sandbox preload lists %d modules; the limit is %d", len(c.Preload), maxPreload)
+	}
+	for _, m := range c.Preload {
+		if !moduleName.MatchString(m) {
+			bad("sandbox preload entry %q is not a module name", m)
+		}
+	}
 	if c.SessionTTL < time.Minute {
 		bad("sandbox session TTL must be at least 1m, got %s", c.SessionTTL)
 	}
@@ -208,7 +259,7 @@ func Locate(c Config) Config {
 	if c.PackageDir == "" {
 		c.PackageDir = c.PyodideDir
 	}
-	if c.PackageCacheDir == "" && c.PackageCDN != "" {
+	if c.PackageCacheDir == "" && (c.PackageCDN != "" || !c.PipOff) {
 		c.PackageCacheDir = filepath.Join(os.TempDir(), "sandchat-packages")
 	}
 	return c

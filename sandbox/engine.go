@@ -38,7 +38,7 @@ type Engine struct {
 	jail     *jail
 	cacheDir string
 	rt       runtimeInfo
-	fetch    *packageFetcher // nil unless packages come from a CDN
+	fetch    *packageFetcher // nil unless packages come from a CDN or micropip is on
 
 	pool *pool
 
@@ -124,10 +124,15 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
-	if cfg.PackageCDN != "" && cfg.PackageCacheDir != "" {
+	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
 		if e.fetch, err = newPackageFetcher(cfg); err != nil {
-			e.unavailable("the package source cannot be set up: " + err.Error())
-			return nil
+			if cfg.PackageCDN != "" {
+				e.unavailable("the package source cannot be set up: " + err.Error())
+				return nil
+			}
+			// Only micropip needed the cache: Python runs without it rather than not at all.
+			e.log.Warn("micropip is unavailable: the package cache cannot be set up", "dir", cfg.PackageCacheDir, "err", err)
+			e.fetch, cfg.PackageCacheDir, e.cfg.PackageCacheDir = nil, "", ""
 		}
 	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
@@ -228,6 +233,10 @@ func pyodideVersion(dir string) string {
 func buildID(cfg Config, deno, py string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "pyodide=%s deno=%s\n", py, deno)
+	if len(cfg.Preload) > 0 {
+		// Preloaded modules are part of the base heap.
+		fmt.Fprintf(h, "preload=%s\n", strings.Join(cfg.Preload, ","))
+	}
 	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
 		if b, err := os.ReadFile(f); err == nil {
 			h.Write(b)
@@ -254,7 +263,7 @@ func (e *Engine) runtimeConfig() runtimeConfig {
 	lock := filepath.Join(cfg.PackageDir, "pyodide-lock.json")
 	cdn := strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
 	switch {
-	case e.fetch != nil:
+	case e.fetch != nil && e.fetch.cdn != "":
 		// The engine fetches and verifies wheels; sessions only read its cache.
 		cached := filepath.Join(e.fetch.dir, "pyodide-lock.json")
 		c.LockFileURL, c.PackageBaseURL = &cached, ptr(e.fetch.dir+"/")
@@ -336,7 +345,14 @@ func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer p.close("boot done")
-	f, err := p.call(ctx, bootReq{Op: "boot"}, nil)
+	if e.fetch != nil && len(e.cfg.Preload) > 0 {
+		notes, release := e.fetch.ensure(ctx, preloadCode(e.cfg.Preload), nil)
+		defer release()
+		if len(notes) > 0 {
+			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
+		}
+	}
+	f, err := p.call(ctx, bootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.console.tail())
 	}

@@ -100,7 +100,7 @@ func TestExecute(t *testing.T) {
 		{
 			name: "unknown import says what is available", code: "import surely_not_a_module", status: StatusError,
 			check: func(t *testing.T, r Result) {
-				if r.Error.Type != "ModuleNotFoundError" || !strings.Contains(r.Error.Message, "pip install is not available") {
+				if r.Error.Type != "ModuleNotFoundError" || !strings.Contains(r.Error.Message, "await micropip.install(") {
 					t.Errorf("error %+v", r.Error)
 				}
 			},

@@ -5,15 +5,19 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,19 +25,35 @@ import (
 // a run, the engine resolves the code's imports with the lock file, fetches the wheels
 // that are missing from the cache directory (from the package mirror if it has them,
 // else from the CDN), checks each against the lock's sha256, and writes it atomically.
-// Sessions read the cache directory read-only; it is shared by every session and
-// survives restarts.
+// micropip.install goes through it too (pip.go). Sessions read the cache directory
+// read-only; it is shared by every session, survives restarts and is bounded in size.
 type packageFetcher struct {
-	cdn    string // with a trailing slash
+	cdn    string // with a trailing slash; empty: lock-file wheels are not fetched
 	mirror string // PackageDir: its wheels win over the CDN
 	dir    string // the cache directory: pyodide-lock.json + verified wheels
 	client *http.Client
+	cfg    Config
 
 	pkgs    map[string]lockPackage // normalized name -> package
 	imports map[string]string      // top-level import name -> package
+	python  string                 // the interpreter's version, for dependency markers
 
-	mu       sync.Mutex // one fetch at a time: a wheel is fetched once, not by every waiting run
-	requests int        // HTTP requests made, for tests and the doctor
+	mu       sync.Mutex // one lock-file fetch at a time: a wheel is fetched once, not by every waiting run
+	requests atomic.Int64
+
+	cacheMu sync.Mutex
+	entries map[string]*cacheEntry // path relative to dir -> entry
+	total   int64
+	max     int64
+
+	indexMu sync.Mutex
+	index   map[string]indexEntry // pip index answers, kept a few minutes
+}
+
+type cacheEntry struct {
+	size int64
+	used time.Time
+	pins int // loads in flight that need the file: it is not evicted
 }
 
 type lockPackage struct {
@@ -48,36 +68,181 @@ type lockPackage struct {
 const maxWheelBytes = 512 << 20
 
 func newPackageFetcher(cfg Config) (*packageFetcher, error) {
+	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes,
+		pkgs: map[string]lockPackage{}, imports: map[string]string{}, entries: map[string]*cacheEntry{}, index: map[string]indexEntry{}}
+	if cfg.PackageCDN != "" {
+		f.cdn = strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
+	}
+	f.client = &http.Client{Timeout: 5 * time.Minute, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("too many redirects")
+		}
+		if !f.hostAllowed(r.URL) {
+			return fmt.Errorf("redirect to %s refused: not an allowed package host", r.URL.Host)
+		}
+		return nil
+	}}
 	raw, err := os.ReadFile(filepath.Join(cfg.PackageDir, "pyodide-lock.json"))
-	if err != nil {
+	if err != nil && f.cdn != "" {
 		return nil, fmt.Errorf("package lock file: %w", err)
 	}
 	var lock struct {
+		Info struct {
+			Python string `json:"python"`
+		} `json:"info"`
 		Packages map[string]lockPackage `json:"packages"`
 	}
-	if err := json.Unmarshal(raw, &lock); err != nil {
-		return nil, fmt.Errorf("package lock file: %w", err)
+	if err == nil {
+		if err := json.Unmarshal(raw, &lock); err != nil {
+			return nil, fmt.Errorf("package lock file: %w", err)
+		}
 	}
+	f.python = lock.Info.Python
 	if err := os.MkdirAll(cfg.PackageCacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("package cache: %w", err)
 	}
 	// Session processes may run as another user: the cache must be readable to them.
 	_ = os.Chmod(cfg.PackageCacheDir, 0o755)
-	if err := writeAtomic(cfg.PackageCacheDir, "pyodide-lock.json", raw); err != nil {
-		return nil, fmt.Errorf("package cache: %w", err)
+	if raw != nil {
+		if err := writeAtomic(cfg.PackageCacheDir, "pyodide-lock.json", raw); err != nil {
+			return nil, fmt.Errorf("package cache: %w", err)
+		}
 	}
-	f := &packageFetcher{cdn: strings.TrimSuffix(cfg.PackageCDN, "/") + "/", mirror: cfg.PackageDir, dir: cfg.PackageCacheDir,
-		client: &http.Client{Timeout: 5 * time.Minute}, pkgs: map[string]lockPackage{}, imports: map[string]string{}}
 	for key, p := range lock.Packages {
 		if p.FileName == "" || filepath.Base(p.FileName) != p.FileName {
 			continue // absolute URLs and paths are not served from here
 		}
 		f.pkgs[normalize(key)] = p
 		for _, imp := range p.Imports {
+			if imp == "micropip" {
+				continue // sessions get sandchat's own micropip, which installs through the engine
+			}
 			f.imports[imp] = normalize(key)
 		}
 	}
+	f.scanCache()
 	return f, nil
+}
+
+// scanCache learns what a previous run of the server left in the cache, oldest use
+// first by modification time (a use touches the file).
+func (f *packageFetcher) scanCache() {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	_ = filepath.WalkDir(f.dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(f.dir, p)
+		if !cacheable(rel) {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			f.entries[rel] = &cacheEntry{size: info.Size(), used: info.ModTime()}
+			f.total += info.Size()
+		}
+		return nil
+	})
+	f.evictLocked()
+}
+
+func cacheable(rel string) bool {
+	base := filepath.Base(rel)
+	return base != "pyodide-lock.json" && !strings.HasPrefix(base, ".")
+}
+
+// use marks a cached file as needed by a load about to happen: it is not evicted until
+// release is called. It reports false when the file is not in the cache.
+func (f *packageFetcher) use(rel string) bool {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	e := f.entries[rel]
+	if e == nil {
+		if !fileExists(filepath.Join(f.dir, rel)) {
+			return false
+		}
+		// Written by another server sharing the directory.
+		info, err := os.Stat(filepath.Join(f.dir, rel))
+		if err != nil {
+			return false
+		}
+		e = &cacheEntry{size: info.Size()}
+		f.entries[rel] = e
+		f.total += e.size
+	}
+	e.pins++
+	e.used = time.Now()
+	_ = os.Chtimes(filepath.Join(f.dir, rel), time.Time{}, e.used)
+	return true
+}
+
+// release unpins files taken with use or admit.
+func (f *packageFetcher) release(rels []string) {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	for _, rel := range rels {
+		if e := f.entries[rel]; e != nil && e.pins > 0 {
+			e.pins--
+		}
+	}
+	f.evictLocked()
+}
+
+// admit writes a verified file into the cache, pinned for the load that asked for it.
+func (f *packageFetcher) admit(rel string, data []byte) error {
+	dir := filepath.Join(f.dir, filepath.Dir(rel))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_ = os.Chmod(dir, 0o755)
+	if err := writeAtomic(dir, filepath.Base(rel), data); err != nil {
+		return err
+	}
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	if old := f.entries[rel]; old != nil {
+		f.total -= old.size
+	}
+	f.entries[rel] = &cacheEntry{size: int64(len(data)), used: time.Now(), pins: 1}
+	f.total += int64(len(data))
+	f.evictLocked()
+	return nil
+}
+
+// evictLocked deletes the least recently used unpinned files while the cache is over
+// its bound. Files a load in flight needs stay, even over the bound.
+func (f *packageFetcher) evictLocked() {
+	if f.total <= f.max {
+		return
+	}
+	var free []string
+	for rel, e := range f.entries {
+		if e.pins == 0 {
+			free = append(free, rel)
+		}
+	}
+	sort.Slice(free, func(i, j int) bool { return f.entries[free[i]].used.Before(f.entries[free[j]].used) })
+	for _, rel := range free {
+		if f.total <= f.max {
+			return
+		}
+		p := filepath.Join(f.dir, rel)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if d := filepath.Dir(rel); d != "." {
+			_ = os.Remove(filepath.Join(f.dir, d)) // a pip wheel's own directory, once empty
+		}
+		f.total -= f.entries[rel].size
+		delete(f.entries, rel)
+	}
+}
+
+// cacheBytes is what the cache holds, by the fetcher's account (tests, doctor).
+func (f *packageFetcher) cacheBytes() int64 {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	return f.total
 }
 
 func normalize(name string) string {
@@ -124,27 +289,33 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 	return out
 }
 
-// ensure puts the packages code needs into the cache; it returns one note per package
-// that could not be served, for the run's stderr.
-func (f *packageFetcher) ensure(ctx context.Context, code string, names []string) []string {
-	var notes []string
+// ensure puts the packages code needs into the cache, pinned until release is called;
+// it returns one note per package that could not be served, for the run's stderr.
+func (f *packageFetcher) ensure(ctx context.Context, code string, names []string) (notes []string, release func()) {
+	if f.cdn == "" {
+		return nil, func() {}
+	}
+	var pinned []string
 	for _, n := range f.needed(code, names) {
 		if err := f.fetch(ctx, f.pkgs[n]); err != nil {
 			notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))
+			continue
 		}
+		pinned = append(pinned, f.pkgs[n].FileName)
 	}
-	return notes
+	return notes, func() { f.release(pinned) }
 }
 
+// fetch brings a lock-file wheel into the cache and pins it.
 func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fileExists(filepath.Join(f.dir, p.FileName)) {
+	if f.use(p.FileName) {
 		return nil // only verified wheels are ever written there
 	}
 	data, err := os.ReadFile(filepath.Join(f.mirror, p.FileName))
 	if err != nil {
-		if data, err = f.download(ctx, p.FileName); err != nil {
+		if data, err = f.download(ctx, f.cdn+p.FileName, maxWheelBytes); err != nil {
 			return err
 		}
 	}
@@ -152,32 +323,46 @@ func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, p.SHA256) {
 		return fmt.Errorf("%s refused: its sha256 %s does not match the lock file's %s", p.FileName, got, p.SHA256)
 	}
-	return writeAtomic(f.dir, p.FileName, data)
+	return f.admit(p.FileName, data)
 }
 
-func (f *packageFetcher) download(ctx context.Context, file string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.cdn+file, nil)
+// download GETs a URL of the package sources, at most limit bytes.
+func (f *packageFetcher) download(ctx context.Context, rawURL string, limit int64) ([]byte, error) {
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	f.requests++
+	src := u.Scheme + "://" + u.Host
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	f.requests.Add(1)
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("the package source %s is unreachable (%v)", f.cdn, shortNetErr(err))
+		return nil, fmt.Errorf("the package source %s is unreachable (%v)", src, shortNetErr(err))
 	}
 	defer resp.Body.Close()
+	file := path.Base(u.Path)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s for %s", f.cdn, resp.Status, file)
+		return nil, &httpStatusError{fmt.Sprintf("%s answered %s for %s", src, resp.Status, file), resp.StatusCode}
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxWheelBytes+1))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("download of %s: %v", file, err)
 	}
-	if len(data) > maxWheelBytes {
-		return nil, fmt.Errorf("%s is over %d MiB", file, maxWheelBytes>>20)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is over the %d MiB limit", file, limit>>20)
 	}
 	return data, nil
 }
+
+type httpStatusError struct {
+	msg    string
+	status int
+}
+
+func (e *httpStatusError) Error() string { return e.msg }
 
 func shortNetErr(err error) string {
 	s := err.Error()
@@ -209,8 +394,4 @@ func writeAtomic(dir, name string, data []byte) error {
 }
 
 // fetchedRequests is how many HTTP requests the fetcher has made (tests).
-func (f *packageFetcher) fetchedRequests() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests
-}
+func (f *packageFetcher) fetchedRequests() int { return int(f.requests.Load()) }

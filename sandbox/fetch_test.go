@@ -1,13 +1,9 @@
 package sandbox
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,48 +30,23 @@ func (c *cdnFixture) requests() int {
 	return n
 }
 
-func newCDN(t *testing.T, pyodideDir string) *cdnFixture {
+func newCDN(t testing.TB, pyodideDir string) *cdnFixture {
 	t.Helper()
-	wheels := map[string][]byte{
-		"sandchat_cdn-1.0-py3-none-any.whl": buildWheel(t, "sandchat_cdn", "1.0", map[string]string{
-			"sandchat_cdn/__init__.py": "from sandchat_dep import twice\ndef hello():\n    return twice('hi from the cdn')\n"}),
-		"sandchat_dep-1.0-py3-none-any.whl": buildWheel(t, "sandchat_dep", "1.0", map[string]string{
-			"sandchat_dep/__init__.py": "def twice(s):\n    return s + ', ' + s\n"}),
-		"sandchat_bad-1.0-py3-none-any.whl": buildWheel(t, "sandchat_bad", "1.0", map[string]string{
-			"sandchat_bad/__init__.py": "X = 1\n"}),
+	specs := []testWheel{
+		{name: "sandchat_cdn", version: "1.0", depends: []string{"sandchat-dep"}, files: map[string]string{
+			"sandchat_cdn/__init__.py": "from sandchat_dep import twice\ndef hello():\n    return twice('hi from the cdn')\n"}},
+		{name: "sandchat_dep", version: "1.0", files: map[string]string{
+			"sandchat_dep/__init__.py": "def twice(s):\n    return s + ', ' + s\n"}},
+		{name: "sandchat_bad", version: "1.0", files: map[string]string{
+			"sandchat_bad/__init__.py": "X = 1\n"}},
 	}
-	raw, err := os.ReadFile(filepath.Join(pyodideDir, "pyodide-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lock map[string]any
-	if err := json.Unmarshal(raw, &lock); err != nil {
-		t.Fatal(err)
-	}
-	entry := func(name, file string, sum string, deps []string) {
-		lock["packages"].(map[string]any)[name] = map[string]any{
-			"name": name, "version": "1.0", "file_name": file, "install_dir": "site", "sha256": sum,
-			"package_type": "package", "imports": []string{strings.ReplaceAll(name, "-", "_")}, "depends": deps, "unvendored_tests": false,
-		}
-	}
-	for file, w := range wheels {
-		sum := sha256.Sum256(w)
-		name := strings.ReplaceAll(strings.SplitN(file, "-", 2)[0], "_", "-")
-		hash := hex.EncodeToString(sum[:])
-		deps := []string{}
-		if name == "sandchat-bad" {
-			hash = strings.Repeat("0", 64) // the CDN serves something else than the lock names
-		}
-		if name == "sandchat-cdn" {
-			deps = []string{"sandchat-dep"}
-		}
-		entry(name, file, hash, deps)
+	wheels := map[string][]byte{}
+	for _, w := range specs {
+		wheels[w.fileName()] = w.build(t)
 	}
 	dir := readableTempDir(t)
-	out, _ := json.Marshal(lock)
-	if err := os.WriteFile(filepath.Join(dir, "pyodide-lock.json"), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// The CDN serves something else than the lock names for sandchat-bad.
+	writeLock(t, pyodideDir, dir, wheels, specs, map[string]string{"sandchat-bad": strings.Repeat("0", 64)})
 	c := &cdnFixture{lockDir: dir, hits: map[string]int{}}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/pyodide/")
@@ -90,18 +61,6 @@ func newCDN(t *testing.T, pyodideDir string) *cdnFixture {
 	}))
 	t.Cleanup(c.srv.Close)
 	return c
-}
-
-func readableTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	// Session processes run as an unprivileged user: the directory must be readable to it.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 // TestPackageFetch: wheels come from a CDN through the engine, never the session:

@@ -1,87 +1,26 @@
 package sandbox
 
 import (
-	"archive/zip"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 )
 
-// buildWheel zips a pure-Python wheel, as `pip wheel` would for a one-module package.
-func buildWheel(t *testing.T, name, version string, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	dist := name + "-" + version + ".dist-info/"
-	all := map[string]string{
-		dist + "METADATA": "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n",
-		dist + "WHEEL":    "Wheel-Version: 1.0\nGenerator: sandchat-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	}
-	for k, v := range files {
-		all[k] = v
-	}
-	record := ""
-	for k, v := range all {
-		sum := sha256.Sum256([]byte(v))
-		record += k + ",sha256=" + hex.EncodeToString(sum[:]) + "," + itoa(len(v)) + "\n"
-	}
-	all[dist+"RECORD"] = record + dist + "RECORD,,\n"
-	for k, v := range all {
-		w, err := zw.Create(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(v))
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
-
 // packageMirror makes a package directory like a mirror of the Pyodide distribution:
 // Pyodide's lock file plus one extra pure-Python wheel registered in it.
-func packageMirror(t *testing.T, pyodideDir string) string {
+func packageMirror(t testing.TB, pyodideDir string) string {
 	t.Helper()
-	dir := t.TempDir()
-	// Session processes run as an unprivileged user: the mirror must be readable to it.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wheel := buildWheel(t, "sandchat_demo", "1.0", map[string]string{
+	dir := readableTempDir(t)
+	demo := testWheel{name: "sandchat_demo", version: "1.0", files: map[string]string{
 		"sandchat_demo/__init__.py": "def greet(who):\n    return 'hello ' + who + ' from a wheel'\n",
-	})
-	file := "sandchat_demo-1.0-py3-none-any.whl"
-	if err := os.WriteFile(filepath.Join(dir, file), wheel, 0o644); err != nil {
+	}}
+	wheels := map[string][]byte{demo.fileName(): demo.build(t)}
+	if err := os.WriteFile(filepath.Join(dir, demo.fileName()), wheels[demo.fileName()], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(pyodideDir, "pyodide-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lock map[string]any
-	if err := json.Unmarshal(raw, &lock); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(wheel)
-	lock["packages"].(map[string]any)["sandchat-demo"] = map[string]any{
-		"name": "sandchat-demo", "version": "1.0", "file_name": file, "install_dir": "site",
-		"sha256": hex.EncodeToString(sum[:]), "package_type": "package", "imports": []string{"sandchat_demo"},
-		"depends": []string{}, "unvendored_tests": false,
-	}
-	out, _ := json.Marshal(lock)
-	if err := os.WriteFile(filepath.Join(dir, "pyodide-lock.json"), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeLock(t, pyodideDir, dir, wheels, []testWheel{demo}, nil)
 	return dir
 }
 

@@ -45,6 +45,7 @@ type proc struct {
 	reply  chan frame
 	onOut  func(stream, chunk string)
 	onDisp func(kind, item string) error
+	onPip  func(seq int64, req json.RawMessage) pipDone
 	frozen bool
 	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
 
@@ -196,8 +197,20 @@ func (p *proc) read(r *os.File) {
 			return
 		}
 		p.mu.Lock()
-		want, fn, disp := p.wantID, p.onOut, p.onDisp
+		want, fn, disp, pip := p.wantID, p.onOut, p.onDisp, p.onPip
 		p.mu.Unlock()
+		if h.ID == 0 && h.Op == "pip" {
+			// Answered off the reader: fetching takes a while, and output, displays and
+			// the run's reply keep coming meanwhile.
+			go func() {
+				r := pipDone{Op: "pipDone", Seq: h.Seq, Wheels: []pipInstallMsg{}, Lock: []string{}, Error: "micropip.install is only available while code runs"}
+				if pip != nil {
+					r = pip(h.Seq, h.Req)
+				}
+				_ = p.send(0, r, nil)
+			}()
+			continue
+		}
 		if h.ID == 0 && h.Op == "display" {
 			if disp != nil {
 				if err := disp(h.Kind, h.Item); err != nil {
@@ -312,6 +325,13 @@ func (p *proc) interrupt() {
 func (p *proc) setDisplay(fn func(kind, item string) error) {
 	p.mu.Lock()
 	p.onDisp = fn
+	p.mu.Unlock()
+}
+
+// setPip routes a run's install requests; nil refuses them.
+func (p *proc) setPip(fn func(seq int64, req json.RawMessage) pipDone) {
+	p.mu.Lock()
+	p.onPip = fn
 	p.mu.Unlock()
 }
 

@@ -122,7 +122,8 @@ type primeReq struct {
 }
 
 type bootReq struct {
-	Op string `json:"op"` // boot
+	Op      string   `json:"op"`      // boot
+	Preload []string `json:"preload"` // imported before the base snapshot is taken
 }
 
 type loadReq struct {
@@ -143,11 +144,12 @@ type dataFile struct {
 }
 
 type attachReq struct {
-	Op       string     `json:"op"` // attach
-	Reseed   bool       `json:"reseed"`
-	Files    []fileBlob `json:"files"`
-	Packages []string   `json:"packages"`
-	Cells    []string   `json:"cells"`
+	Op       string          `json:"op"` // attach
+	Reseed   bool            `json:"reseed"`
+	Files    []fileBlob      `json:"files"`
+	Packages []string        `json:"packages"`
+	Pip      []pipInstallMsg `json:"pip"` // wheels micropip installed, from the cache
+	Cells    []string        `json:"cells"`
 }
 
 type runReq struct {
@@ -157,6 +159,7 @@ type runReq struct {
 	Persist  bool       `json:"persist"`
 	Replay   bool       `json:"replay"`
 	Data     []dataFile `json:"data"`
+	Preload  []string   `json:"preload"` // imported before the code
 }
 
 type interruptReq struct {
@@ -176,6 +179,10 @@ type replyHead struct {
 	Chunk  string `json:"chunk"`
 	Kind   string `json:"kind"` // display frames: display | result
 	Item   string `json:"item"` // display frames: the MIME bundle's JSON, checked by parseDisplay
+	// pip frames (ID 0): micropip.install asks the engine, which answers with a pipDone
+	// request carrying Seq.
+	Seq int64           `json:"seq"`
+	Req json.RawMessage `json:"req"`
 }
 
 type primeReply struct {

@@ -34,6 +34,14 @@ func (e *Engine) check(key string, req *Request) error {
 	if req.Timeout < 0 || req.Timeout > e.cfg.MaxTimeout {
 		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", e.cfg.MaxTimeout)
 	}
+	if len(req.Preload) > maxPreload {
+		return sandchat.Errorf(sandchat.EINVALID, "Preload lists %d modules; the limit is %d.", len(req.Preload), maxPreload)
+	}
+	for _, m := range req.Preload {
+		if !moduleName.MatchString(m) {
+			return sandchat.Errorf(sandchat.EINVALID, "Preload entry %q is not a module name.", m)
+		}
+	}
 	var total int64
 	names := make(map[string]bool, len(req.Data))
 	for _, f := range req.Data {
@@ -250,7 +258,19 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	defer cancel()
 	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
-		a.notes = append(a.notes, e.fetch.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+		notes, release := e.fetch.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)
+		defer release()
+		a.notes = append(a.notes, notes...)
+	}
+	at.Pip = []pipInstallMsg{}
+	if st != nil && len(st.Pip) > 0 {
+		if e.fetch == nil {
+			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
+		} else {
+			wheels, notes, release := e.restorePip(actx, st.Pip)
+			defer release()
+			at.Pip, a.notes = wheels, append(a.notes, notes...)
+		}
 	}
 	f, err := p.call(actx, at, &o)
 	if err != nil {
@@ -264,7 +284,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	lv := newLive(p, base, mode)
 	if st != nil {
-		lv.version, lv.packages = st.Version, st.Packages
+		lv.version, lv.packages, lv.pip = st.Version, st.Packages, st.Pip
 	}
 	a.lv = lv
 	e.adopt(key, lv)
@@ -367,11 +387,17 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	if e.fetch != nil {
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
-		notes = append(notes, e.fetch.ensure(fctx, req.Code, nil)...)
+		more, release := e.fetch.ensure(fctx, preloadCode(req.Preload)+req.Code, nil)
 		cancel()
+		defer release()
+		notes = append(notes, more...)
 	}
+	pip := e.newPipServer(ctx, lv)
+	p.setPip(pip.handle)
+	defer pip.done()
+	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
-		Persist: true, Replay: lv.mode == modeReplay, Data: data}
+		Persist: true, Replay: lv.mode == modeReplay, Data: data, Preload: nonNil(req.Preload)}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
@@ -543,9 +569,12 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	}
 	fresh := lv.version == 0
 	cells := append(append([]string{}, a.replayed...), req.Code)
+	e.mu.Lock()
+	pip := append([]pipWheel(nil), lv.pip...)
+	e.mu.Unlock()
 	save := saveReq{
 		Token: token, From: lv.version, Fresh: fresh, Base: lv.base, Build: e.rt.build, Mode: mode,
-		Header: header, Delta: delta, Packages: r.Packages, Changed: lv.unsaved, Deleted: deleted,
+		Header: header, Delta: delta, Packages: r.Packages, Pip: pip, Changed: lv.unsaved, Deleted: deleted,
 		Cells: cells, Cap: e.cfg.MaxStateBytes,
 	}
 	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)

@@ -11,6 +11,7 @@ type live struct {
 	base     string
 	mode     string
 	packages []string
+	pip      []pipWheel // what micropip installed, guarded by Engine.mu
 	used     time.Time
 	busy     bool
 	// Files changed by runs that were not saved (a Python error): the next save carries them.

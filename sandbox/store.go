@@ -47,6 +47,7 @@ type state struct {
 	Header   []byte // the snapshot's own header (its length varies between snapshots)
 	Delta    []byte // zstd of the heap pages that differ from the base, XOR-ed
 	Packages []string
+	Pip      []pipWheel // installed with micropip: installed again on restore
 	Cells    []string
 	Files    map[string][]byte
 	Updated  time.Time
@@ -92,6 +93,7 @@ func (s *store) load(ctx context.Context, session string, withCells bool) (*stat
 		st.Updated = time.UnixMilli(ms)
 	}
 	_ = json.Unmarshal([]byte(h["packages"]), &st.Packages)
+	_ = json.Unmarshal([]byte(h["pip"]), &st.Pip)
 	if d := h["delta"]; d != "" {
 		raw, err := s.zdec.DecodeAll([]byte(d), nil)
 		if err != nil {
@@ -168,6 +170,7 @@ type saveReq struct {
 	Header   []byte
 	Delta    []byte // raw; compressed here
 	Packages []string
+	Pip      []pipWheel
 	Changed  map[string][]byte
 	Deleted  []string
 	Cells    []string // appended to the replay log
@@ -191,8 +194,9 @@ func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int
 		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
 	}
 	pk, _ := json.Marshal(r.Packages)
+	pip, _ := json.Marshal(nonNilSlice(r.Pip))
 	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "header", r.Header,
-		"delta", delta, "packages", string(pk), "updated", time.Now().UnixMilli()}
+		"delta", delta, "packages", string(pk), "pip", string(pip), "updated", time.Now().UnixMilli()}
 	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, len(delta) + len(r.Header), len(fields) / 2}
 	args = append(args, fields...)
 	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh], len(r.Changed))

@@ -23,6 +23,10 @@ type Request struct {
 	// order. The engine calls it when Redis holds no state for a session that did not
 	// expire (Redis lost it) and rebuilds the interpreter by running them again.
 	History func(ctx context.Context) ([]string, error)
+	// Preload names modules the session imports before the code (e.g. an agent's usual
+	// packages); they are resolved and fetched like the code's own imports. A module
+	// that does not import is reported in stderr and the code runs anyway.
+	Preload []string
 }
 
 // File is a named blob handed to Python.

@@ -353,8 +353,7 @@ func (c *client) eval(conv int64, code string) string {
 // say what is wrong in numbers.
 func TestFiles(t *testing.T) {
 	e := newEnv(t)
-	m := e.node(e.withSandbox)
-	m.waitSandbox(t)
+	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
 	stranger, _ := m.user(t, "stranger", false)

@@ -14,7 +14,9 @@ import (
 type SandboxConfig struct {
 	Enabled          bool
 	PerAgentSessions bool
-	Engine           sandbox.Config
+	// Pip is on or off: whether micropip.install may fetch wheels through the server.
+	Pip    string
+	Engine sandbox.Config
 }
 
 // defaultEngine is the engine configuration before any setting applies; fields no
@@ -48,6 +50,16 @@ var sandboxSettings = func() []setting {
 			into: text(func(c *Config) *string { return &engine(c).PackageCacheDir })},
 		{env: "SANDBOX_NETWORK_ALLOW", help: "hosts (host or host:port) Python may reach; empty: no network",
 			into: commaList(func(c *Config) *[]string { return &engine(c).NetworkAllow })},
+		{env: "SANDBOX_PIP", def: "on", help: "on: micropip.install fetches pure-Python wheels through the server; off: no installs",
+			into: text(func(c *Config) *string { return &c.Sandbox.Pip }), check: func(c *Config) error { return oneOf(c.Sandbox.Pip, "on", "off") }},
+		{env: "SANDBOX_PIP_INDEX", def: def.PipIndex, help: "base URL of a PyPI-style JSON API (<base><name>/json) micropip installs from",
+			into: text(func(c *Config) *string { return &engine(c).PipIndex })},
+		{env: "SANDBOX_PIP_ALLOW", def: strings.Join(def.PipAllow, ","), help: "project names micropip may install, or * for any",
+			into: commaList(func(c *Config) *[]string { return &engine(c).PipAllow })},
+		{env: "SANDBOX_PIP_HOSTS", def: strings.Join(def.PipHosts, ","), help: "hosts wheels may be downloaded from besides the index's",
+			into: commaList(func(c *Config) *[]string { return &engine(c).PipHosts })},
+		{env: "SANDBOX_PRELOAD", help: "modules every new interpreter imports before the base snapshot",
+			into: commaList(func(c *Config) *[]string { return &engine(c).Preload })},
 		{env: "SANDBOX_ISOLATION", def: def.Isolation, help: "strict: each session process under bubblewrap in its own cgroup; process: Deno permissions only, where namespaces or cgroups are unavailable",
 			into: text(func(c *Config) *string { return &engine(c).Isolation })},
 		{env: "SANDBOX_USER", def: def.SandboxUser, help: "unprivileged user session processes run as when the server runs as root",
@@ -67,6 +79,8 @@ var sandboxSettings = func() []setting {
 			into: wholeNumber(func(c *Config) *int { return &engine(c).MaxDisplays })},
 		{env: "SANDBOX_QUEUE_DEPTH", def: itoa(def.QueueDepth), help: "runs that may wait for one session before 429",
 			into: wholeNumber(func(c *Config) *int { return &engine(c).QueueDepth })},
+		{env: "SANDBOX_PIP_MAX_PACKAGES", def: itoa(def.PipMaxPackages), help: "wheels one micropip.install may fetch, dependencies included",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).PipMaxPackages })},
 
 		{env: "SANDBOX_MEMORY", def: sz(def.MemoryBytes), help: "WebAssembly memory per session (past it Python gets MemoryError)",
 			into: size(func(c *Config) *int64 { return &engine(c).MemoryBytes })},
@@ -84,6 +98,10 @@ var sandboxSettings = func() []setting {
 			into: size(func(c *Config) *int64 { return &engine(c).MaxDataBytes })},
 		{env: "SANDBOX_MAX_DISPLAY_BYTES", def: sz(def.MaxDisplayBytes), help: "display items per run (images count as base64)",
 			into: size(func(c *Config) *int64 { return &engine(c).MaxDisplayBytes })},
+		{env: "SANDBOX_PACKAGE_CACHE_MAX", def: sz(def.PackageCacheMaxBytes), help: "package cache size; least recently used wheels go past it",
+			into: size(func(c *Config) *int64 { return &engine(c).PackageCacheMaxBytes })},
+		{env: "SANDBOX_PIP_MAX_BYTES", def: sz(def.PipMaxBytes), help: "bytes one micropip.install may download",
+			into: size(func(c *Config) *int64 { return &engine(c).PipMaxBytes })},
 
 		{env: "SANDBOX_TIMEOUT", def: dur(def.Timeout), help: "default time limit of a run",
 			into: duration(func(c *Config) *time.Duration { return &engine(c).Timeout })},
@@ -103,6 +121,7 @@ var sandboxSettings = func() []setting {
 // finish checks the engine settings together, once every one is parsed.
 func (c *SandboxConfig) finish(redisPrefix string) error {
 	c.Engine.RedisPrefix = redisPrefix
+	c.Engine.PipOff = c.Pip == "off"
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}

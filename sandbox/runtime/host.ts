@@ -23,6 +23,7 @@ let base: Uint8Array | undefined;
 const interrupt = new SharedArrayBuffer(2);
 let outBytes = 0;
 let displayBytes = 0, displayCount = 0, displayDropped = 0;
+let pipInFlight = false;
 
 type Pending = { expect: string; resolve: (v: any) => void; reject: (e: Error) => void };
 let pending: Pending | null = null;
@@ -88,6 +89,25 @@ function startWorker(cfg: RuntimeConfig) {
 function onWorker(m: any) {
   if (typeof m !== "object" || m === null) return;
   const p = pending;
+  if (m.op === "pip") {
+    // micropip.install: the engine resolves, fetches and verifies; the session only
+    // ever gets paths into the read-only package cache. One request at a time.
+    if (!Number.isInteger(m.seq) || typeof m.req !== "string") return;
+    let req: any = null;
+    try {
+      if (m.req.length <= 65536) req = JSON.parse(m.req);
+    } catch { /* answered below */ }
+    const refuse = (error: string) => worker?.postMessage({ op: "pipDone", seq: m.seq, error });
+    if (p?.expect !== "done") return refuse("micropip.install is only available while code runs");
+    if (pipInFlight) return refuse("another micropip.install is in progress in this session");
+    if (!req || typeof req !== "object" || !Array.isArray(req.requirements)) return refuse("unreadable install request");
+    pipInFlight = true;
+    output.send({
+      id: 0, op: "pip", seq: m.seq,
+      req: { requirements: req.requirements.map(String).slice(0, 100), deps: req.deps !== false, keepGoing: !!req.keepGoing },
+    });
+    return;
+  }
   if (!p) return;
   if (m.op === "out") {
     if (p.expect !== "done" || typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
@@ -170,7 +190,11 @@ async function handle(m: any) {
         return;
       }
       case "boot": {
-        const r = await call({ op: "boot", pyodideURL: config!.pyodideURL, pyodideDir: config!.pyodideDir }, "booted");
+        const r = await call({
+          op: "boot", pyodideURL: config!.pyodideURL, pyodideDir: config!.pyodideDir,
+          lockFileURL: config!.lockFileURL, packageBaseURL: config!.packageBaseURL,
+          preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
+        }, "booted");
         if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
         await reply(id, { ok: true, version: String(r.version), snapshot: r.snapshot });
         return;
@@ -187,19 +211,21 @@ async function handle(m: any) {
         return;
       }
       case "attach": {
-        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], cells: m.cells ?? [] }, "attached");
+        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells: m.cells ?? [] }, "attached");
         await reply(id, { ok: true, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
         return;
       }
       case "run": {
         outBytes = 0;
         displayBytes = displayCount = displayDropped = 0;
+        pipInFlight = false;
         new Uint8Array(interrupt)[1] = 0;
         const cfg = config!;
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
           maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
+          preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
         }, "done");
         const bad = checkRun(r);
         if (bad) die(`worker reply refused: ${bad}`);
@@ -215,6 +241,15 @@ async function handle(m: any) {
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
           displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
+        });
+        return;
+      }
+      case "pipDone": {
+        // The engine's answer to the install in flight (id 0: no reply).
+        pipInFlight = false;
+        worker?.postMessage({
+          op: "pipDone", seq: m.seq, error: typeof m.error === "string" ? m.error : null,
+          wheels: Array.isArray(m.wheels) ? m.wheels : [], lock: Array.isArray(m.lock) ? m.lock : [],
         });
         return;
       }

@@ -14,10 +14,12 @@ export type Blob = Uint8Array;
 /** Requests from the engine. One is in flight at a time, except interrupt. */
 export type Request =
   | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob; warmup?: boolean }
-  | { id: number; op: "boot" }
+  | { id: number; op: "boot"; preload: string[] }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
-  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; cells: string[] }
-  | { id: number; op: "run"; code: string; filename: string; persist: boolean; replay: boolean; data: DataFile[] }
+  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[] }
+  | { id: number; op: "run"; code: string; filename: string; persist: boolean; replay: boolean; data: DataFile[]; preload: string[] }
+  /** The engine's answer to a Pip request: wheels to install from the package cache. */
+  | { id: 0; op: "pipDone"; seq: number; wheels: PipWheel[]; lock: string[]; error?: string }
   | { id: 0; op: "interrupt" }
   | { id: number; op: "stats" };
 
@@ -37,6 +39,9 @@ export type RuntimeConfig = {
 };
 
 export type FileBlob = { path: string; data: Blob };
+export type PipWheel = { name: string; version: string; path: string };
+/** micropip.install during a run (id 0): the engine answers with a pipDone request. */
+export type Pip = { id: 0; op: "pip"; seq: number; req: { requirements: string[]; deps: boolean; keepGoing: boolean } };
 export type DataFile = { name: string; data: Blob };
 
 /** Replies carry the request's id; "out" and "display" frames stream a run's output (id 0). */
@@ -83,7 +88,7 @@ export class FrameWriter {
     // Plain writes: a pipe's WritableStream (file.writable) here does not flush.
     this.#f = file;
   }
-  send(msg: Reply | Out | Display | Record<string, unknown>): Promise<void> {
+  send(msg: Reply | Out | Display | Pip | Record<string, unknown>): Promise<void> {
     const blobs: Uint8Array[] = [];
     const json = enc.encode(JSON.stringify(pack(msg, blobs, { n: 0 })));
     const binLen = blobs.reduce((a, b) => a + b.length, 0);

@@ -60,7 +60,8 @@ def _install():
     def hint(e):
         if isinstance(e, ModuleNotFoundError) and e.name and "." not in e.name:
             return (" (the sandbox has the Python standard library and the packages of its"
-                    " Pyodide package mirror; pip install is not available)")
+                    " Pyodide package mirror; pure-Python packages can be installed with"
+                    " await micropip.install('name'))")
         return ""
 
     from pyodide.code import CodeRunner
@@ -310,6 +311,40 @@ def _install():
                                if str(getattr(m, "__file__", None) or "").endswith(".so")]
         return seen_modules[1]
 
+    # micropip: sandchat's own, shadowing Pyodide's. The session has no network: the
+    # engine resolves, fetches and verifies wheels and the Worker installs them.
+    import json as _pjson
+
+    mp = types.ModuleType("micropip")
+    mp.__doc__ = ("sandchat's micropip: install() asks the sandbox engine, which fetches "
+                  "pure-Python wheels from its package index; list() shows what is installed.")
+
+    async def install(requirements, keep_going=False, deps=True, credentials=None, pre=False,
+                      index_urls=None, *, verbose=False, **kwargs):
+        import js
+        if isinstance(requirements, str):
+            requirements = [requirements]
+        reqs = [str(r) for r in requirements]
+        ask = _pjson.dumps({"requirements": reqs, "deps": bool(deps), "keepGoing": bool(keep_going)})
+        answer = _pjson.loads(str(await js.sandchatPip(ask)))
+        if answer.get("error"):
+            raise ValueError(answer["error"])
+        importlib.invalidate_caches()
+
+    class Package:
+        def __init__(self, name, version, source):
+            self.name, self.version, self.source = name, version, source
+        def __repr__(self):
+            return f"{self.name}=={self.version} ({self.source})"
+
+    def list_():
+        import js
+        return {d["name"]: Package(d["name"], d["version"], d["source"])
+                for d in _pjson.loads(str(js.sandchatPipList()))}
+
+    mp.install, mp.list, mp.Package = install, list_, Package
+    sys.modules["micropip"] = mp
+
     builtins.display = display
     _m.display = display
     _m.run = run
@@ -323,6 +358,81 @@ del _install, _m
 
 let py: any;
 let interrupt: Uint8Array;
+
+// ---- micropip: requests to the engine, installs from its cache ----
+type PipWheel = { name: string; version: string; path: string };
+let pipInstalled: PipWheel[] = [];
+let pipSeq = 0;
+const pipWaiting = new Map<number, (r: any) => void>();
+const normName = (n: string) => n.toLowerCase().replace(/[-_.]+/g, "-");
+
+function installedNames(): Set<string> {
+  const s = new Set(pipInstalled.map((w) => normName(w.name)));
+  for (const n of Object.keys(py?.loadedPackages ?? {})) s.add(normName(n));
+  return s;
+}
+
+async function installWheels(lock: string[], wheels: PipWheel[]) {
+  if (lock?.length) {
+    const errors: string[] = [];
+    await py.loadPackage(lock, { messageCallback: () => {}, errorCallback: (e: string) => errors.push(String(e)) });
+    if (errors.length) throw new Error(errors.join("; ").slice(0, 500));
+  }
+  for (const w of wheels ?? []) {
+    const buf = await Deno.readFile(w.path);
+    const file = w.path.slice(w.path.lastIndexOf("/") + 1);
+    if (typeof py._api?.install === "function") {
+      // Pyodide's own installer: unpacks into site-packages and loads any shared library.
+      await py._api.install(buf, file, py._api.sitepackages, new Map([["INSTALLER", "micropip"]]));
+    } else {
+      py.unpackArchive(buf, "wheel", { extractDir: py._api.sitepackages });
+    }
+    pipInstalled.push({ name: w.name, version: w.version, path: w.path });
+  }
+}
+
+(globalThis as any).sandchatPip = async (ask: unknown): Promise<string> => {
+  let req: any;
+  try {
+    req = JSON.parse(String(ask));
+  } catch {
+    return JSON.stringify({ error: "unreadable install request" });
+  }
+  // Installed already (a replayed cell, or a notebook run twice): nothing to ask for.
+  const have = installedNames();
+  const wanted = (Array.isArray(req?.requirements) ? req.requirements : []).map((r: unknown) => /^\s*([A-Za-z0-9][A-Za-z0-9._-]*)/.exec(String(r))?.[1]);
+  if (wanted.length && wanted.every((n: string | undefined) => n && have.has(normName(n)))) return JSON.stringify({});
+  const seq = ++pipSeq;
+  const r: any = await new Promise((resolve) => {
+    pipWaiting.set(seq, resolve);
+    post({ op: "pip", seq, req: String(ask) });
+  });
+  if (r?.error) return JSON.stringify({ error: String(r.error) });
+  try {
+    await installWheels(r.lock ?? [], r.wheels ?? []);
+  } catch (e) {
+    return JSON.stringify({ error: `the install failed: ${String((e as Error)?.message ?? e).slice(0, 500)}` });
+  }
+  return JSON.stringify({ installed: (r.wheels ?? []).map((w: PipWheel) => w.name) });
+};
+
+(globalThis as any).sandchatPipList = (): string => {
+  const out: { name: string; version: string; source: string }[] = [];
+  const lockPkgs = py?._api?.lockfile_packages ?? {};
+  for (const n of Object.keys(py?.loadedPackages ?? {})) {
+    out.push({ name: n, version: String(lockPkgs[n]?.version ?? ""), source: "pyodide" });
+  }
+  for (const w of pipInstalled) out.push({ name: w.name, version: w.version, source: "pip" });
+  return JSON.stringify(out);
+};
+
+// forgetMicropip keeps Pyodide from loading its own micropip for `import micropip`:
+// sessions have sandchat's.
+function forgetMicropip() {
+  try {
+    py._api._import_name_to_package_name?.delete?.("micropip");
+  } catch { /* an older layout */ }
+}
 let base: Uint8Array; // the base snapshot, this process's private copy
 let files = new Map<string, string>(); // path -> "mtime:size" of the working dir after the last run
 
@@ -657,7 +767,10 @@ async function load(m: any, snapshot?: Uint8Array) {
   if (m.lockFileURL) opts.lockFileURL = m.lockFileURL;
   if (m.packageBaseURL) opts.packageBaseUrl = m.packageBaseURL;
   if (snapshot) opts._loadSnapshot = snapshot;
-  return await loadPyodide(opts);
+  const loaded = await loadPyodide(opts);
+  py = loaded;
+  forgetMicropip();
+  return loaded;
 }
 
 const discard = (b: Uint8Array) => b.length;
@@ -733,6 +846,15 @@ async function run(m: any) {
   let status = "success", result: string | null = null, error: any = null, compiled: string[] = [];
   const loadErrors: string[] = [];
   interrupt[0] = 0;
+  if (m.preload?.length) {
+    // Validated module names (the engine checks them), imported before the code.
+    const code = m.preload.map((n: string) => `import ${n}`).join("\n");
+    await py.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
+    for (const n of m.preload) {
+      const e = await quietRun(`import ${n}`, "<preload>");
+      if (e) se.write(new TextEncoder().encode(`[sandbox] preload of ${n} failed: ${e}\n`));
+    }
+  }
   try {
     if (/\bimport\b/.test(m.code)) try {
       await py.loadPackagesFromImports(m.code, { messageCallback: () => {}, errorCallback: (e: string) => loadErrors.push(String(e)) });
@@ -867,7 +989,32 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A fresh interpreter whose heap becomes the base every session is diffed against.
         py = await load(m);
         py.runPython(DRIVER, { filename: "<sandchat>" });
-        const snap = py.makeMemorySnapshot();
+        if (m.preload?.length) {
+          // Imported before the snapshot: every session starts with them, at no cost to
+          // its state.
+          const code = m.preload.map((n: string) => `import ${n}`).join("\n");
+          const errors: string[] = [];
+          await py.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: (e: string) => errors.push(String(e)) });
+          try {
+            py.runPython(code, { filename: "<preload>" });
+          } catch (e) {
+            throw new Error(`preload failed: ${String((e as Error)?.message ?? e).slice(-300)} ${errors.join("; ").slice(0, 300)}`);
+          }
+          const so = py.runPython("', '.join(__import__('_sandchat').compiled()[:5])");
+          if (so) throw new Error(`preloaded modules load compiled extension modules (${so}), which a base snapshot cannot hold`);
+        }
+        // Pyodide checks that the record of loaded packages is still empty when it takes
+        // a snapshot; a restored interpreter starts with an empty one anyway (it loads
+        // the preloaded packages' files again on their first import, from the cache).
+        const loaded = py.loadedPackages ?? {};
+        const record = { ...loaded };
+        for (const k of Object.keys(record)) delete loaded[k];
+        let snap: any;
+        try {
+          snap = py.makeMemorySnapshot();
+        } finally {
+          Object.assign(loaded, record);
+        }
         post({ op: "booted", version: py.version, snapshot: snap }, [snap.buffer]);
         return;
       }
@@ -917,6 +1064,12 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         rmTree(WORKDIR);
         for (const f of m.files ?? []) writeFile(WORKDIR + "/" + f.path, f.data);
         let failed: string | null = null;
+        pipInstalled = [];
+        try {
+          await installWheels([], m.pip ?? []);
+        } catch (e) {
+          failed = `packages installed with micropip: ${String((e as Error)?.message ?? e).slice(0, 300)}`;
+        }
         if (m.packages?.length) {
           try {
             await py.loadPackage(m.packages, { messageCallback: () => {}, errorCallback: () => {} });
@@ -942,6 +1095,12 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
       case "run":
         await run(m);
         return;
+      case "pipDone": {
+        const resolve = pipWaiting.get(m.seq);
+        pipWaiting.delete(m.seq);
+        resolve?.(m);
+        return;
+      }
     }
   } catch (e) {
     post({ op: "failed", error: String((e as Error)?.stack ?? e) });
