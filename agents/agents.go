@@ -4,11 +4,11 @@ package agents
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/toolkits"
 )
 
 // Agent is an assistant configuration. Role is the caller's role on it.
@@ -20,8 +20,9 @@ type Agent struct {
 	SystemPrompt  string          `json:"system_prompt"`
 	Model         string          `json:"model"`
 	InternalTools map[string]bool `json:"internal_tools"`
-	// Packages are imported into the agent's Python session before its code runs.
-	Packages  []string  `json:"packages"`
+	// Preload names modules imported into the agent's Python session before its code
+	// runs, so its first run does not wait for them.
+	Preload   []string  `json:"preload"`
 	Children  []int64   `json:"children"`
 	Version   int64     `json:"version"`
 	Role      string    `json:"role"`
@@ -37,7 +38,7 @@ type AgentInput struct {
 	SystemPrompt  *string          `json:"system_prompt"`
 	Model         *string          `json:"model"`
 	InternalTools *map[string]bool `json:"internal_tools"`
-	Packages      *[]string        `json:"packages"`
+	Preload       *[]string        `json:"preload"`
 	Children      *[]int64         `json:"children"`
 	Version       *int64           `json:"version"`
 }
@@ -49,11 +50,8 @@ const (
 	MaxSystemPromptLen = 64 * 1024
 	MaxModelLen        = 200
 	MaxChildren        = 32
-	MaxPackages        = 32
+	MaxPreload         = 32
 )
-
-// packageName is a distribution or import name: letters, digits and . _ - inside.
-var packageName = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$`)
 
 // Validate checks the fields that are set; knownTool tells whether a tool id exists.
 func (in AgentInput) Validate(creating bool, knownTool func(string) bool) error {
@@ -82,19 +80,12 @@ func (in AgentInput) Validate(creating bool, knownTool func(string) bool) error 
 			}
 		}
 	}
-	if in.Packages != nil {
-		if len(*in.Packages) > MaxPackages {
-			return sandchat.Errorf(sandchat.EINVALID, "packages: at most %d.", MaxPackages)
+	if in.Preload != nil {
+		if len(*in.Preload) > MaxPreload {
+			return sandchat.Errorf(sandchat.EINVALID, "preload: at most %d modules.", MaxPreload)
 		}
-		seen := map[string]bool{}
-		for _, p := range *in.Packages {
-			if !packageName.MatchString(p) {
-				return sandchat.Errorf(sandchat.EINVALID, "packages: %q is not a package name (letters, digits, '.', '_' and '-', at most 100 characters).", p)
-			}
-			if seen[strings.ToLower(p)] {
-				return sandchat.Errorf(sandchat.EINVALID, "packages: %q is listed twice.", p)
-			}
-			seen[strings.ToLower(p)] = true
+		if err := toolkits.CheckPreload(*in.Preload); err != nil {
+			return sandchat.Errorf(sandchat.EINVALID, "preload: %s", sandchat.ErrorMessage(err))
 		}
 	}
 	if in.Children != nil && len(*in.Children) > MaxChildren {

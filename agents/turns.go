@@ -419,7 +419,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 			kids = append(kids, toolkits.Child{Name: c.Name, Description: c.Description})
 		}
 	}
-	box := r.tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name},
+	box := r.tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name, Preload: agent.Preload},
 		enabled, at, kids, swarm)
 	tools := box.Specs()
 	for step := 0; step < r.maxSteps; step++ {

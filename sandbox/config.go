@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandchat/sandchat"
 )
 
 // Config holds the engine's limits and locations. The zero value is not usable: start
@@ -206,13 +208,8 @@ func (c Config) Validate() error {
 			bad("sandbox pip limits must be 1–500 packages and 1 MiB–512 MiB per install, got %d and %d bytes", c.PipMaxPackages, c.PipMaxBytes)
 		}
 	}
-	if len(c.Preload) > maxPreload {
-		bad("sandbox preload lists %d modules; the limit is %d", len(c.Preload), maxPreload)
-	}
-	for _, m := range c.Preload {
-		if !moduleName.MatchString(m) {
-			bad("sandbox preload entry %q is not a module name", m)
-		}
+	if err := CheckPreload(c.Preload); err != nil {
+		bad("sandbox preload: %s", strings.TrimSuffix(sandchat.ErrorMessage(err), "."))
 	}
 	if c.SessionTTL < time.Minute {
 		bad("sandbox session TTL must be at least 1m, got %s", c.SessionTTL)

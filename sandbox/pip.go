@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandchat/sandchat"
 )
 
 // micropip.install in a session asks the engine (a "pip" frame during a run); the
@@ -793,4 +795,18 @@ func nonNilSlice[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// CheckPreload tells whether mods can be a preload list: at most maxPreload module
+// names (dotted identifiers), each imported before a run's code.
+func CheckPreload(mods []string) error {
+	if len(mods) > maxPreload {
+		return sandchat.Errorf(sandchat.EINVALID, "Preload lists %d modules; the limit is %d.", len(mods), maxPreload)
+	}
+	for _, m := range mods {
+		if !moduleName.MatchString(m) {
+			return sandchat.Errorf(sandchat.EINVALID, "Preload entry %q is not a module name (a dotted Python identifier such as numpy or dateutil.parser).", m)
+		}
+	}
+	return nil
 }

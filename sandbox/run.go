@@ -34,13 +34,8 @@ func (e *Engine) check(key string, req *Request) error {
 	if req.Timeout < 0 || req.Timeout > e.cfg.MaxTimeout {
 		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", e.cfg.MaxTimeout)
 	}
-	if len(req.Preload) > maxPreload {
-		return sandchat.Errorf(sandchat.EINVALID, "Preload lists %d modules; the limit is %d.", len(req.Preload), maxPreload)
-	}
-	for _, m := range req.Preload {
-		if !moduleName.MatchString(m) {
-			return sandchat.Errorf(sandchat.EINVALID, "Preload entry %q is not a module name.", m)
-		}
+	if err := CheckPreload(req.Preload); err != nil {
+		return err
 	}
 	var total int64
 	names := make(map[string]bool, len(req.Data))

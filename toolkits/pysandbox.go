@@ -104,6 +104,7 @@ type RunRequest struct {
 	AgentID        *int64
 	TurnID         *int64
 	Code           string
+	Preload        []string // modules imported before the code (the agent's)
 	Timeout        time.Duration
 	OnOutput       func(stream, chunk string)
 	// OnDisplay receives display items as the code shows them; an image's file id is
@@ -162,7 +163,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
+	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
 	if err != nil {
 		reason := sandchat.ErrorMessage(err)
@@ -474,3 +475,7 @@ Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of
 	parameters = json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"Python code to run. The last expression's value is returned."}},"required":["code"],"additionalProperties":false}`)
 	return PyodideSandbox, description, parameters
 }
+
+// CheckPreload tells whether mods can be imported before a run: module names, within
+// the engine's limit.
+func CheckPreload(mods []string) error { return sandbox.CheckPreload(mods) }

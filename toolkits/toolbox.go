@@ -79,6 +79,7 @@ type Caller struct {
 	TurnID         int64
 	AgentID        *int64 // nil for a conversation without an agent
 	AgentName      string
+	Preload        []string // modules the agent has imported before its code
 }
 
 // Toolbox is one agent's tools in one turn: exactly the tools that are on, and the
@@ -165,7 +166,7 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 	shown := 0
 	turnID := b.caller.TurnID
 	run, err := b.tools.sandbox.Execute(ctx, RunRequest{
-		ConversationID: b.caller.ConversationID, AgentID: b.caller.AgentID, TurnID: &turnID, Code: args.Code,
+		ConversationID: b.caller.ConversationID, AgentID: b.caller.AgentID, TurnID: &turnID, Code: args.Code, Preload: b.caller.Preload,
 		OnOutput: out.Add,
 		OnDisplay: func(d sandbox.Display) {
 			// Output printed before the item goes out first, as the user saw it happen.

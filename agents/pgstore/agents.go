@@ -37,9 +37,9 @@ func (s *Agents) CreateAgent(ctx context.Context, in agents.AgentInput) (*agents
 	}
 	defer tx.Rollback(ctx)
 	var id int64
-	err = tx.QueryRow(ctx, `insert into agents (owner_id, name, description, system_prompt, model, packages)
+	err = tx.QueryRow(ctx, `insert into agents (owner_id, name, description, system_prompt, model, preload)
 		values ($1, $2, $3, $4, $5, coalesce($6::text[], '{}')) returning id`,
-		sandchat.UserIDFromContext(ctx), *in.Name, deref(in.Description), deref(in.SystemPrompt), deref(in.Model), in.Packages).Scan(&id)
+		sandchat.UserIDFromContext(ctx), *in.Name, deref(in.Description), deref(in.SystemPrompt), deref(in.Model), in.Preload).Scan(&id)
 	if err != nil {
 		return nil, pgdb.PgError(err, "agent")
 	}
@@ -93,10 +93,10 @@ func (s *Agents) UpdateAgent(ctx context.Context, id int64, in agents.AgentInput
 	}
 	tag, err := tx.Exec(ctx, `update agents set
 		name = coalesce($3, name), description = coalesce($4, description),
-		system_prompt = coalesce($5, system_prompt), model = coalesce($6, model), packages = coalesce($7::text[], packages),
+		system_prompt = coalesce($5, system_prompt), model = coalesce($6, model), preload = coalesce($7::text[], preload),
 		version = version + 1, updated_at = now()
 		where id = $1 and version = $2`,
-		id, *in.Version, in.Name, in.Description, in.SystemPrompt, in.Model, in.Packages)
+		id, *in.Version, in.Name, in.Description, in.SystemPrompt, in.Model, in.Preload)
 	if err != nil {
 		return nil, pgdb.PgError(err, "agent")
 	}
@@ -232,9 +232,9 @@ func (s *Agents) LoadAgent(ctx context.Context, id int64) (*agents.Agent, error)
 
 func loadAgent(ctx context.Context, q pgdb.Querier, id int64, role string) (*agents.Agent, error) {
 	a := &agents.Agent{ID: id, Role: role, InternalTools: map[string]bool{}, Children: []int64{}}
-	err := q.QueryRow(ctx, `select owner_id, name, description, system_prompt, model, packages, version, created_at, updated_at
+	err := q.QueryRow(ctx, `select owner_id, name, description, system_prompt, model, preload, version, created_at, updated_at
 		from agents where id = $1`, id).Scan(&a.OwnerID, &a.Name, &a.Description, &a.SystemPrompt, &a.Model,
-		&a.Packages, &a.Version, &a.CreatedAt, &a.UpdatedAt)
+		&a.Preload, &a.Version, &a.CreatedAt, &a.UpdatedAt)
 	if err != nil {
 		return nil, pgdb.PgError(err, "Agent")
 	}

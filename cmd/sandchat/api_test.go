@@ -87,7 +87,7 @@ func TestAgents(t *testing.T) {
 	alice, _ := m.user(t, "alice", false)
 
 	a := alice.createAgent(map[string]any{"name": "Analyst", "system_prompt": "Be brief.", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	if a.Version != 1 || !a.InternalTools["pyodide_sandbox"] || a.Role != "owner" || a.Children == nil || a.Packages == nil || len(a.Packages) != 0 {
+	if a.Version != 1 || !a.InternalTools["pyodide_sandbox"] || a.Role != "owner" || a.Children == nil || a.Preload == nil || len(a.Preload) != 0 {
 		t.Fatalf("created %+v", a)
 	}
 
@@ -98,21 +98,21 @@ func TestAgents(t *testing.T) {
 			t.Fatalf("updated %+v", got)
 		}
 	})
-	t.Run("packages to preload", func(t *testing.T) {
+	t.Run("modules to preload", func(t *testing.T) {
 		var got agentJSON
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 2, "packages": []string{"numpy", "python-dateutil"}}, &got)
-		if got.Version != 3 || strings.Join(got.Packages, ",") != "numpy,python-dateutil" {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 2, "preload": []string{"numpy", "dateutil.parser"}}, &got)
+		if got.Version != 3 || strings.Join(got.Preload, ",") != "numpy,dateutil.parser" {
 			t.Fatalf("updated %+v", got)
 		}
 		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 3, "name": "Analyst 2"}, &got)
-		if strings.Join(got.Packages, ",") != "numpy,python-dateutil" {
-			t.Fatalf("an update without packages changed them: %+v", got)
+		if strings.Join(got.Preload, ",") != "numpy,dateutil.parser" {
+			t.Fatalf("an update without preload changed it: %+v", got)
 		}
-		for _, bad := range [][]string{{"numpy; rm -rf /"}, {"../x"}, {"numpy", "NumPy"}, {""}} {
-			alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "packages": bad}, nil)
+		for _, bad := range [][]string{{"numpy; rm -rf /"}, {"../x"}, {"python-dateutil"}, {""}} {
+			alice.must(400, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "preload": bad}, nil)
 		}
-		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "packages": []string{}}, &got)
-		if got.Version != 5 || len(got.Packages) != 0 {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", a.ID), map[string]any{"version": 4, "preload": []string{}}, &got)
+		if got.Version != 5 || len(got.Preload) != 0 {
 			t.Fatalf("cleared %+v", got)
 		}
 	})

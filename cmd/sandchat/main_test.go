@@ -202,7 +202,7 @@ type agentJSON struct {
 	Name          string          `json:"name"`
 	Description   string          `json:"description"`
 	InternalTools map[string]bool `json:"internal_tools"`
-	Packages      []string        `json:"packages"`
+	Preload       []string        `json:"preload"`
 	Children      []int64         `json:"children"`
 	Version       int64           `json:"version"`
 	Role          string          `json:"role"`

@@ -93,6 +93,20 @@ func TestTurnsBuiltin(t *testing.T) {
 		{"print(next(counter), next(counter))\narea(2)", "0 1\n12.57"},
 		{"print(next(counter))\nsquares = [n * n for n in range(4)]\nsquares", "2\n[0, 1, 4, 9]"},
 	}
+	t.Run("agent preload", func(t *testing.T) {
+		// fractions is not imported by a fresh interpreter: only the agent's preload brings it.
+		probe := "Please run this:\n" + py("import sys\n'fractions' in sys.modules")
+		for _, tc := range []struct {
+			preload []string
+			want    string
+		}{{nil, "False"}, {[]string{"fractions"}, "True"}} {
+			a := alice.createAgent(map[string]any{"name": fmt.Sprintf("Preloaded %v", tc.preload), "preload": tc.preload,
+				"internal_tools": map[string]bool{"pyodide_sandbox": true}})
+			if status, answer := alice.say(alice.createConversation(a.ID), probe); status != "completed" || !strings.Contains(answer, tc.want) {
+				t.Fatalf("preload %v: %s %q, want %s", tc.preload, status, answer, tc.want)
+			}
+		}
+	})
 	for i, s := range steps {
 		t.Run(fmt.Sprintf("turn %d", i+1), func(t *testing.T) {
 			status, answer := alice.say(conv, "Please run this:\n"+py(s.code))

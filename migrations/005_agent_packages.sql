@@ -1,8 +1,0 @@
--- Packages an agent has imported into its Python session before its code runs, so
--- its first run does not wait for them (rich results and packages, issue 9).
-alter table agents add column packages text[] not null default '{}'
-    check (cardinality(packages) <= 32);
-
----- create above / drop below ----
-
-alter table agents drop column packages;
