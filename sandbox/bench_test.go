@@ -65,10 +65,7 @@ func BenchmarkColdRestore(b *testing.B) {
 	benchRun(b, e, "c", "x = 1\ndef f(a):\n    return a + x")
 	for b.Loop() {
 		b.StopTimer()
-		e.mu.Lock()
-		lv := e.live["c"]
-		e.mu.Unlock()
-		e.dropLive("c", lv, "bench")
+		evictLive(b, e, "c")
 		b.StartTimer()
 		benchRun(b, e, "c", "f(1)")
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -16,18 +15,7 @@ import (
 type cdnFixture struct {
 	lockDir string
 	srv     *httptest.Server
-	mu      sync.Mutex
-	hits    map[string]int
-}
-
-func (c *cdnFixture) requests() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, v := range c.hits {
-		n += v
-	}
-	return n
+	hitCounter
 }
 
 func newCDN(t testing.TB, pyodideDir string) *cdnFixture {
@@ -47,12 +35,10 @@ func newCDN(t testing.TB, pyodideDir string) *cdnFixture {
 	dir := readableTempDir(t)
 	// The CDN serves something else than the lock names for sandchat-bad.
 	writeLock(t, pyodideDir, dir, wheels, specs, map[string]string{"sandchat-bad": strings.Repeat("0", 64)})
-	c := &cdnFixture{lockDir: dir, hits: map[string]int{}}
+	c := &cdnFixture{lockDir: dir}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/pyodide/")
-		c.mu.Lock()
-		c.hits[name]++
-		c.mu.Unlock()
+		c.hit(name)
 		if b, ok := wheels[name]; ok {
 			_, _ = w.Write(b)
 			return
@@ -84,7 +70,7 @@ func TestPackageFetch(t *testing.T) {
 	r := mustSucceed(t, e, "first", code)
 	first := time.Since(t0)
 	if resultOf(r) != want || cdn.requests() != 2 {
-		t.Fatalf("first import: %s, %d requests (%v)", resultOf(r), cdn.requests(), cdn.hits)
+		t.Fatalf("first import: %s, %d requests (%v)", resultOf(r), cdn.requests(), cdn.String())
 	}
 	t0 = time.Now()
 	r = mustSucceed(t, e, "second", code)

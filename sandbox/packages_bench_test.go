@@ -102,10 +102,7 @@ func BenchmarkPackageRestore(b *testing.B) {
 			benchRun(b, e, "restore", "total = sum(len(s) for s in data)")
 			for b.Loop() {
 				b.StopTimer()
-				e.mu.Lock()
-				lv := e.live["restore"]
-				e.mu.Unlock()
-				e.dropLive("restore", lv, "benchmark eviction")
+				evictLive(b, e, "restore")
 				b.StartTimer()
 				r := benchRun(b, e, "restore", "total")
 				if r.Session.RestoredFrom != name {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandchat/sandchat"
@@ -17,19 +16,8 @@ import (
 
 // pipIndex is a local PyPI: its JSON API under /pypi/ and the wheels under /files/.
 type pipIndex struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	hits map[string]int
-}
-
-func (p *pipIndex) requests() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, v := range p.hits {
-		n += v
-	}
-	return n
+	srv *httptest.Server
+	hitCounter
 }
 
 func (p *pipIndex) url() string { return p.srv.URL + "/pypi/" }
@@ -48,13 +36,11 @@ func newPipIndex(t *testing.T) *pipIndex {
 		{name: "sandchat_pipbad", version: "1.0", files: map[string]string{"sandchat_pipbad/__init__.py": "X = 1\n"}},
 		{name: "sandchat_compiled", version: "1.0", tag: "cp314-cp314-pyodide_2026_0_wasm32", files: map[string]string{"sandchat_compiled/__init__.py": ""}},
 	}
-	p := &pipIndex{hits: map[string]int{}}
+	p := &pipIndex{}
 	wheels := map[string][]byte{}
 	docs := map[string][]byte{}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.mu.Lock()
-		p.hits[r.URL.Path]++
-		p.mu.Unlock()
+		p.hit(r.URL.Path)
 		if b, ok := wheels[strings.TrimPrefix(r.URL.Path, "/files/")]; ok {
 			_, _ = w.Write(b)
 			return
@@ -112,7 +98,7 @@ func TestPip(t *testing.T) {
 	}
 	// Two index documents and two wheels; the requirements for other platforms and extras were skipped.
 	if n := idx.requests(); n != 4 {
-		t.Fatalf("%d requests: %v", n, idx.hits)
+		t.Fatalf("%d requests: %v", n, idx.String())
 	}
 
 	t.Run("a second session installs from the cache with no request", func(t *testing.T) {
@@ -121,7 +107,7 @@ func TestPip(t *testing.T) {
 			t.Fatalf("got %s", resultOf(r))
 		}
 		if n := idx.requests() - before; n != 0 {
-			t.Fatalf("%d requests: %v", n, idx.hits)
+			t.Fatalf("%d requests: %v", n, idx.String())
 		}
 	})
 	t.Run("list shows what micropip installed", func(t *testing.T) {
@@ -327,7 +313,7 @@ func TestPreload(t *testing.T) {
 	})
 	booted := cdn.requests()
 	if booted != 2 {
-		t.Fatalf("boot fetched %d wheels: %v", booted, cdn.hits)
+		t.Fatalf("boot fetched %d wheels: %v", booted, cdn.String())
 	}
 	r := mustSucceed(t, e, "pre", "import sys\nfirst = 'sandchat_cdn' in sys.modules\nimport sandchat_cdn\n(first, sandchat_cdn.hello())")
 	if resultOf(r) != "(True, 'hi from the cdn, hi from the cdn')" || cdn.requests() != booted {

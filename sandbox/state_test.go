@@ -9,7 +9,7 @@ import (
 )
 
 // evictLive drops the warm interpreter of key, as MaxLive eviction or a dead host would.
-func evictLive(t *testing.T, e *Engine, key string) {
+func evictLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
 	e.mu.Lock()
 	lv := e.live[key]

@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -124,4 +126,36 @@ func readableTempDir(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// hitCounter counts the requests a test server answered, by path.
+type hitCounter struct {
+	mu   sync.Mutex
+	hits map[string]int
+}
+
+func (h *hitCounter) hit(path string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hits == nil {
+		h.hits = map[string]int{}
+	}
+	h.hits[path]++
+}
+
+// requests is how many requests were answered in all.
+func (h *hitCounter) requests() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, v := range h.hits {
+		n += v
+	}
+	return n
+}
+
+func (h *hitCounter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprint(h.hits)
 }
