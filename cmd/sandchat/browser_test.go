@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -600,5 +602,257 @@ func TestBrowserChat(t *testing.T) {
 			t.Errorf("agent page is %d px wide at 390", width)
 		}
 		tab2.shot(t, "20-phone-agent")
+	})
+}
+
+// hostileDisplays shows an object whose HTML tries to run script (a <script>, an
+// onerror handler, a javascript: link) and to shadow the page's #input, then a PNG
+// built without packages; the sleep keeps the cell running while the items show.
+const hostileDisplays = `import struct, time, zlib
+def make_png(w, h):
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    raw = b"".join(b"\x00" + b"\x20\x80\xd0" * w for _ in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+class Hostile:
+    def _repr_html_(self):
+        return ('<p id="input">Report: <b>bold</b></p>'
+                '<script>window.pwned = "script"; document.title = "pwned"</script>'
+                '<img src="x" onerror="window.pwned = \'onerror\'; document.title = \'pwned\'">'
+                '<a href="javascript:window.pwned = \'link\'">link</a>')
+    def __repr__(self):
+        return "Hostile()"
+class Picture:
+    def _repr_png_(self):
+        return make_png(40, 24)
+print("before")
+display(Hostile())
+display(Picture())
+time.sleep(1.5)
+print("after")`
+
+// displaysReport is what the page shows of hostileDisplays' cell, and what got through.
+type displaysReport struct {
+	Items    int    `json:"items"`
+	Images   int    `json:"images"`
+	Bold     string `json:"bold"`
+	Pwned    string `json:"pwned"`
+	Title    string `json:"title"`
+	Scripts  int    `json:"scripts"`
+	Handlers int    `json:"handlers"`
+	ImgSrc   string `json:"imgSrc"`
+	Href     string `json:"href"`
+	Input    string `json:"input"`
+	PNGWidth int    `json:"pngWidth"`
+	PNGAttrW string `json:"pngAttrW"`
+	PNGSrc   string `json:"pngSrc"`
+}
+
+const displaysReportJS = `(() => {
+  const cell = [...document.querySelectorAll("#messages .cell")].find((c) => c.textContent.includes("class Hostile"));
+  const box = cell.querySelector(".cell-displays");
+  const png = box.querySelector("img.display-image");
+  return {
+    images: cell.querySelectorAll("img.display-image, .thumbs img").length,
+    items: box.querySelectorAll(":scope > .display").length,
+    bold: box.querySelector(".display-html b")?.textContent ?? "",
+    pwned: String(window.pwned), title: document.title,
+    scripts: box.querySelectorAll("script").length,
+    handlers: [...box.querySelectorAll("*")].filter((e) => [...e.attributes].some((a) => a.name.startsWith("on"))).length,
+    imgSrc: box.querySelector(".display-html img")?.getAttribute("src") ?? "(none)",
+    href: box.querySelector(".display-html a")?.getAttribute("href") ?? "(none)",
+    input: document.getElementById("input").tagName,
+    pngWidth: png?.naturalWidth ?? 0, pngAttrW: png?.getAttribute("width") ?? "", pngSrc: png?.src ?? "",
+  };
+})()`
+
+func (r displaysReport) check(t *testing.T) {
+	t.Helper()
+	if r.Items != 2 || r.Bold != "bold" || r.Images != 1 {
+		t.Errorf("items %d, bold %q, %d images in the cell (want the displayed PNG once)", r.Items, r.Bold, r.Images)
+	}
+	if r.Pwned != "undefined" || r.Title == "pwned" || r.Scripts != 0 || r.Handlers != 0 {
+		t.Errorf("script got through: pwned %s, title %q, %d scripts, %d handlers", r.Pwned, r.Title, r.Scripts, r.Handlers)
+	}
+	if r.ImgSrc != "(none)" || r.Href != "(none)" {
+		t.Errorf("the item's <img src> %q and <a href> %q should be gone", r.ImgSrc, r.Href)
+	}
+	if r.Input != "TEXTAREA" {
+		t.Errorf(`the item's id="input" shadows the composer: #input is a %s`, r.Input)
+	}
+	if r.PNGWidth != 40 || r.PNGAttrW != "40" || !strings.HasPrefix(r.PNGSrc, "blob:") {
+		t.Errorf("png: natural width %d, width attribute %q, src %q", r.PNGWidth, r.PNGAttrW, r.PNGSrc)
+	}
+}
+
+// cellDone is a JS condition: hostileDisplays' cell finished with both items drawn,
+// the image loaded.
+const hostileCellDone = `(() => {
+  const c = [...document.querySelectorAll("#messages .cell")].find((c) => c.textContent.includes("class Hostile"));
+  return !!c?.dataset.done && c.querySelector(".cell-out").textContent.includes("after") &&
+    c.querySelector(".cell-displays img.display-image")?.naturalWidth === 40;
+})()`
+
+// TestBrowserDisplays: what Python displays shows in the page, sanitized, live and from
+// history; the Files panel lists, uploads, refuses with the server's reason, deletes;
+// a viewer gets neither upload nor delete.
+func TestBrowserDisplays(t *testing.T) {
+	e := newEnv(t)
+	m := e.sandboxNode()
+	alice, _ := m.user(t, "alice", false)
+	bob, bobID := m.user(t, "bob", false)
+	agent := alice.createAgent(map[string]any{"name": "Analyst", "model": "builtin", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": bobID, "role": "viewer"}, nil)
+	base := "http://" + m.Addr()
+	dir := screenshotDir(t)
+	tb := openTab(t, browser(t), "tab", dir)
+	signIn := func(t *testing.T, c *client) {
+		tb.run(t, "sign in",
+			chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
+			chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.SendKeys("#token", c.token, chromedp.ByID),
+			chromedp.Click("#login button", chromedp.ByQuery),
+			until(`document.querySelector("#conv-title").textContent === "test" && !document.querySelector("#files-button").disabled`),
+		)
+	}
+
+	// Chromium reports each on* attribute of the hostile HTML as a CSP violation while
+	// DOMPurify parses it (in an inert document sharing the page's policy): the handler
+	// is blocked there and removed before anything reaches the page, which the checks
+	// below verify. Only reports raised inside DOMPurify are expected.
+	tb.allow("The action has been blocked. " + base + "/vendor/dompurify-")
+	t.Run("display items show live, sanitized", func(t *testing.T) {
+		signIn(t, alice)
+		tb.run(t, "run the cell; its items show while it runs",
+			say("Show them:\n"+py(hostileDisplays)),
+			until(lastCell+`?.querySelector(".cell-displays .display-html b") && `+lastCell+`.querySelector(".display-pending") && !`+lastCell+`.dataset.done`),
+		)
+		tb.shot(t, "01-displays-running")
+		var r displaysReport
+		tb.run(t, "and stay, once each, with the image from its file",
+			until(hostileCellDone),
+			until(`document.querySelector("#send").hidden === false`),
+			chromedp.Evaluate(displaysReportJS, &r),
+		)
+		r.check(t)
+		tb.shot(t, "02-displays-done")
+	})
+
+	t.Run("display items show once after a reload", func(t *testing.T) {
+		var runs []map[string]json.RawMessage
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &runs)
+		if len(runs) != 1 {
+			t.Fatalf("%d runs", len(runs))
+		}
+		if _, ok := runs[0]["displays"]; !ok {
+			t.Fatal("the stored run does not carry its display items (GET …/sandbox/executions lacks displays)")
+		}
+		var r displaysReport
+		tb.run(t, "reload",
+			chromedp.Reload(),
+			until(hostileCellDone),
+			chromedp.Evaluate(displaysReportJS, &r),
+		)
+		r.check(t)
+	})
+
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	big := filepath.Join(t.TempDir(), "big.bin")
+	if err := os.WriteFile(notes, []byte("remember the milk\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, bytes.Repeat([]byte{'x'}, 11<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the Files panel uploads, refuses with the reason, deletes", func(t *testing.T) {
+		tb.run(t, "open it: the displayed image is a file of the conversation",
+			chromedp.Click("#files-button", chromedp.ByID),
+			chromedp.WaitVisible("#files-panel", chromedp.ByID),
+			until(`document.querySelector("#files-button").getAttribute("aria-expanded") === "true"`),
+			until(`[...document.querySelectorAll("#files-list .file-name")].some((b) => b.textContent.endsWith(".png"))`),
+		)
+		tb.run(t, "upload a file",
+			chromedp.SetUploadFiles("#files-input", []string{notes}, chromedp.ByID),
+			until(`[...document.querySelectorAll("#files-list .file")].some((f) => f.textContent.includes("notes.txt") && f.textContent.includes("upload"))`),
+			until(`[...document.querySelectorAll("#attachments .chip")].some((c) => c.textContent.includes("notes.txt"))`),
+		)
+		tb.allow("status of 413")
+		tb.run(t, "a file over the limit is refused with the server's reason",
+			chromedp.SetUploadFiles("#files-input", []string{big}, chromedp.ByID),
+			until(`/^big\.bin is 11 MiB; uploads are limited to \d+ MiB/.test(document.querySelector("#files-error").textContent)`),
+		)
+		tb.shot(t, "03-files-panel")
+		var files []struct {
+			ID   int64
+			Name string
+		}
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, &files)
+		var notesID int64
+		for _, f := range files {
+			if f.Name == "big.bin" {
+				t.Errorf("the refused file is stored: %+v", files)
+			}
+			if f.Name == "notes.txt" {
+				notesID = f.ID
+			}
+		}
+		if notesID == 0 {
+			t.Fatalf("notes.txt not stored: %+v", files)
+		}
+		tb.run(t, "delete it",
+			chromedp.Click(fmt.Sprintf(`#files-list [data-file="%d"] .danger`, notesID), chromedp.ByQuery),
+			until(`![...document.querySelectorAll("#files-list .file")].some((f) => f.textContent.includes("notes.txt"))`),
+			until(`![...document.querySelectorAll("#attachments .chip")].some((c) => c.textContent.includes("notes.txt"))`),
+		)
+		if resp, _ := alice.rawDo("GET", fmt.Sprintf("/api/v1/files/%d", notesID), nil); resp.StatusCode != 404 {
+			t.Errorf("deleted file: %d", resp.StatusCode)
+		}
+		tb.run(t, "Escape closes the panel",
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.WaitNotVisible("#files-panel", chromedp.ByID),
+			until(`document.activeElement.id === "files-button"`),
+		)
+	})
+
+	t.Run("a viewer sees the items and the files, without upload or delete", func(t *testing.T) {
+		tb.run(t, "sign out", chromedp.Click("#logout", chromedp.ByID), chromedp.WaitVisible("#token", chromedp.ByID))
+		signIn(t, bob)
+		tb.run(t, "open the files",
+			chromedp.Click("#files-button", chromedp.ByID),
+			chromedp.WaitVisible("#files-panel", chromedp.ByID),
+			until(`document.querySelectorAll("#files-list .file").length >= 1`),
+		)
+		var controls int
+		var uploadHidden bool
+		tb.run(t, "no controls to change them",
+			chromedp.Evaluate(`document.querySelectorAll("#files-list .danger, #attachments .chip-remove").length`, &controls),
+			chromedp.Evaluate(`document.querySelector("#files-tools").hidden && document.querySelector("#attach").disabled`, &uploadHidden),
+		)
+		if controls != 0 || !uploadHidden {
+			t.Errorf("viewer: %d delete buttons, upload hidden %v", controls, uploadHidden)
+		}
+		tb.run(t, "at 390 px the panel fits",
+			chromedp.EmulateViewport(390, 844),
+			chromedp.Reload(),
+			until(`document.querySelector("#conv-title").textContent === "test" && !document.querySelector("#files-button").disabled`),
+			until(`document.querySelector("#sidebar").getBoundingClientRect().right <= 0`),
+			chromedp.Click("#files-button", chromedp.ByID),
+			chromedp.WaitVisible("#files-panel", chromedp.ByID),
+			until(`document.querySelectorAll("#files-list .file").length >= 1`),
+			until(`(() => { const r = document.querySelector("#files-panel").getBoundingClientRect(); return r.width > 300 && r.left >= 0 && r.right <= 390 })()`),
+		)
+		tb.shot(t, "04-phone-files")
+		var width int
+		tb.run(t, "the items fit too",
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.WaitNotVisible("#files-panel", chromedp.ByID),
+			chromedp.Evaluate(`document.documentElement.scrollWidth`, &width),
+		)
+		if width > 390 {
+			t.Errorf("page is %d px wide at 390", width)
+		}
+		tb.shot(t, "05-phone-displays")
 	})
 }

@@ -29,9 +29,10 @@ const state = {
   agent: null, // the agent being edited (a copy)
   agentSaved: null,
   showAll: false,
-  blobs: new Map(), // file id → object URL
+  blobs: new Map(), // file id → promise of its object URL
   ended: new Set(), // turns seen ending
   stopping: null, // turn the user asked to stop
+  files: [], // the open conversation's files
 };
 
 // ---------- small helpers ----------
@@ -106,6 +107,8 @@ function formatSize(n) { return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024
 // ---------- sign in, navigation ----------
 
 function signOut(message) {
+  // The next one to sign in must not find this user's conversation open.
+  if (state.conv) closeConversation();
   state.token = "";
   localStorage.removeItem("sandchat.token");
   if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
@@ -246,8 +249,10 @@ function closeConversation() {
   $("attachments").replaceChildren();
   $("turn-status").textContent = "";
   document.title = "sandchat";
-  for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button"]) $(id).disabled = true;
+  for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button", "files-button"]) $(id).disabled = true;
   closePopup(false);
+  closeFiles(false);
+  renderFiles([]);
   setRunning(null);
   renderConversationList();
 }
@@ -263,16 +268,17 @@ async function openConversation(id) {
   state.conv = conv;
   state.seq = 0;
   state.pending = [];
-  for (const u of state.blobs.values()) URL.revokeObjectURL(u); // the last conversation's images
-  state.blobs.clear();
+  releaseBlobs(); // the last conversation's images
   closePopup(false);
+  closeFiles(false);
   renderHeader();
-  for (const b of ["rename", "delete-conv", "input", "send", "attach", "tools-button"]) $(b).disabled = false;
+  for (const b of ["rename", "delete-conv", "input", "send", "attach", "tools-button", "files-button"]) $(b).disabled = false;
   // A viewer reads along: nothing to send, switch or rename.
   for (const b of ["rename", "delete-conv", "input", "send", "attach"]) if (conv.role === "viewer") $(b).disabled = true;
   $("delete-conv").hidden = conv.role !== "owner";
   $("input").placeholder = conv.role === "viewer" ? "You can read this conversation but not write in it." : "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block.";
   renderConversationList();
+  renderFiles([]); // the last conversation's, until this one's arrive
   // Subscribe first and hold its events until the REST picture is drawn, so nothing
   // that happens in between is lost.
   state.loading = true;
@@ -302,7 +308,7 @@ async function loadConversation() {
     ]);
     if (state.conv !== conv) return;
     renderTools(tools);
-    renderAttachments(files.filter((f) => f.source === "upload"));
+    renderFiles(files);
     renderHistory(msgs, runs);
     const last = [...msgs].reverse().find((m) => m.turn_id);
     setRunning(null);
@@ -365,6 +371,7 @@ function setHandoffStatus(path, status) {
 }
 
 function renderHistory(msgs, runs) {
+  releaseBlobs();
   containers.clear();
   $("messages").replaceChildren();
   // A run belongs to a sandbox call of the same turn with the same code, in order.
@@ -471,11 +478,14 @@ function ensureCell(callID, code, path, turnID) {
     el("summary", { textContent: `Python · ${lines} line${lines === 1 ? "" : "s"}` }), codeBlock(code || ""));
   const status = el("span", { className: "status running", textContent: "running…", attrs: { "aria-live": "off" } });
   const out = el("pre", { className: "cell-out", hidden: true, attrs: { "aria-label": "Output" } });
+  const displays = el("div", { className: "cell-displays", hidden: true, attrs: { role: "group", "aria-label": "Displayed" } });
   cell = el("li", { className: "cell", dataset: { call: callID, turn: turnID ? String(turnID) : "" } },
     el("div", { className: "cell-head" }, el("span", { className: "who", textContent: `${whoOf(path)} ran Python` }), status),
-    codeDetails, out, el("div", { className: "cell-result" }));
+    codeDetails, out, displays, el("div", { className: "cell-result" }));
   cell.statusEl = status;
   cell.outEl = out;
+  cell.displayBox = displays;
+  cell.displayURLs = [];
   containerFor(path).append(cell);
   return cell;
 }
@@ -492,6 +502,11 @@ function appendOutput(cell, text, stream) {
 
 function finishCell(callID, r) {
   const cell = cellEl(callID);
+  if (cell && Array.isArray(r.displays)) {
+    setDisplays(cell, r.displays);
+    // An event leaves out parts too large for it; the stored run has them.
+    if (r.execution_id && r.displays.some((d) => d.truncated)) guard(() => fullDisplays(cell, r.execution_id));
+  }
   if (!cell || cell.dataset.done) return;
   cell.dataset.done = "1";
   const ok = r.status === "success";
@@ -513,10 +528,18 @@ function finishCell(callID, r) {
       err.traceback ? el("pre", { className: "traceback", textContent: err.traceback }) : null));
   }
   const arts = r.artifacts || [];
-  const images = arts.filter((a) => IMAGE_TYPES.includes(a.content_type));
+  // A displayed image is also a file of the run: it is shown once, as its display item.
+  const shown = new Set((r.displays || []).map((d) => d.image?.file_id).filter(Boolean));
+  const images = arts.filter((a) => IMAGE_TYPES.includes(a.content_type) && !shown.has(a.id));
   const others = arts.filter((a) => !IMAGE_TYPES.includes(a.content_type));
   if (images.length) res.append(el("div", { className: "thumbs" }, images.map(thumbnail)));
   if (others.length) res.append(el("ul", { className: "chips" }, others.map((f) => el("li", {}, downloadChip(f)))));
+}
+
+async function fullDisplays(cell, executionID) {
+  const conv = state.conv;
+  const run = await api("GET", `/conversations/${conv.id}/sandbox/executions/${executionID}`);
+  if (state.conv === conv && cell.isConnected && Array.isArray(run.displays)) setDisplays(cell, run.displays);
 }
 
 // endOpenCells marks the cells whose run never reported back (the turn was stopped or
@@ -530,19 +553,147 @@ function endOpenCells(text, runningTurn) {
   });
 }
 
+// about prefixes a message with the file it is about, unless it already names it.
+function about(name, message) { return message.includes(name) ? message : `${name}: ${message}`; }
+
 function safeJSON(s) { try { return JSON.parse(s); } catch { return { message: s }; } }
+
+// ---------- display items ----------
+
+// Display items (display(), a cell's rich result, figures) come from untrusted Python.
+// HTML, Markdown and SVG-in-HTML go through a DOMPurify instance of their own, stricter
+// than the one for chat text:
+// - no <script>, no event handlers, no javascript: URLs (DOMPurify's defaults);
+// - no <style> and no style attributes: CSS can load resources (url(), @import) and
+//   restyle the whole page; the page's CSP (style-src 'self') would refuse them anyway
+//   and report each refusal as an error;
+// - nothing that loads or embeds: frames, objects, media, forms and their controls,
+//   <link>, <meta>, <base>; src only as a data: raster image; srcset, poster, background
+//   and any url() that is not a reference inside the item are removed;
+// - links keep http(s), mailto and #fragments, open in a new tab, without a referrer;
+// - ids and names get DOMPurify's "user-content-" prefix, so an item cannot shadow the
+//   page's own elements (document.getElementById("input") stays the composer).
+// The rendered item also sits in a box with CSS containment, so nothing in it can be
+// positioned over the rest of the page.
+const displayPurify = DOMPurify(window);
+const DISPLAY_PURIFY = {
+  FORBID_TAGS: ["style", "link", "meta", "base", "iframe", "frame", "frameset", "object", "embed", "applet", "portal",
+    "form", "input", "button", "textarea", "select", "option", "video", "audio", "source", "track", "picture", "dialog", "template"],
+  FORBID_ATTR: ["style", "srcset", "poster", "background", "action", "formaction", "ping", "autofocus", "tabindex"],
+  ALLOW_DATA_ATTR: false,
+  SANITIZE_NAMED_PROPS: true,
+};
+const RASTER_DATA_URL = /^data:image\/(png|jpeg|gif|webp);base64,[a-z0-9+/=\s]*$/i;
+const EXTERNAL_URL_REF = /url\s*\(\s*['"]?\s*(?!#)/i;
+displayPurify.addHook("afterSanitizeAttributes", (node) => {
+  for (const attr of [...node.attributes]) {
+    const name = attr.name.toLowerCase();
+    const value = attr.value.trim();
+    if (name === "src") {
+      if (!(node.tagName === "IMG" && RASTER_DATA_URL.test(value))) node.removeAttribute(attr.name);
+    } else if (name === "href" || name === "xlink:href") {
+      if (node.tagName === "A" && /^(https?:|mailto:|#)/i.test(value)) continue;
+      if (node.tagName !== "A" && value.startsWith("#")) continue; // <use href="#shape">
+      node.removeAttribute(attr.name);
+    } else if (EXTERNAL_URL_REF.test(value)) node.removeAttribute(attr.name); // fill="url(https://…)"
+  }
+  if (node.tagName === "A" && node.hasAttribute("href") && !node.getAttribute("href").startsWith("#")) {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  }
+});
+
+function sanitizedBox(className, html) {
+  const box = el("div", { className: "display-html " + className });
+  box.innerHTML = displayPurify.sanitize(html, DISPLAY_PURIFY);
+  return box;
+}
+
+// What an item shows: the richest part the page can render safely, as Jupyter does.
+function displayBody(d, cell) {
+  if (d.html) return sanitizedBox("html", d.html);
+  if (d.markdown) return sanitizedBox("md", marked.parse(d.markdown));
+  if (d.svg) {
+    // An SVG is shown as an image: in an <img> it runs no script and loads nothing.
+    const url = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
+    cell.displayURLs.push(url);
+    return el("img", { className: "display-svg", src: url, alt: d.text && d.text !== "<display>" ? d.text : "SVG image" });
+  }
+  if (d.image) return displayImage(d.image);
+  if (d.latex) return el("pre", { className: "display-text latex", textContent: d.latex });
+  if (d.json !== undefined && d.json !== null) {
+    let text;
+    try { text = JSON.stringify(typeof d.json === "string" ? JSON.parse(d.json) : d.json, null, 2); } catch { text = String(d.json); }
+    return el("pre", { className: "display-text json", textContent: text });
+  }
+  return el("pre", { className: "display-text", textContent: d.text || "" });
+}
+
+// An image is a file of the conversation once its run is stored: it is fetched with the
+// token (an <img src> cannot send it). While the run streams it has no file yet, and a
+// box of its size holds its place.
+function displayImage(img) {
+  const w = img.width || undefined, h = img.height || undefined;
+  if (!img.file_id) {
+    const box = el("div", { className: "display-pending", attrs: { role: "img", "aria-label": `${img.name}, ${w}×${h}, loading` }, textContent: `${img.name} · ${w}×${h}` });
+    if (w && h && w >= 160) { box.style.aspectRatio = `${w} / ${h}`; box.style.width = `min(${w}px, 100%)`; }
+    return box;
+  }
+  const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
+  fileURL(img.file_id).then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
+  return i;
+}
+
+function displayEl(d, cell) {
+  const index = Number(d.index ?? cell.displayBox.childElementCount);
+  const label = d.html ? "HTML" : d.markdown ? "Markdown" : d.svg ? "SVG image" : d.image ? "image" : d.latex ? "LaTeX" : d.json !== undefined && d.json !== null ? "JSON" : "text";
+  return el("div", { className: "display", dataset: { index: String(index) }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label}` } },
+    displayBody(d, cell),
+    d.truncated ? el("p", { className: "hint", textContent: "Too large to show here in full." }) : null);
+}
+
+// addDisplay draws one streamed item, once: a replayed event or the run's own list may
+// bring it again.
+function addDisplay(cell, d) {
+  if (d.index !== undefined && cell.displayBox.querySelector(`:scope > [data-index="${Number(d.index)}"]`)) return;
+  const e = displayEl(d, cell);
+  const after = [...cell.displayBox.children].find((c) => Number(c.dataset.index) > Number(e.dataset.index));
+  cell.displayBox.insertBefore(e, after || null);
+  cell.displayBox.hidden = false;
+}
+
+// setDisplays draws a finished run's items, which replace the streamed ones: they are
+// complete, in order, and their images have file ids.
+function setDisplays(cell, items) {
+  for (const u of cell.displayURLs) URL.revokeObjectURL(u);
+  cell.displayURLs = [];
+  cell.displayBox.replaceChildren(...items.map((d, i) => displayEl({ index: i, ...d }, cell)));
+  cell.displayBox.hidden = !items.length;
+}
 
 // ---------- files ----------
 
 // Files are fetched with the token in a header and shown from blob: URLs, so no token
 // ever sits in an address, a history entry or a log.
-async function fileURL(id) {
-  if (state.blobs.has(id)) return state.blobs.get(id);
-  const res = await fetch(`/api/v1/files/${id}`, { headers: { Authorization: "Bearer " + state.token } });
-  if (!res.ok) throw new Error(res.status === 404 ? "That file no longer exists." : `Download failed (${res.status}).`);
-  const url = URL.createObjectURL(await res.blob());
-  state.blobs.set(id, url);
-  return url;
+// One fetch per file however many elements show it; the URLs live until the list is
+// redrawn (releaseBlobs).
+function fileURL(id) {
+  if (!state.blobs.has(id)) {
+    const p = (async () => {
+      const res = await fetch(`/api/v1/files/${id}`, { headers: { Authorization: "Bearer " + state.token } });
+      if (!res.ok) throw new Error(res.status === 404 ? "That file no longer exists." : `Download failed (${res.status}).`);
+      return URL.createObjectURL(await res.blob());
+    })();
+    p.catch(() => state.blobs.get(id) === p && state.blobs.delete(id)); // a failure is not kept
+    state.blobs.set(id, p);
+  }
+  return state.blobs.get(id);
+}
+
+function releaseBlobs() {
+  for (const p of state.blobs.values()) p.then((u) => URL.revokeObjectURL(u), () => {});
+  state.blobs.clear();
+  document.querySelectorAll("#messages .cell").forEach((c) => { for (const u of c.displayURLs || []) URL.revokeObjectURL(u); c.displayURLs = []; });
 }
 
 function thumbnail(f) {
@@ -561,29 +712,80 @@ function thumbnail(f) {
 function downloadChip(f) {
   return el("button", {
     type: "button", className: "chip", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` },
-    onclick: () => guard(async () => {
-      const a = el("a", { href: await fileURL(f.id), download: f.name.split("/").pop() });
-      document.body.append(a);
-      a.click();
-      a.remove();
-    }),
+    onclick: () => guard(() => download(f)),
   }, "↓ ", f.name, el("small", { textContent: ` ${formatSize(f.size || 0)}` }));
+}
+
+function canEdit() { return !!state.conv && state.conv.role !== "viewer"; }
+
+// renderFiles draws the conversation's files twice: its uploads as chips above the
+// message box (what Python finds under /data) and every file in the Files panel.
+function renderFiles(files) {
+  state.files = files;
+  renderAttachments(files.filter((f) => f.source === "upload"));
+  renderFilesPanel();
 }
 
 function renderAttachments(files) {
   $("attachments").replaceChildren(...files.map((f) => el("li", { className: "chip-row", dataset: { file: String(f.id) } },
     downloadChip(f),
-    el("button", {
+    canEdit() ? el("button", {
       type: "button", className: "chip-remove", attrs: { "aria-label": `Remove ${f.name}` }, textContent: "×",
-      onclick: () => guard(async () => {
-        await api("DELETE", `/files/${f.id}`);
-        $("attachments").querySelector(`[data-file="${f.id}"]`)?.remove();
-      }),
-    }))));
+      onclick: () => guard(() => deleteFile(f)),
+    }) : null)));
 }
 
+function renderFilesPanel() {
+  const files = state.files || [];
+  $("files-count").textContent = files.length ? `(${files.length})` : "";
+  $("files-tools").hidden = !canEdit();
+  const focused = document.activeElement?.closest?.("#files-list [data-file]")?.dataset.file;
+  if (!files.length) { $("files-list").replaceChildren(el("li", { className: "empty", textContent: "No files yet." })); return; }
+  $("files-list").replaceChildren(...files.map((f) => el("li", { className: "file", dataset: { file: String(f.id) } },
+    el("button", { type: "button", className: "file-name", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` }, onclick: () => guard(() => download(f)) }, f.name),
+    el("small", { textContent: `${f.source === "upload" ? "upload" : "from Python"} · ${formatSize(f.size || 0)}` }),
+    canEdit() ? el("button", { type: "button", className: "danger", textContent: "Delete", attrs: { "aria-label": `Delete ${f.name}` }, onclick: () => guard(() => deleteFile(f)) }) : null)));
+  // A redraw under the keyboard keeps its place.
+  if (focused) $("files-list").querySelector(`[data-file="${focused}"] button`)?.focus();
+}
+
+async function refreshFiles() {
+  const conv = state.conv;
+  if (!conv) return;
+  const files = await api("GET", `/conversations/${conv.id}/files`);
+  if (state.conv === conv) renderFiles(files);
+}
+
+let filesTimer;
+function touchFiles() {
+  clearTimeout(filesTimer);
+  filesTimer = setTimeout(() => guard(refreshFiles), 300);
+}
+
+async function deleteFile(f) {
+  $("files-error").textContent = "";
+  try { await api("DELETE", `/files/${f.id}`); } catch (e) {
+    if (!$("files-panel").hidden) $("files-error").textContent = about(f.name, e.message);
+    throw e;
+  }
+  renderFiles((state.files || []).filter((x) => x.id !== f.id));
+  toast(`Deleted ${f.name}`);
+  if (!$("files-panel").hidden) ($("files-list").querySelector("button") || $("files-close")).focus();
+}
+
+async function download(f) {
+  const a = el("a", { href: await fileURL(f.id), download: f.name.split("/").pop() });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+// Each file is sent on its own; one refused (too large, over the quota) does not stop
+// the others, and the server's reason is shown as it gave it.
 async function uploadFiles(files) {
   const conv = state.conv;
+  const failed = [];
+  $("files-error").textContent = "";
   for (const file of files) {
     const form = new FormData();
     form.append("file", file, file.name);
@@ -591,11 +793,34 @@ async function uploadFiles(files) {
     $("attachments").append(pending);
     try {
       await api("POST", `/conversations/${conv.id}/files`, form);
+    } catch (e) {
+      if (e instanceof APIError && e.status === 401) throw e;
+      failed.push(about(file.name, e.message));
     } finally { pending.remove(); }
   }
-  const all = await api("GET", `/conversations/${conv.id}/files`);
-  if (state.conv === conv) renderAttachments(all.filter((f) => f.source === "upload"));
-  toast(files.length === 1 ? `${files[0].name} is under /data for Python` : `${files.length} files are under /data for Python`);
+  await refreshFiles();
+  if (state.conv !== conv) return;
+  if (failed.length) {
+    $("files-error").textContent = failed.join("\n");
+    failed.forEach((m) => toast(m, "error"));
+  }
+  const stored = files.length - failed.length;
+  if (stored) toast(stored === 1 && files.length === 1 ? `${files[0].name} is under /data for Python` : `${stored} files are under /data for Python`);
+}
+
+function openFiles() {
+  $("files-panel").hidden = false;
+  $("files-button").setAttribute("aria-expanded", "true");
+  $("files-error").textContent = "";
+  guard(refreshFiles);
+  ($("files-list").querySelector("button") || $("files-close")).focus();
+}
+
+function closeFiles(returnFocus = true) {
+  if ($("files-panel").hidden) return;
+  $("files-panel").hidden = true;
+  $("files-button").setAttribute("aria-expanded", "false");
+  if (returnFocus) $("files-button").focus();
 }
 
 // ---------- live events ----------
@@ -628,6 +853,11 @@ function applyEvent(ev) {
       appendOutput(cell, d.text, d.stream);
       break;
     }
+    case "tool.display": {
+      const cell = cellEl(d.tool_call_id) || ensureCell(d.tool_call_id, "", ev.agent_path, d.turn_id);
+      addDisplay(cell, d);
+      break;
+    }
     case "tool.completed": {
       const cell = ensureCell(d.tool_call_id, d.code || "", ev.agent_path, d.turn_id);
       if (d.status === "refused" && state.stopping === d.turn_id) {
@@ -636,6 +866,7 @@ function applyEvent(ev) {
         cell.statusEl.className = "status failed";
         cell.statusEl.textContent = "stopped";
       } else finishCell(d.tool_call_id, d.status === "refused" ? { ...d, error: { type: "Not run", message: d.error } } : d);
+      if (d.artifacts?.length || d.displays?.some((x) => x.image)) touchFiles(); // new files of the run
       break;
     }
     case "agent.handoff":
@@ -991,13 +1222,23 @@ function bind() {
   };
 
   $("tools-button").onclick = () => ($("tools-popup").hidden ? openPopup() : closePopup());
+  $("files-button").onclick = () => ($("files-panel").hidden ? openFiles() : closeFiles());
+  $("files-close").onclick = () => closeFiles();
+  $("files-upload").onclick = () => $("files-input").click();
+  $("files-input").onchange = () => {
+    const files = [...$("files-input").files];
+    $("files-input").value = "";
+    if (files.length) guard(() => uploadFiles(files));
+  };
   document.addEventListener("mousedown", (e) => {
     if (!$("tools-popup").hidden && !e.target.closest(".popup-anchor")) closePopup(false);
+    if (!$("files-panel").hidden && !e.target.closest("#files-panel, #files-button, .toast")) closeFiles(false);
     if (document.body.classList.contains("menu-open") && !e.target.closest("#sidebar") && !e.target.closest("#menu")) setMenu(false);
   });
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape") return;
     if (!$("tools-popup").hidden) { e.preventDefault(); closePopup(); }
+    else if (!$("files-panel").hidden && !$("viewer").open) { e.preventDefault(); closeFiles(); }
     else if (document.body.classList.contains("menu-open")) { setMenu(false); $("menu").focus(); }
   });
   document.addEventListener("focusin", (e) => {
