@@ -12,9 +12,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/conversations/pgstore"
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
-	"github.com/sandchat/sandchat/toolkits"
 )
 
 // SandboxStatus reports the engine for GET /api/v1/sandbox/status.
@@ -24,12 +23,12 @@ type SandboxStatus interface {
 
 // FileStore is the upload and download side of conversation files.
 type FileStore interface {
-	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref toolkits.FileRef, replaced bool, err error)
-	Files(ctx context.Context, convID int64) ([]pgstore.StoredFile, error)
-	File(ctx context.Context, id int64) (pgstore.StoredFile, []byte, error)
-	Execution(ctx context.Context, convID, id int64) (pgstore.StoredExecution, error)
+	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error)
+	Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error)
+	File(ctx context.Context, id int64) (conversations.StoredFile, []byte, error)
+	Execution(ctx context.Context, convID, id int64) (conversations.StoredExecution, error)
 	DeleteFile(ctx context.Context, id int64) error
-	Executions(ctx context.Context, convID int64) ([]pgstore.StoredExecution, error)
+	Executions(ctx context.Context, convID int64) ([]conversations.StoredExecution, error)
 }
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
@@ -158,15 +157,15 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if name == "" {
 		name = sentFilename(fh)
 	}
-	if fh.Size > pgstore.MaxUploadBytes {
-		return pgstore.UploadTooLarge(name, fh.Size)
+	if fh.Size > conversations.MaxUploadBytes {
+		return conversations.UploadTooLarge(name, fh.Size)
 	}
 	f, err := fh.Open()
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, pgstore.MaxUploadBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, conversations.MaxUploadBytes+1))
 	if err != nil {
 		return err
 	}

@@ -25,47 +25,21 @@ type Engine interface {
 	Reset(ctx context.Context, key string) error
 }
 
-// Execution is the audit record of one sandbox run.
-type Execution struct {
-	ConversationID int64
-	TurnID         *int64
-	AgentID        *int64
-	SessionKey     string
-	Code           string
-	Result         sandbox.Result
-}
-
-// FileRef names a stored file: uploads and artifacts alike.
-type FileRef struct {
-	ID          int64  `json:"id"`
-	Name        string `json:"name"`
-	ContentType string `json:"content_type"`
-	Size        int64  `json:"size"`
-}
-
 // ExecutionStore records runs with their artifacts and hands the conversation's
 // uploads to the sandbox.
 type ExecutionStore interface {
 	// BeginExecution records a run as pending, before it starts.
-	BeginExecution(ctx context.Context, ex Execution) (id int64, err error)
+	BeginExecution(ctx context.Context, ex conversations.Execution) (id int64, err error)
 	// FinishExecution stores the outcome and artifacts of a pending run in one
 	// transaction; failure set marks a run the engine could not complete. Retrying it
 	// after an error is safe.
-	FinishExecution(ctx context.Context, id int64, ex Execution, failure string) ([]FileRef, error)
+	FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error)
 	// SessionRuns returns a session's finished runs since its last reset, oldest first.
-	SessionRuns(ctx context.Context, convID int64, key string) ([]SessionRun, error)
+	SessionRuns(ctx context.Context, convID int64, key string) ([]conversations.SessionRun, error)
 	// RecordReset notes a reset of the session.
 	RecordReset(ctx context.Context, convID int64, key string) error
 	// DataFiles returns the conversation's uploads, for /data.
-	DataFiles(ctx context.Context, convID int64) ([]sandbox.File, error)
-}
-
-// SessionRun is one finished run of a session, as replay sees it.
-type SessionRun struct {
-	Code       string
-	Status     string
-	StartedAt  time.Time
-	FinishedAt time.Time
+	DataFiles(ctx context.Context, convID int64) ([]conversations.DataFile, error)
 }
 
 // Limiter admits or refuses an action of the user in ctx (per-user rate limits).
@@ -116,7 +90,7 @@ type RunRequest struct {
 type Run struct {
 	ID int64 `json:"id"`
 	sandbox.Result
-	Artifacts []FileRef `json:"artifacts"`
+	Artifacts []conversations.FileRef `json:"artifacts"`
 	// DataFiles lists the conversation's files under /data for this run, with sizes.
 	DataFiles []string `json:"data_files"`
 	// Notice tells the caller something it must know about the record of the run (it
@@ -151,12 +125,16 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			return Run{}, err
 		}
 	}
-	data, err := s.Store.DataFiles(ctx, req.ConversationID)
+	uploads, err := s.Store.DataFiles(ctx, req.ConversationID)
 	if err != nil {
 		return Run{}, err
 	}
+	data := make([]sandbox.File, len(uploads))
+	for i, f := range uploads {
+		data[i] = sandbox.File{Name: f.Name, Data: f.Data}
+	}
 	key := s.SessionKey(req.ConversationID, req.AgentID)
-	ex := Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
+	ex := conversations.Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
 	id, err := s.Store.BeginExecution(ctx, ex)
 	if err != nil {
 		return Run{}, err
@@ -177,21 +155,21 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		if res.Status != "" {
 			// The engine still reports what the run did (interrupted code keeps its
 			// state): record that, not a failure.
-			ex.Result, reason = res, ""
+			ex.Outcome, reason = outcome(res), ""
 		}
 		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
 			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
 		}
 		return Run{}, err
 	}
-	ex.Result = withDisplayImages(res)
+	ex.Outcome = outcome(withDisplayImages(res))
 	files, err := s.finish(wctx, id, ex, "")
 	if err != nil {
-		run := Run{ID: id, Result: res, Artifacts: make([]FileRef, 0, len(res.Artifacts)),
+		run := Run{ID: id, Result: res, Artifacts: make([]conversations.FileRef, 0, len(res.Artifacts)),
 			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
 				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
 		for _, a := range res.Artifacts {
-			run.Artifacts = append(run.Artifacts, FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
+			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
 		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex)
@@ -199,7 +177,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	files = linkDisplayImages(res, files)
 	if files == nil {
-		files = []FileRef{}
+		files = []conversations.FileRef{}
 	}
 	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
 }
@@ -243,13 +221,33 @@ func withDisplayImages(res sandbox.Result) sandbox.Result {
 	return res
 }
 
+// outcome is a run's result as its conversation keeps it.
+func outcome(res sandbox.Result) conversations.RunOutcome {
+	o := conversations.RunOutcome{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Result: res.Result,
+		ExecutionMS: res.ExecutionMS, SessionVersion: res.Session.Version, RestoredFrom: res.Session.RestoredFrom}
+	if e := res.Error; e != nil {
+		o.Error = &conversations.RunError{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+	}
+	for _, a := range res.Artifacts {
+		o.Artifacts = append(o.Artifacts, conversations.Artifact{Name: a.Name, ContentType: a.ContentType, Data: a.Data})
+	}
+	for _, d := range res.Displays {
+		cd := conversations.Display{Kind: d.Kind, Text: d.Text, HTML: d.HTML, Markdown: d.Markdown, SVG: d.SVG, LaTeX: d.LaTeX, JSON: d.JSON}
+		if img := d.Image; img != nil {
+			cd.Image = &conversations.DisplayImage{Name: img.Name, ContentType: img.ContentType, Width: img.Width, Height: img.Height, Size: img.Size, FileID: img.FileID}
+		}
+		o.Displays = append(o.Displays, cd)
+	}
+	return o
+}
+
 // linkDisplayImages gives each displayed image its file id, and returns the run's
 // artifacts without the files that exist only as display images.
-func linkDisplayImages(res sandbox.Result, files []FileRef) []FileRef {
+func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conversations.FileRef {
 	if len(res.Displays) == 0 {
 		return files
 	}
-	byName := map[string]FileRef{}
+	byName := map[string]conversations.FileRef{}
 	for _, f := range files {
 		byName[f.Name] = f
 	}
@@ -269,7 +267,7 @@ func linkDisplayImages(res sandbox.Result, files []FileRef) []FileRef {
 			shown[d.Image.Name] = true
 		}
 	}
-	return slices.DeleteFunc(files, func(f FileRef) bool { return shown[f.Name] })
+	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
 }
 
 var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")
@@ -278,11 +276,11 @@ var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is 
 // seconds, the caller waits that long, then gets the result with a notice.
 var finishRetries = []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond, time.Second, 2 * time.Second}
 
-func (s *Sandbox) finish(ctx context.Context, id int64, ex Execution, failure string) ([]FileRef, error) {
+func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error) {
 	var err error
 	for _, d := range finishRetries {
 		time.Sleep(d)
-		var files []FileRef
+		var files []conversations.FileRef
 		if files, err = s.Store.FinishExecution(ctx, id, ex, failure); err == nil {
 			return files, nil
 		}
@@ -295,7 +293,7 @@ func (s *Sandbox) finish(ctx context.Context, id int64, ex Execution, failure st
 
 // finishLater keeps writing a run's outcome until it is stored (or for an hour, after
 // which the row stays pending and the logs say which one).
-func (s *Sandbox) finishLater(ctx context.Context, id int64, ex Execution) {
+func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Execution) {
 	s.background.Add(1)
 	go func() {
 		defer s.background.Done()
@@ -348,7 +346,7 @@ func (s *Sandbox) History(ctx context.Context, convID int64, key string) ([]stri
 	return replayable(runs, s.SessionTTL, time.Now()), nil
 }
 
-func replayable(runs []SessionRun, ttl time.Duration, now time.Time) []string {
+func replayable(runs []conversations.SessionRun, ttl time.Duration, now time.Time) []string {
 	if len(runs) == 0 {
 		return nil
 	}

@@ -8,32 +8,18 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/pgdb"
-	"github.com/sandchat/sandchat/sandbox"
-	"github.com/sandchat/sandchat/toolkits"
 )
-
-// Limits on uploads: one file, and all of a conversation's (they are mounted under
-// /data for every run).
-const (
-	MaxUploadBytes       = 10 << 20
-	MaxConversationBytes = 64 << 20
-	// MaxArtifactBytes bounds what a conversation's runs may store as artifacts; past it
-	// a run's files are not kept, and its stderr says so.
-	MaxArtifactBytes = 256 << 20
-)
-
-var _ toolkits.ExecutionStore = (*Store)(nil)
 
 // BeginExecution records a run as pending before it starts: whatever happens to the
 // run afterwards, its row exists, so a run that advanced the session is never unaudited.
-func (s *Store) BeginExecution(ctx context.Context, ex toolkits.Execution) (int64, error) {
+func (s *Store) BeginExecution(ctx context.Context, ex conversations.Execution) (int64, error) {
 	var id int64
 	err := s.db.QueryRow(ctx, `insert into executions (conversation_id, turn_id, user_id, agent_id, session_key, code, status)
 		values ($1, $2, $3, $4, $5, $6, 'pending') returning id`,
@@ -45,15 +31,15 @@ func (s *Store) BeginExecution(ctx context.Context, ex toolkits.Execution) (int6
 // transaction. It is safe to retry: once the row is finished, a retry returns the
 // artifacts already stored. failure, when set, marks a run the engine could not
 // complete (status "failed") and says why.
-func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execution, failure string) ([]toolkits.FileRef, error) {
-	r := ex.Result
+func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error) {
+	r := ex.Outcome
 	status := r.Status
 	var errJSON []byte
 	var err error
 	switch {
 	case failure != "":
 		status = "failed"
-		errJSON, err = json.Marshal(sandbox.ExecError{Type: "SandboxError", Message: failure})
+		errJSON, err = json.Marshal(conversations.RunError{Type: "SandboxError", Message: failure})
 	case r.Error != nil:
 		errJSON, err = json.Marshal(r.Error)
 	}
@@ -65,7 +51,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 		result = []byte(*r.Result)
 	}
 	uid := nullID(sandchat.UserIDFromContext(ctx))
-	var refs []toolkits.FileRef
+	var refs []conversations.FileRef
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr)
 		if err != nil {
@@ -74,7 +60,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
 			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
 			where id = $1 and status = 'pending'`,
-			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, r.Session.Version, nullText(r.Session.RestoredFrom))
+			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, r.SessionVersion, nullText(r.RestoredFrom))
 		if err != nil {
 			return pgdb.PgError(err, "execution")
 		}
@@ -84,16 +70,16 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex toolkits.Execu
 			if err != nil {
 				return err
 			}
-			refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.FileRef, error) {
-				var f toolkits.FileRef
+			refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.FileRef, error) {
+				var f conversations.FileRef
 				return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size)
 			})
 			return err
 		}
-		refs = make([]toolkits.FileRef, 0, len(keep))
+		refs = make([]conversations.FileRef, 0, len(keep))
 		stored := make(map[string]int64, len(keep))
 		for _, a := range keep {
-			ref := toolkits.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
+			ref := conversations.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
 			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
 				values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
 				ex.ConversationID, id, ref.Name, clean(ref.ContentType), ref.Size, a.Data, uid).Scan(&ref.ID)
@@ -127,17 +113,17 @@ const MaxStoredDisplayBytes = 1 << 20
 // storedDisplay is a display item as kept with its execution: text parts, and an image
 // as the id of its file.
 type storedDisplay struct {
-	sandbox.Display
+	conversations.Display
 	Truncated bool `json:"truncated,omitempty"`
 }
 
 // displaysJSON is what an execution keeps of its display items: fileIDs maps the name
 // of each stored image file to its id (an image whose file was not kept has none).
-func displaysJSON(items []sandbox.Display, fileIDs map[string]int64) ([]byte, error) {
+func displaysJSON(items []conversations.Display, fileIDs map[string]int64) ([]byte, error) {
 	out := make([]json.RawMessage, 0, len(items))
 	budget := MaxStoredDisplayBytes
 	for _, d := range items {
-		sd := storedDisplay{Display: sandbox.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
+		sd := storedDisplay{Display: conversations.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
 			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX)}}
 		if len(d.JSON) > 0 {
 			// jsonb refuses the NUL character.
@@ -145,7 +131,7 @@ func displaysJSON(items []sandbox.Display, fileIDs map[string]int64) ([]byte, er
 		}
 		if d.Image != nil {
 			img := *d.Image
-			img.FileID, img.Data = fileIDs[img.Name], nil
+			img.FileID = fileIDs[img.Name]
 			sd.Image = &img
 		}
 		b, err := marshalRaw(sd)
@@ -154,7 +140,7 @@ func displaysJSON(items []sandbox.Display, fileIDs map[string]int64) ([]byte, er
 		}
 		if len(b) > budget {
 			const keep = 1 << 10
-			sd.Display = sandbox.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
+			sd.Display = conversations.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
 			sd.Truncated = true
 			if b, err = marshalRaw(sd); err != nil {
 				return nil, err
@@ -213,7 +199,7 @@ func ArtifactName(name string) string {
 
 // SessionRuns returns the finished runs of a session since it was last reset, oldest
 // first: what rebuilding the session by replay needs.
-func (s *Store) SessionRuns(ctx context.Context, convID int64, key string) ([]toolkits.SessionRun, error) {
+func (s *Store) SessionRuns(ctx context.Context, convID int64, key string) ([]conversations.SessionRun, error) {
 	rows, err := s.db.Query(ctx, `select code, status, created_at, coalesce(finished_at, created_at) from executions
 		where conversation_id = $1 and session_key = $2 and status <> 'pending'
 		and id > coalesce((select max(after_execution_id) from sandbox_resets where conversation_id = $1 and session_key = $2), 0)
@@ -221,8 +207,8 @@ func (s *Store) SessionRuns(ctx context.Context, convID int64, key string) ([]to
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.SessionRun, error) {
-		var sr toolkits.SessionRun
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.SessionRun, error) {
+		var sr conversations.SessionRun
 		var code []byte
 		err := r.Scan(&code, &sr.Status, &sr.StartedAt, &sr.FinishedAt)
 		sr.Code = string(code)
@@ -238,32 +224,10 @@ func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error
 	return pgdb.PgError(err, "session reset")
 }
 
-// StoredExecution is a run as recorded, with its whole output.
-type StoredExecution struct {
-	ID             int64              `json:"id"`
-	ConversationID int64              `json:"conversation_id"`
-	TurnID         *int64             `json:"turn_id"`
-	AgentID        *int64             `json:"agent_id"`
-	Status         string             `json:"status"`
-	Code           string             `json:"code"`
-	Stdout         string             `json:"stdout"`
-	Stderr         string             `json:"stderr"`
-	Result         *string            `json:"result"`
-	Error          json.RawMessage    `json:"error,omitempty"`
-	ExecutionMS    int64              `json:"execution_ms"`
-	SessionVersion *int64             `json:"session_version,omitempty"`
-	RestoredFrom   *string            `json:"restored_from,omitempty"`
-	Artifacts      []toolkits.FileRef `json:"artifacts"`
-	// Displays are the run's display items as shown: text parts, and images as file ids.
-	Displays   json.RawMessage `json:"displays"`
-	CreatedAt  time.Time       `json:"created_at"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
-}
-
 // Execution returns one recorded run of a conversation the caller may view: where
 // clients get the full output that events carry truncated.
-func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecution, error) {
-	var e StoredExecution
+func (s *Store) Execution(ctx context.Context, convID, id int64) (conversations.StoredExecution, error) {
+	var e conversations.StoredExecution
 	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
 		return e, err
 	}
@@ -288,8 +252,8 @@ func (s *Store) Execution(ctx context.Context, convID, id int64) (StoredExecutio
 	if err != nil {
 		return e, err
 	}
-	e.Artifacts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (toolkits.FileRef, error) {
-		var f toolkits.FileRef
+	e.Artifacts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.FileRef, error) {
+		var f conversations.FileRef
 		return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size)
 	})
 	return e, err
@@ -304,14 +268,14 @@ func nullText(s string) *string {
 
 // DataFiles returns the newest upload of each name; no permission check, since the
 // caller is running code for a conversation it was authorized on.
-func (s *Store) DataFiles(ctx context.Context, convID int64) ([]sandbox.File, error) {
+func (s *Store) DataFiles(ctx context.Context, convID int64) ([]conversations.DataFile, error) {
 	rows, err := s.db.Query(ctx, `select distinct on (name) name, data from files
 		where conversation_id = $1 and source = 'upload' order by name, id desc`, convID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandbox.File, error) {
-		var f sandbox.File
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.DataFile, error) {
+		var f conversations.DataFile
 		return f, r.Scan(&f.Name, &f.Data)
 	})
 }
@@ -331,7 +295,7 @@ func lockTotal(ctx context.Context, tx pgx.Tx, convID int64, source string) (int
 
 // capArtifacts keeps the artifacts that fit under the conversation's total and says in
 // stderr which did not.
-func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.Artifact, stderr string) ([]sandbox.Artifact, string, error) {
+func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []conversations.Artifact, stderr string) ([]conversations.Artifact, string, error) {
 	if len(arts) == 0 {
 		return arts, stderr, nil
 	}
@@ -339,11 +303,11 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.A
 	if err != nil {
 		return nil, stderr, err
 	}
-	var keep []sandbox.Artifact
+	var keep []conversations.Artifact
 	var dropped []string
 	for _, a := range arts {
-		if size := int64(len(a.Data)); total+size > MaxArtifactBytes {
-			dropped = append(dropped, fmt.Sprintf("%s (%s)", a.Name, sandbox.Size(size)))
+		if size := int64(len(a.Data)); total+size > conversations.MaxArtifactBytes {
+			dropped = append(dropped, fmt.Sprintf("%s (%s)", a.Name, sandchat.Size(size)))
 			continue
 		}
 		total += int64(len(a.Data))
@@ -351,7 +315,7 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.A
 	}
 	if len(dropped) > 0 {
 		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's files from runs take %s of %s, and these do not fit (delete some to make room): %s\n",
-			sandbox.Size(total), sandbox.Size(MaxArtifactBytes), strings.Join(dropped, ", "))
+			sandchat.Size(total), sandchat.Size(conversations.MaxArtifactBytes), strings.Join(dropped, ", "))
 	}
 	return keep, stderr, nil
 }
@@ -359,12 +323,12 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandbox.A
 // UploadFile stores a file for /data at its relative path (reports/2025/q1.csv); a
 // file already at that path is replaced, keeping its id. Editors only. replaced says
 // which happened.
-func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref toolkits.FileRef, replaced bool, err error) {
-	if err := sandbox.CheckDataPath(name); err != nil {
+func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error) {
+	if err := sandchat.CheckDataPath(name); err != nil {
 		return ref, false, err
 	}
-	if len(data) > MaxUploadBytes {
-		return ref, false, UploadTooLarge(name, int64(len(data)))
+	if len(data) > conversations.MaxUploadBytes {
+		return ref, false, conversations.UploadTooLarge(name, int64(len(data)))
 	}
 	if contentType == "" {
 		contentType = "application/octet-stream"
@@ -396,11 +360,11 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return ref, false, pgdb.PgError(err, "files")
 	}
-	if used := total - oldSize; used+int64(len(data)) > MaxConversationBytes {
+	if used := total - oldSize; used+int64(len(data)) > conversations.MaxConversationBytes {
 		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation has %s of %s used; %s (%s) does not fit. Delete files to make room.",
-			sandbox.Size(used), sandbox.Size(MaxConversationBytes), name, sandbox.Size(int64(len(data))))
+			sandchat.Size(used), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(int64(len(data))))
 	}
-	ref = toolkits.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
+	ref = conversations.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
 	if oldID != 0 {
 		_, err = tx.Exec(ctx, `update files set content_type = $2, size = $3, data = $4, created_by = $5, created_at = now() where id = $1`,
 			oldID, contentType, ref.Size, data, nullID(sandchat.UserIDFromContext(ctx)))
@@ -415,11 +379,6 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	return ref, oldID != 0, tx.Commit(ctx)
 }
 
-// UploadTooLarge is the refusal of one file over MaxUploadBytes, with both sizes.
-func UploadTooLarge(name string, size int64) error {
-	return sandchat.Errorf(sandchat.ETOOLARGE, "%s is %s; uploads are limited to %s per file.", name, sandbox.Size(size), sandbox.Size(MaxUploadBytes))
-}
-
 // parentDirs returns the folders a path sits in: a/b/c.csv → a, a/b.
 func parentDirs(p string) []string {
 	var dirs []string
@@ -429,16 +388,8 @@ func parentDirs(p string) []string {
 	return dirs
 }
 
-// StoredFile is a file with where it came from.
-type StoredFile struct {
-	toolkits.FileRef
-	ConversationID int64  `json:"conversation_id"`
-	Source         string `json:"source"`
-	ExecutionID    *int64 `json:"execution_id,omitempty"`
-}
-
 // Files lists a conversation's uploads and artifacts; view access.
-func (s *Store) Files(ctx context.Context, convID int64) ([]StoredFile, error) {
+func (s *Store) Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error) {
 	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
 		return nil, err
 	}
@@ -450,14 +401,14 @@ func (s *Store) Files(ctx context.Context, convID int64) ([]StoredFile, error) {
 	return pgx.CollectRows(rows, scanStoredFile)
 }
 
-func scanStoredFile(r pgx.CollectableRow) (StoredFile, error) {
-	var f StoredFile
+func scanStoredFile(r pgx.CollectableRow) (conversations.StoredFile, error) {
+	var f conversations.StoredFile
 	return f, r.Scan(&f.ID, &f.Name, &f.ContentType, &f.Size, &f.ConversationID, &f.Source, &f.ExecutionID)
 }
 
 // File returns a file and its bytes if the caller may view its conversation.
-func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) {
-	var f StoredFile
+func (s *Store) File(ctx context.Context, id int64) (conversations.StoredFile, []byte, error) {
+	var f conversations.StoredFile
 	var data []byte
 	err := s.db.QueryRow(ctx, `select id, name, content_type, size, conversation_id, source, execution_id, data
 		from files where id = $1`, id).Scan(&f.ID, &f.Name, &f.ContentType, &f.Size, &f.ConversationID, &f.Source, &f.ExecutionID, &data)
@@ -472,7 +423,7 @@ func (s *Store) File(ctx context.Context, id int64) (StoredFile, []byte, error) 
 
 // Executions lists a conversation's recorded runs, oldest first, with their artifacts
 // that still exist; view access. Bounded to the newest 500.
-func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution, error) {
+func (s *Store) Executions(ctx context.Context, convID int64) ([]conversations.StoredExecution, error) {
 	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
 		return nil, err
 	}
@@ -485,8 +436,8 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]StoredExecution
 	if err != nil {
 		return nil, pgdb.PgError(err, "executions")
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredExecution, error) {
-		var e StoredExecution
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.StoredExecution, error) {
+		var e conversations.StoredExecution
 		// Code and output are stored as the bytes the program wrote (NUL included).
 		var code, stdout, stderr, result, errJSON, files []byte
 		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/testenv"
-	"github.com/sandchat/sandchat/sandbox"
-	"github.com/sandchat/sandchat/toolkits"
 )
 
 type filesBundle struct {
@@ -103,8 +102,8 @@ func TestFilesUploadPaths(t *testing.T) {
 			"newline":       "a\nb.csv",
 			"NUL":           "a\x00b.csv",
 			"backslash":     `..\evil.csv`,
-			"too deep":      strings.Repeat("d/", sandbox.MaxDataPathDepth) + "f.csv",
-			"too long":      strings.Repeat("x", sandbox.MaxDataPathBytes+1),
+			"too deep":      strings.Repeat("d/", sandchat.MaxDataPathDepth) + "f.csv",
+			"too long":      strings.Repeat("x", sandchat.MaxDataPathBytes+1),
 			"empty":         "",
 			"invalid utf-8": "a\xffb.csv",
 		} {
@@ -153,7 +152,7 @@ func TestFilesLimitsStateSizes(t *testing.T) {
 	}
 
 	t.Run("artifacts past the conversation's total say which and why", func(t *testing.T) {
-		arts := []sandbox.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, MaxArtifactBytes)}}
+		arts := []conversations.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, conversations.MaxArtifactBytes)}}
 		tx, err := b.store.db.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -173,16 +172,16 @@ func TestFilesExecutionDisplays(t *testing.T) {
 	b := setupFiles(t)
 	ctx := b.alice
 	png := []byte("\x89PNG fake bytes, stored as a file")
-	ex := toolkits.Execution{ConversationID: b.conv, SessionKey: "conv", Code: "display(x)"}
+	ex := conversations.Execution{ConversationID: b.conv, SessionKey: "conv", Code: "display(x)"}
 	id, err := b.store.BeginExecution(ctx, ex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex.Result = sandbox.Result{Status: sandbox.StatusSuccess,
-		Artifacts: []sandbox.Artifact{{Name: "display-1.png", ContentType: "image/png", Data: png, Size: int64(len(png))}},
-		Displays: []sandbox.Display{
+	ex.Outcome = conversations.RunOutcome{Status: "success",
+		Artifacts: []conversations.Artifact{{Name: "display-1.png", ContentType: "image/png", Data: png}},
+		Displays: []conversations.Display{
 			{Kind: "display", Text: "Table(42)", HTML: "<table><tr><td>42</td></tr></table>"},
-			{Kind: "display", Text: "<Picture>", Image: &sandbox.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png)), Data: png}},
+			{Kind: "display", Text: "<Picture>", Image: &conversations.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png))}},
 			{Kind: "result", Text: "nul\x00inside", JSON: json.RawMessage(`{"k":"a\u0000b"}`)},
 		}}
 	refs, err := b.store.FinishExecution(ctx, id, ex, "")
@@ -238,9 +237,9 @@ func TestFilesExecutionDisplays(t *testing.T) {
 
 func TestFilesDisplaysBounded(t *testing.T) {
 	big := strings.Repeat("<td>x</td>", 60_000) // 600 KB per item
-	var items []sandbox.Display
+	var items []conversations.Display
 	for range 5 {
-		items = append(items, sandbox.Display{Kind: "display", Text: strings.Repeat("t", 5000), HTML: big})
+		items = append(items, conversations.Display{Kind: "display", Text: strings.Repeat("t", 5000), HTML: big})
 	}
 	raw, err := displaysJSON(items, nil)
 	if err != nil {
