@@ -408,7 +408,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 			TimeoutMS: e.cfg.Timeout.Milliseconds(), MaxTimeoutMS: e.cfg.MaxTimeout.Milliseconds(),
 			MemoryBytes: e.cfg.MemoryBytes, MaxOutput: e.cfg.MaxOutput, MaxCode: e.cfg.MaxCode,
 			NetworkAllow: append([]string{}, e.cfg.NetworkAllow...), MaxStateBytes: e.cfg.MaxStateBytes,
-			IdleTimeoutMS: e.cfg.IdleTimeout.Milliseconds(),
+			IdleTimeoutMS: e.cfg.IdleTimeout.Milliseconds(), Pip: !e.cfg.PipOff && e.fetch != nil,
 		},
 	}
 	rt, j := e.rt, e.jail

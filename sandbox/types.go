@@ -132,4 +132,6 @@ type StatusLimits struct {
 	MaxOutput          int      `json:"max_output"`
 	MaxCode            int      `json:"max_code"`
 	NetworkAllow       []string `json:"network_allow"`
+	// Pip says whether micropip.install can fetch pure-Python wheels (through the server).
+	Pip bool `json:"pip"`
 }

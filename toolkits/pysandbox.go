@@ -461,15 +461,23 @@ func PackagesText(pkgs []string) string {
 	return fmt.Sprintf(", plus %d packages of the Pyodide distribution (%s, …)", len(pkgs), strings.Join(known, ", "))
 }
 
+// pipText says how packages outside the distribution can be added, if they can.
+func pipText(on bool) string {
+	if !on {
+		return " Installing other packages is turned off here."
+	}
+	return " Pure-Python packages from the package index can be added with `import micropip; await micropip.install(\"name\")` (top-level await works); compiled ones cannot. Python has no network access unless the deployment allows it."
+}
+
 // PythonToolSpec is how the pyodide_sandbox tool is offered to a model. The description
 // tells the model what persists, where files are, and the limits.
 func PythonToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
 	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
 State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
 The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data, in their folders (/data/reports/q1.csv); /data is on sys.path, so an uploaded mymodule.py is imported with import mymodule. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
-Packages: the standard library%s. An import of one of these loads it automatically; anything else raises ModuleNotFoundError. There is no pip and no network access unless the deployment allows it.
+Packages: the standard library%s. An import of one of these loads it automatically; anything else raises ModuleNotFoundError.%s
 Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of memory (MemoryError), %d KiB of stdout/stderr (truncated), %d KiB of code.`,
-		packages, limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)
+		packages, pipText(limits.Pip), limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)
 	parameters = json.RawMessage(`{"type":"object","properties":{"code":{"type":"string","description":"Python code to run. The last expression's value is returned."}},"required":["code"],"additionalProperties":false}`)
 	return PyodideSandbox, description, parameters
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -59,6 +60,23 @@ func TestPackagesText(t *testing.T) {
 	}
 	if got := toolkits.PackagesText(many); got != ", plus 52 packages of the Pyodide distribution (numpy, pandas, …)" {
 		t.Fatal(got)
+	}
+}
+
+// TestPythonToolSpec: the description tells the model whether micropip can add packages.
+func TestPythonToolSpec(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pip       bool
+		want, not string
+	}{
+		{true, "await micropip.install(", "turned off"},
+		{false, "Installing other packages is turned off here.", "micropip"},
+	} {
+		_, desc, _ := toolkits.PythonToolSpec(sandbox.StatusLimits{TimeoutMS: 30000, Pip: tc.pip}, "")
+		if !strings.Contains(desc, tc.want) || strings.Contains(desc, tc.not) {
+			t.Errorf("pip %v: description lacks %q or has %q:\n%s", tc.pip, tc.want, tc.not, desc)
+		}
 	}
 }
 

@@ -384,7 +384,8 @@ func (m *Main) readyChecks(catalogue *toolkits.Catalogue) []frontendapi.Check {
 // limits are the sandbox limits the model's tool description states.
 func (m *Main) limits() sandbox.StatusLimits {
 	c := m.Config.Sandbox.Engine
-	return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode}
+	return sandbox.StatusLimits{TimeoutMS: c.Timeout.Milliseconds(), MemoryBytes: c.MemoryBytes, MaxOutput: c.MaxOutput, MaxCode: c.MaxCode,
+		Pip: !c.PipOff}
 }
 
 // serve listens on the configured address and answers in the background; events past
