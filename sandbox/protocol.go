@@ -150,6 +150,9 @@ type attachReq struct {
 	Packages []string        `json:"packages"`
 	Pip      []pipInstallMsg `json:"pip"` // wheels micropip installed, from the cache
 	Cells    []string        `json:"cells"`
+	// Data is /data as the run about to happen sees it, mounted before cells replay:
+	// a replayed cell may import or read an upload.
+	Data []dataFile `json:"data"`
 }
 
 type runReq struct {

@@ -199,6 +199,12 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			at.Pip, a.notes = wheels, append(a.notes, notes...)
 		}
 	}
+	at.Data = []dataFile{}
+	if len(at.Cells) > 0 {
+		for _, f := range req.Data {
+			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+		}
+	}
 	f, err := p.call(actx, at, &o)
 	if err != nil {
 		p.close("attach failed")

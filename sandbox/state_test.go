@@ -204,6 +204,30 @@ func TestReplayPersistence(t *testing.T) {
 	}
 }
 
+// TestReplayWithData: cells that imported an upload replay with /data mounted, so the
+// session comes back whole.
+func TestReplayWithData(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.ForceReplay = true })
+	k := "replay-data"
+	data := []File{{Name: "lib/rates.py", Data: []byte("VAT = 0.2\n")}, {Name: "prices.csv", Data: []byte("10\n20\n")}}
+	exec := func(code string) Result {
+		t.Helper()
+		r, err := e.Execute(context.Background(), k, Request{Code: code, Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := exec("import sys; sys.path.append('/data/lib')\nimport rates\ntotal = sum(int(l) for l in open('/data/prices.csv')) * (1 + rates.VAT)"); r.Status != StatusSuccess {
+		t.Fatalf("first run: %s", resultOf(r))
+	}
+	evictLive(t, e, k)
+	r := exec("round(total, 2)")
+	if r.Status != StatusSuccess || resultOf(r) != "36.0" || r.Session.RestoredFrom != FromReplay || strings.Contains(r.Stderr, "could not be fully restored") {
+		t.Fatalf("after replay: %s from %s, stderr %q", resultOf(r), r.Session.RestoredFrom, r.Stderr)
+	}
+}
+
 func TestSessionsWithJSObjectsFallBackToReplay(t *testing.T) {
 	e, _, key := setup(t)
 	k := key("jsobj")

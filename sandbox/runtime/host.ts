@@ -211,7 +211,7 @@ async function handle(m: any) {
         return;
       }
       case "attach": {
-        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells: m.cells ?? [] }, "attached");
+        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells: m.cells ?? [], data: m.data ?? [] }, "attached");
         await reply(id, { ok: true, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
         return;
       }

@@ -16,7 +16,7 @@ export type Request =
   | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob; warmup?: boolean }
   | { id: number; op: "boot"; preload: string[] }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
-  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[] }
+  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[]; data: DataFile[] }
   | { id: number; op: "run"; code: string; filename: string; persist: boolean; replay: boolean; data: DataFile[]; preload: string[] }
   /** The engine's answer to a Pip request: wheels to install from the package cache. */
   | { id: 0; op: "pipDone"; seq: number; wheels: PipWheel[]; lock: string[]; error?: string }

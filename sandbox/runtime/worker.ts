@@ -1077,6 +1077,11 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
             failed = String(e);
           }
         }
+        if (m.cells?.length) {
+          // Cells replay against /data as it is now: one may import or read an upload.
+          await mountData(m.data ?? []);
+          dataMounted = (m.data?.length ?? 0) > 0;
+        }
         for (const [i, cell] of (m.cells ?? []).entries()) {
           if (failed) break;
           await py.loadPackagesFromImports(cell, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
