@@ -3,6 +3,7 @@ package frontendapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -57,7 +58,10 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if errors.As(err, &fe) {
 		code, msg = statusCode(fe.Code), fe.Message
 		if fe.Code == fiber.StatusRequestEntityTooLarge {
-			code = sandchat.ETOOLARGE
+			// fasthttp refuses the body before any handler reads it: say how big it was
+			// and what is allowed, as every other size refusal does.
+			code, msg = sandchat.ETOOLARGE, fmt.Sprintf("The request body is %s; requests are limited to %s.",
+				sandchat.Size(int64(c.Request().Header.ContentLength())), sandchat.Size(int64(s.app.Config().BodyLimit)))
 		}
 	}
 	status := codeStatus[code]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -480,6 +481,11 @@ func TestFiles(t *testing.T) {
 		code, body := alice.uploadAt(conv, "input.csv", "", strings.Repeat("x", 25<<19))
 		if d := problem(t, body); code != 413 || d != "input.csv is 12.5 MiB; uploads are limited to 10 MiB per file." {
 			t.Fatalf("one big file: %d %q", code, d)
+		}
+		// Past the server's body limit the upload is refused before any handler reads it.
+		code, body = alice.uploadAt(conv, "input.csv", "", strings.Repeat("x", 17<<20))
+		if d := problem(t, body); code != 413 || !regexp.MustCompile(`^The request body is 17\.0 MiB; requests are limited to 16 MiB\.$`).MatchString(d) {
+			t.Fatalf("over the body limit: %d %q", code, d)
 		}
 		full := alice.createConversation(agent.ID)
 		for i := range 6 {
