@@ -73,15 +73,22 @@ func (c *client) uploadAt(conv int64, name, path, content string) (int, []byte) 
 	return resp.StatusCode, out
 }
 
-func TestSandboxAPI(t *testing.T) {
-	e := newEnv(t)
-	m := e.sandboxNode()
-	alice, _ := m.user(t, "alice", false)
+// sandboxParty starts a node running the engine with a conversation whose agent has the
+// sandbox on: alice owns it, viewer may view it, stranger may not see it.
+func sandboxParty(t *testing.T) (m *Main, agent agentJSON, conv int64, alice, viewer, stranger *client) {
+	t.Helper()
+	m = newEnv(t).sandboxNode()
+	alice, _ = m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "viewer", false)
-	stranger, _ := m.user(t, "stranger", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	conv := alice.createConversation(agent.ID)
+	stranger, _ = m.user(t, "stranger", false)
+	agent = alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv = alice.createConversation(agent.ID)
 	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	return m, agent, conv, alice, viewer, stranger
+}
+
+func TestSandboxAPI(t *testing.T) {
+	m, agent, conv, alice, viewer, stranger := sandboxParty(t)
 	execPath := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
 
 	t.Run("status", func(t *testing.T) {
@@ -353,14 +360,7 @@ func (c *client) eval(conv int64, code string) string {
 // a re-upload), editors delete files and the next run no longer has them, and refusals
 // say what is wrong in numbers.
 func TestFiles(t *testing.T) {
-	e := newEnv(t)
-	m := e.sandboxNode()
-	alice, _ := m.user(t, "alice", false)
-	viewer, viewerID := m.user(t, "viewer", false)
-	stranger, _ := m.user(t, "stranger", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
-	conv := alice.createConversation(agent.ID)
-	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	_, agent, conv, alice, viewer, stranger := sandboxParty(t)
 	problem := func(t *testing.T, body []byte) string {
 		t.Helper()
 		var p struct{ Detail string }
