@@ -261,7 +261,7 @@ func TestLimits(t *testing.T) {
 		time.AfterFunc(300*time.Millisecond, cancel)
 		r, err := e.Execute(ctx, key("cancel"), Request{Code: "import time\nwhile True:\n    time.sleep(0.01)"})
 		if !errors.Is(err, context.Canceled) || r.Status != StatusTimeout {
-			t.Fatalf("err %v status %s", err, r.Status)
+			t.Fatalf("err %v status %s error %+v", err, r.Status, r.Error)
 		}
 	})
 	t.Run("live output arrives in chunks", func(t *testing.T) {

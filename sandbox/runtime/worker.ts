@@ -632,6 +632,9 @@ function setDirModes(dir: string, mode: number) {
 // SHA-256 of each file under /data as last mounted; null when unknown (a new process or
 // a restored heap), so every module imported from /data counts as changed.
 let dataHashes: Map<string, string> | null = null;
+// heapRestored: the interpreter is a session's saved heap, which may hold modules
+// imported from /data; one from the base holds none.
+let heapRestored = false;
 
 // DATA_SYNC makes /data importable and drops the modules imported from files that
 // changed or went away, so the next import runs the new code.
@@ -664,7 +667,10 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
     const h = new Uint8Array(await crypto.subtle.digest("SHA-256", f.data));
     hashes.set(f.name, Array.from(h, (b) => b.toString(16).padStart(2, "0")).join(""));
   }
-  let changed: string[] | null = null;
+  // Unknown history (null) only matters for a restored heap: a base interpreter has
+  // imported nothing from /data, and running the sync there would cost the first run
+  // a pass over sys.modules and a larger first state.
+  let changed: string[] | null = heapRestored ? null : [];
   if (dataHashes !== null) {
     changed = [...dataHashes.keys()].filter((name) => hashes.get(name) !== dataHashes!.get(name));
     changed.push(...[...hashes.keys()].filter((name) => !dataHashes!.has(name)));
@@ -989,6 +995,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A fresh interpreter whose heap becomes the base every session is diffed against.
         py = await load(m);
         py.runPython(DRIVER, { filename: "<sandchat>" });
+        // /data is importable from the base on, so a fresh session's first run need not
+        // touch the import system (see mountData).
+        py.runPython(`__import__("sys").path.append("/data")`, { filename: "<sandchat>" });
         if (m.preload?.length) {
           // Imported before the snapshot: every session starts with them, at no cost to
           // its state.
@@ -1035,6 +1044,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         const t0 = performance.now();
         const snapshot = m.delta ? undiff(m.header, m.delta) : base;
         restoreHeapBytes = snapshot.length - heapOffset(snapshot);
+        heapRestored = !!m.delta;
         prepared = null;
         const t1 = performance.now();
         py = await load(m, snapshot);
