@@ -129,6 +129,8 @@ function show(view) {
 
 async function signIn() {
   state.me = await api("GET", "/me");
+  // Kept as soon as it is accepted: a reload while the rest loads stays signed in.
+  localStorage.setItem("sandchat.token", state.token);
   $("me").textContent = state.me.name;
   state.catalogue = await api("GET", "/internal-tools");
   connect();
@@ -527,10 +529,10 @@ function finishCell(callID, r) {
       el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
       err.traceback ? el("pre", { className: "traceback", textContent: err.traceback }) : null));
   }
-  const arts = r.artifacts || [];
-  // A displayed image is also a file of the run: it is shown once, as its display item.
+  // An image shown as a display item is a file too; it is not shown again as an artifact.
   const shown = new Set((r.displays || []).map((d) => d.image?.file_id).filter(Boolean));
-  const images = arts.filter((a) => IMAGE_TYPES.includes(a.content_type) && !shown.has(a.id));
+  const arts = (r.artifacts || []).filter((a) => !shown.has(a.id));
+  const images = arts.filter((a) => IMAGE_TYPES.includes(a.content_type));
   const others = arts.filter((a) => !IMAGE_TYPES.includes(a.content_type));
   if (images.length) res.append(el("div", { className: "thumbs" }, images.map(thumbnail)));
   if (others.length) res.append(el("ul", { className: "chips" }, others.map((f) => el("li", {}, downloadChip(f)))));
@@ -1144,7 +1146,6 @@ function bind() {
     $("login-error").textContent = "";
     guard(async () => {
       await signIn();
-      localStorage.setItem("sandchat.token", state.token);
       $("token").value = "";
     });
   };
