@@ -53,7 +53,9 @@ func testLogger(t testing.TB) *slog.Logger {
 // testConfig is small enough for a 2-core machine.
 func testConfig(prefix string) Config {
 	c := DefaultConfig()
-	c.WarmPool = 1
+	// The pool stays at one process: grown by a test's burst of new sessions, it would
+	// boot up to eight Deno processes that nothing waits for, on a 2-core machine.
+	c.WarmPool, c.WarmPoolMax = 1, 1
 	c.MaxLive = 8
 	c.Timeout = 20 * time.Second
 	c.Grace = time.Second

@@ -78,7 +78,7 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 	withSandbox := func(c *Config, _ *Main) {
 		c.Sandbox.Enabled = true
 		c.Sandbox.Engine = sandbox.DefaultConfig()
-		c.Sandbox.Engine.WarmPool = 1
+		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax = 1, 1 // no growth: see sandbox's testConfig
 		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
 	}
 	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)
