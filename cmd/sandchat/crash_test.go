@@ -125,6 +125,7 @@ func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess
 // node that takes over fails the turn with a reason, keeps the user's message once and
 // lets the conversation go on.
 func TestCrashMidTurn(t *testing.T) {
+	t.Parallel()
 	srv := openaitest.New(t, openaitest.Reply{Stall: true})
 	e := newEnv(t)
 	serve := startServer(t, e, srv.URL, srv.APIKey)

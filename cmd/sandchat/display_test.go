@@ -33,6 +33,7 @@ type displayJSON struct {
 // tool.display events while the code runs; the model gets a compact description, and
 // the traceback of a failing cell.
 func TestDisplayItems(t *testing.T) {
+	t.Parallel()
 	_, alice, conv := newEnv(t).coder()
 	if r := alice.run(conv, sandboxtest.RichDisplay); r.Status != "success" {
 		t.Fatalf("setup: %+v", r)

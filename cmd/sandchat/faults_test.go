@@ -44,6 +44,7 @@ func (c *client) unavailable(dep, method, path string, body any) {
 // its own Redis: each case shows a known failure answered without a 5xx (503 when a
 // dependency is down), and no run, message or turn lost, doubled, stuck or zombie.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	f := newFaultEnv(t)
 	m := f.node(t)
 	alice, _ := m.user(t, "alice", true)
@@ -486,6 +487,7 @@ func TestFaults(t *testing.T) {
 // limit) and fails the turn; when the paused server resumes, every write it tries for
 // that turn is fenced out, so nothing is appended to the failed turn or after newer ones.
 func TestZombieTurn(t *testing.T) {
+	t.Parallel()
 	// A model whose answer is held back until the test releases it: the paused server
 	// gets it when it wakes up, and then tries to store it.
 	release := make(chan struct{})

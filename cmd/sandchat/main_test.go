@@ -10,18 +10,47 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/toolkits"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rdb, err := redis.ParseURL(testenv.RedisURL()); err == nil {
+		c := redis.NewClient(rdb)
+		testenv.DropPrefix(c, baseSeed)
+		_ = c.Close()
+	}
+	os.Exit(code)
+}
+
+// baseSeed holds the sandbox's base snapshot, published by the first engine the tests
+// boot: later nodes find it in Redis and restore it, as a second node of one build
+// does, instead of each booting Pyodide afresh.
+var baseSeed = testenv.Name("test-base:") + ":"
+
+var baseKeys = []string{"sandbox:build:*", "sandbox:base:*"}
+
+func copyBase(t *testing.T, from, to string) {
+	rdb := testenv.RedisClient(t)
+	defer rdb.Close()
+	for _, k := range baseKeys {
+		if err := testenv.CopyKeys(rdb, from, to, k); err != nil {
+			t.Fatalf("copy the base snapshot: %v", err)
+		}
+	}
+}
 
 // tlog sends a server's logs to the test's log.
 type tlog struct{ t testing.TB }
@@ -35,10 +64,10 @@ type testEnv struct {
 	redisPrefix string
 }
 
-// newEnv gives the test a schema and a prefix of its own, so tests that only run nodes
-// call t.Parallel. Tests stay serial that start a real sandbox engine (engines of one
-// process share its cgroup parent, and two cores), that kill or pause processes, or
-// that stop Postgres or Redis.
+// newEnv gives the test a schema and a prefix of its own. Everything a test starts works
+// under them (nodes, engines with their own cgroups, server processes, the fault suite's
+// own Postgres and Redis), so tests call t.Parallel: most of their time is spent waiting
+// on processes. Tests stay serial that set environment variables or drive Chromium.
 func newEnv(t *testing.T) *testEnv {
 	_, prefix := testenv.Redis(t)
 	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), redisPrefix: prefix}
@@ -81,6 +110,7 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax = 1, 1 // no growth: see sandbox's testConfig
 		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
 	}
+	copyBase(e.t, baseSeed, e.redisPrefix)
 	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)
 	var reason string
 	if _, ok := poll(90*time.Second, func() bool {
@@ -90,6 +120,7 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 	}); !ok {
 		e.t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
 	}
+	copyBase(e.t, e.redisPrefix, baseSeed)
 	return m
 }
 

@@ -116,6 +116,7 @@ func sandboxParty(t *testing.T) (m *Main, agent agentJSON, conv int64, alice, vi
 }
 
 func TestSandboxAPI(t *testing.T) {
+	t.Parallel()
 	m, agent, conv, alice, viewer, stranger := sandboxParty(t)
 	execPath := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
 
@@ -388,6 +389,7 @@ func (c *client) eval(conv int64, code string) string {
 // a re-upload), editors delete files and the next run no longer has them, and refusals
 // say what is wrong in numbers.
 func TestFiles(t *testing.T) {
+	t.Parallel()
 	_, agent, conv, alice, viewer, stranger := sandboxParty(t)
 	problem := func(t *testing.T, body []byte) string {
 		t.Helper()

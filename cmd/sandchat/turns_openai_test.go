@@ -66,6 +66,7 @@ func sandboxCall(code string) openaitest.Reply {
 // fake endpoint, with the real sandbox: a two-step tool loop, a Python error fed back,
 // the tool taken away when the sandbox is switched off, and a rejected API key.
 func TestTurnsOpenAI(t *testing.T) {
+	t.Parallel()
 	srv := openaitest.New(t,
 		// turn 1: a two-step tool loop, then an answer
 		sandboxCall("x = 21*2"),

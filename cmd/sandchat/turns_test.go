@@ -84,6 +84,7 @@ func (e *testEnv) coder() (*Main, *client, int64) {
 // every event reaches a subscriber in seq order, and switching the sandbox off between
 // turns takes the tool away.
 func TestTurnsBuiltin(t *testing.T) {
+	t.Parallel()
 	_, alice, conv := newEnv(t).coder()
 	ws := alice.socket()
 	ws.subscribe(conv, nil)
@@ -219,6 +220,7 @@ func (s *socket) expect2() frame {
 // TestResumeMidTurn drops a socket in the middle of a turn; reconnecting with since
 // gives every event exactly once, in order.
 func TestResumeMidTurn(t *testing.T) {
+	t.Parallel()
 	_, alice, conv := newEnv(t).coder()
 
 	first := alice.socket()
@@ -270,6 +272,7 @@ func TestResumeMidTurn(t *testing.T) {
 // TestSwarm: children share the conversation and its Python session, each with its own
 // internal-tool settings.
 func TestSwarm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
@@ -374,6 +377,7 @@ func TestSwarm(t *testing.T) {
 // TestCancelAndBusy: a second message while a turn runs is refused; cancel interrupts
 // running code and the session keeps its state.
 func TestCancelAndBusy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := e.sandboxNode(func(c *Config, _ *Main) { c.ShutdownTimeout = time.Second })
 	alice, _ := m.user(t, "alice", false)
@@ -444,6 +448,7 @@ func TestMessageRateLimit(t *testing.T) {
 // TestTurnsAcrossNodes: a turn started on one node streams to a socket on another, and
 // is cancelled through a third.
 func TestTurnsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	runner := e.sandboxNode()
 	watcher, canceller := e.node(), e.node()

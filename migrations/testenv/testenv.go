@@ -138,18 +138,37 @@ func Redis(t testing.TB) (*redis.Client, string) {
 func DropPrefix(rdb redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pattern := globEscaper.Replace(prefix) + "*"
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 	var keys []string
-	for iter.Next(ctx) {
-		if keys = append(keys, iter.Val()); len(keys) == 1000 {
+	_ = scan(ctx, rdb, globEscaper.Replace(prefix)+"*", func(k string) error {
+		if keys = append(keys, k); len(keys) == 1000 {
 			rdb.Del(ctx, keys...)
 			keys = keys[:0]
 		}
-	}
+		return nil
+	})
 	if len(keys) > 0 {
 		rdb.Del(ctx, keys...)
 	}
+}
+
+// CopyKeys copies the keys from+pattern (a SCAN glob) to the same names under to,
+// replacing what is there.
+func CopyKeys(rdb redis.UniversalClient, from, to, pattern string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return scan(ctx, rdb, globEscaper.Replace(from)+pattern, func(k string) error {
+		return rdb.Copy(ctx, k, to+strings.TrimPrefix(k, from), 0, true).Err()
+	})
+}
+
+func scan(ctx context.Context, rdb redis.UniversalClient, pattern string, each func(key string) error) error {
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		if err := each(iter.Val()); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
 }
 
 // globEscaper makes a prefix match only itself in a SCAN pattern.
