@@ -13,7 +13,7 @@ func benchEngine(b *testing.B) *Engine {
 	rdb := testRedis(b)
 	prefix := randomPrefix("bench")
 	cleanPrefix(b, rdb, prefix)
-	return startEngine(b, testConfig(prefix), rdb)
+	return startEngine(b, pooledConfig(prefix), rdb)
 }
 
 func benchRun(b *testing.B, e *Engine, key, code string) Result {
@@ -29,7 +29,7 @@ func benchRun(b *testing.B, e *Engine, key, code string) Result {
 //	go test ./sandbox -run '^$' -bench SandchatBench -benchtime 1x
 func BenchmarkSandchatBench(b *testing.B) {
 	rdb := testRedis(b)
-	cfg := testConfig(randomPrefix("benchtable"))
+	cfg := pooledConfig(randomPrefix("benchtable"))
 	requireRuntime(b, cfg)
 	for b.Loop() {
 		if err := Bench(context.Background(), cfg, rdb, os.Stdout, 20); err != nil {

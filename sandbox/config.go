@@ -29,6 +29,7 @@ type Config struct {
 
 	WarmPool    int           // session processes kept restored from the base snapshot, at least
 	WarmPoolMax int           // the most the pool grows to when bursts of new sessions come
+	WarmSpares  int           // primed processes kept for restoring saved sessions (each costs a warm-up restore)
 	MaxLive     int           // live session processes; the least recently used is evicted
 	IdleTimeout time.Duration // a session idle this long is evicted (its state is in Redis)
 
@@ -91,6 +92,7 @@ func DefaultConfig() Config {
 	return Config{
 		WarmPool:             2,
 		WarmPoolMax:          8,
+		WarmSpares:           1,
 		MaxLive:              16,
 		IdleTimeout:          10 * time.Minute,
 		Isolation:            IsolationStrict,
@@ -130,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if c.WarmPoolMax < c.WarmPool || c.WarmPoolMax > 64 {
 		bad("sandbox warm pool max must be between the warm pool (%d) and 64, got %d", c.WarmPool, c.WarmPoolMax)
+	}
+	if c.WarmSpares < 0 || c.WarmSpares > 8 {
+		bad("sandbox warm spares must be between 0 and 8, got %d", c.WarmSpares)
 	}
 	if c.MaxLive < 1 || c.MaxLive > 4096 {
 		bad("sandbox max live sessions must be between 1 and 4096, got %d", c.MaxLive)

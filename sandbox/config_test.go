@@ -18,6 +18,7 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults are valid", func(*Config) {}, ""},
 		{"no live sessions", func(c *Config) { c.MaxLive = 0 }, "max live"},
 		{"pool max below pool", func(c *Config) { c.WarmPool, c.WarmPoolMax = 4, 2 }, "warm pool max"},
+		{"too many spares", func(c *Config) { c.WarmSpares = 9 }, "warm spares"},
 		{"unknown isolation", func(c *Config) { c.Isolation = "none" }, "isolation"},
 		{"tiny state cap", func(c *Config) { c.MaxStateBytes = 10 }, "max state"},
 		{"timeout above max", func(c *Config) { c.Timeout = 10 * time.Minute }, "max timeout"},

@@ -50,18 +50,26 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// testConfig is small enough for a 2-core machine.
+// testConfig is small enough for a 2-core machine. It keeps no warm pool: an engine a
+// test starts for a few sessions would boot processes nobody takes (a restore and its
+// warm-up, ~1.5 s of CPU each). The shared engine and the benchmarks keep one.
 func testConfig(prefix string) Config {
 	c := DefaultConfig()
-	// The pool stays at one process: grown by a test's burst of new sessions, it would
-	// boot up to eight Deno processes that nothing waits for, on a 2-core machine.
-	c.WarmPool, c.WarmPoolMax = 1, 1
+	c.WarmPool, c.WarmPoolMax, c.WarmSpares = 0, 0, 0
 	c.MaxLive = 8
 	c.Timeout = 20 * time.Second
 	c.Grace = time.Second
 	c.RedisPrefix = prefix
 	c.QueueDepth = 32
 	return Locate(c)
+}
+
+// pooledConfig is testConfig with a pool of one ready process and one spare: it does
+// not grow with a test's burst of new sessions into processes nothing waits for.
+func pooledConfig(prefix string) Config {
+	c := testConfig(prefix)
+	c.WarmPool, c.WarmPoolMax, c.WarmSpares = 1, 1, 1
+	return c
 }
 
 // requireRuntime fails, never skips: a CI without the runtime must say how to fix it.
@@ -101,7 +109,7 @@ func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 	sharedOnce.Do(func() {
 		rdb := testRedis(t)
 		prefix := randomPrefix("shared")
-		e, err := bootEngine(testConfig(prefix), rdb, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		e, err := bootEngine(pooledConfig(prefix), rdb, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			sharedErr = err.Error()
 			return

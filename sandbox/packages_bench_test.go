@@ -15,7 +15,7 @@ func benchEngineWith(b *testing.B, mutate func(*Config)) *Engine {
 	rdb := testRedis(b)
 	prefix := randomPrefix("bench")
 	cleanPrefix(b, rdb, prefix)
-	cfg := testConfig(prefix)
+	cfg := pooledConfig(prefix)
 	requireRuntime(b, cfg)
 	// A pool that grows with the demand of earlier iterations would start processes
 	// beside later ones: the sub-benchmarks would not compare like with like.

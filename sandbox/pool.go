@@ -31,7 +31,6 @@ type pool struct {
 }
 
 const (
-	poolSpares      = 1
 	poolFillers     = 2
 	poolDemandSpan  = 15 * time.Minute
 	poolDemandSlot  = time.Minute
@@ -124,7 +123,7 @@ func (p *pool) sizes() (ready, spares int) {
 func (p *pool) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.fillingReady+p.fillingSpare == 0 && len(p.ready) >= p.target() && len(p.spares) >= poolSpares
+	return p.fillingReady+p.fillingSpare == 0 && len(p.ready) >= p.target() && len(p.spares) >= p.e.cfg.WarmSpares
 }
 
 // next says what a filler should make: a ready process, a spare, or nothing yet.
@@ -144,7 +143,7 @@ func (p *pool) next() (what string, wait time.Duration) {
 		*list = alive
 	}
 	needReady := p.target() - len(p.ready) - p.fillingReady
-	needSpare := poolSpares - len(p.spares) - p.fillingSpare
+	needSpare := p.e.cfg.WarmSpares - len(p.spares) - p.fillingSpare
 	switch {
 	case needReady > 0 && len(p.ready)+p.fillingReady == 0, needReady > 0 && needSpare <= 0:
 		// A ready process first: a new conversation is the commoner wait.

@@ -107,7 +107,8 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 	withSandbox := func(c *Config, _ *Main) {
 		c.Sandbox.Enabled = true
 		c.Sandbox.Engine = sandbox.DefaultConfig()
-		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax = 1, 1 // no growth: see sandbox's testConfig
+		// No pool: processes a test never takes would cost CPU (see sandbox's testConfig).
+		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax, c.Sandbox.Engine.WarmSpares = 0, 0, 0
 		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
 	}
 	copyBase(e.t, baseSeed, e.redisPrefix)

@@ -71,6 +71,8 @@ var sandboxSettings = func() []setting {
 			into: wholeNumber(func(c *Config) *int { return &engine(c).WarmPool })},
 		{env: "SANDBOX_WARM_POOL_MAX", def: itoa(def.WarmPoolMax), help: "the most the warm pool grows to when bursts of new conversations come",
 			into: wholeNumber(func(c *Config) *int { return &engine(c).WarmPoolMax })},
+		{env: "SANDBOX_WARM_SPARES", def: itoa(def.WarmSpares), help: "primed processes kept for restoring saved sessions fast; each costs one extra restore to warm up",
+			into: wholeNumber(func(c *Config) *int { return &engine(c).WarmSpares })},
 		{env: "SANDBOX_MAX_LIVE", def: itoa(def.MaxLive), help: "live session processes per node",
 			into: wholeNumber(func(c *Config) *int { return &engine(c).MaxLive })},
 		{env: "SANDBOX_MAX_ARTIFACTS", def: itoa(def.MaxArtifacts), help: "files returned per run",
