@@ -15,9 +15,12 @@ import (
 func TestExecute(t *testing.T) {
 	e, _, key := setup(t)
 
+	// Cases without setup run one after another in one conversation, as a user's cells
+	// would: each must leave the session working for the next. Cases with setup get a
+	// session of their own.
 	tests := []struct {
 		name   string
-		setup  []string // run first, each must succeed
+		setup  []string // run first in a fresh session, each must succeed
 		code   string
 		status string
 		check  func(t *testing.T, r Result)
@@ -166,7 +169,10 @@ func TestExecute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := key(tt.name)
+			k := key("cells")
+			if tt.setup != nil {
+				k = key(tt.name)
+			}
 			for _, s := range tt.setup {
 				mustSucceed(t, e, k, s)
 			}
