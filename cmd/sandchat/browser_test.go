@@ -20,6 +20,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
 // browser starts headless Chromium; tabs opened from the returned context share it.
@@ -606,15 +608,10 @@ func TestBrowserChat(t *testing.T) {
 }
 
 // hostileDisplays shows an object whose HTML tries to run script (a <script>, an
-// onerror handler, a javascript: link) and to shadow the page's #input, then a PNG
-// built without packages; the sleep keeps the cell running while the items show.
-const hostileDisplays = `import struct, time, zlib
-def make_png(w, h):
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    raw = b"".join(b"\x00" + b"\x20\x80\xd0" * w for _ in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+// onerror handler, a javascript: link) and to shadow the page's #input, then a 40×24
+// PNG built without packages; the sleep keeps the cell running while the items show.
+var hostileDisplays = sandboxtest.RichDisplay + `
+import time
 class Hostile:
     def _repr_html_(self):
         return ('<p id="input">Report: <b>bold</b></p>'
@@ -623,12 +620,12 @@ class Hostile:
                 '<a href="javascript:window.pwned = \'link\'">link</a>')
     def __repr__(self):
         return "Hostile()"
-class Picture:
+class Wide:
     def _repr_png_(self):
         return make_png(40, 24)
 print("before")
 display(Hostile())
-display(Picture())
+display(Wide())
 time.sleep(1.5)
 print("after")`
 
@@ -784,20 +781,11 @@ func TestBrowserDisplays(t *testing.T) {
 			until(`/^big\.bin is 11 MiB; uploads are limited to \d+ MiB/.test(document.querySelector("#files-error").textContent)`),
 		)
 		tb.shot(t, "03-files-panel")
-		var files []struct {
-			ID   int64
-			Name string
+		files := alice.files(conv)
+		if _, ok := files["big.bin"]; ok {
+			t.Errorf("the refused file is stored: %+v", files)
 		}
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, &files)
-		var notesID int64
-		for _, f := range files {
-			if f.Name == "big.bin" {
-				t.Errorf("the refused file is stored: %+v", files)
-			}
-			if f.Name == "notes.txt" {
-				notesID = f.ID
-			}
-		}
+		notesID := files["notes.txt"].ID
 		if notesID == 0 {
 			t.Fatalf("notes.txt not stored: %+v", files)
 		}

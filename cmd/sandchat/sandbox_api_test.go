@@ -174,10 +174,8 @@ func TestSandboxAPI(t *testing.T) {
 				t.Fatalf("upload status %d", c)
 			}
 		}
-		var files []struct{ Size int64 }
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", quotaConv), nil, &files)
 		var total int64
-		for _, f := range files {
+		for _, f := range alice.files(quotaConv) {
 			total += f.Size
 		}
 		if ok != 7 || total > 64<<20 {
@@ -289,17 +287,7 @@ func TestSandboxAPI(t *testing.T) {
 		if code := alice.upload(conv, "gone.csv", "x\n"); code != 201 {
 			t.Fatal(code)
 		}
-		var files []struct {
-			ID   int64
-			Name string
-		}
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/files", conv), nil, &files)
-		var id int64
-		for _, f := range files {
-			if f.Name == "gone.csv" {
-				id = f.ID
-			}
-		}
+		id := alice.files(conv)["gone.csv"].ID
 		viewer.must(403, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
 		stranger.must(404, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
 		alice.must(204, "DELETE", fmt.Sprintf("/api/v1/files/%d", id), nil, nil)
@@ -421,13 +409,11 @@ func TestFiles(t *testing.T) {
 	})
 
 	t.Run("bad paths are refused with 400", func(t *testing.T) {
+		// The rule itself is sandchat.CheckDataPath's, tested there: these show the API
+		// answers with it.
 		for name, path := range map[string]string{
 			"parent":         "../../etc/passwd",
-			"absolute":       "/etc/passwd",
-			"empty segment":  "reports//q1.csv",
-			"control char":   "a\tb.csv",
 			"too deep":       strings.Repeat("d/", 8) + "f.csv",
-			"too long":       strings.Repeat("x", 256),
 			"file as folder": "reports/2025/q1.csv/inner.csv",
 		} {
 			t.Run(name, func(t *testing.T) {

@@ -92,27 +92,11 @@ func TestFilesUploadPaths(t *testing.T) {
 		}
 	})
 	t.Run("bad paths are refused", func(t *testing.T) {
-		for name, p := range map[string]string{
-			"parent":        "../etc/passwd",
-			"inner parent":  "a/../../b.csv",
-			"absolute":      "/etc/passwd",
-			"empty segment": "a//b.csv",
-			"trailing":      "a/b/",
-			"dot":           "./a.csv",
-			"newline":       "a\nb.csv",
-			"NUL":           "a\x00b.csv",
-			"backslash":     `..\evil.csv`,
-			"too deep":      strings.Repeat("d/", sandchat.MaxDataPathDepth) + "f.csv",
-			"too long":      strings.Repeat("x", sandchat.MaxDataPathBytes+1),
-			"empty":         "",
-			"invalid utf-8": "a\xffb.csv",
-		} {
-			t.Run(name, func(t *testing.T) {
-				_, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x"))
-				if sandchat.ErrorCode(err) != sandchat.EINVALID {
-					t.Fatalf("%q: %v", p, err)
-				}
-			})
+		// The rule itself is sandchat.CheckDataPath's, tested there.
+		for _, p := range []string{"../etc/passwd", "a//b.csv", ""} {
+			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x")); sandchat.ErrorCode(err) != sandchat.EINVALID {
+				t.Errorf("%q: %v", p, err)
+			}
 		}
 	})
 	t.Run("a path cannot be a file and a folder", func(t *testing.T) {
