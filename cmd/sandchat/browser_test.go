@@ -197,11 +197,12 @@ func (tb *tab) shot(t *testing.T, name string) {
 	}
 }
 
-// until waits for a JavaScript condition to hold.
+// until polls the JS condition js until it holds. A condition that throws (an element
+// not drawn yet) counts as not holding: Poll would otherwise fail at the first throw.
 func until(js string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
 		var ok bool
-		err := chromedp.Poll(js, &ok, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)).Do(ctx)
+		err := chromedp.Poll("(() => { try { return !!("+js+") } catch { return false } })()", &ok, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)).Do(ctx)
 		if err != nil {
 			return fmt.Errorf("waiting for %s: %w", js, err)
 		}
