@@ -99,7 +99,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("admin token file survives restarts", func(t *testing.T) {
 		e := &testEnv{t: t, databaseURL: dbURL}
-		_, e.redisPrefix = testenv.Redis(t)
+		e.rdb, e.redisPrefix = testenv.Redis(t)
 		path := filepath.Join(t.TempDir(), "token")
 		m := e.node()
 		first, err := m.adminToken(ctx, path)

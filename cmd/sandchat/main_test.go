@@ -42,12 +42,10 @@ var baseSeed = testenv.Name("test-base:") + ":"
 
 var baseKeys = []string{"sandbox:build:*", "sandbox:base:*"}
 
-func copyBase(t *testing.T, from, to string) {
-	rdb := testenv.RedisClient(t)
-	defer rdb.Close()
+func (e *testEnv) copyBase(from, to string) {
 	for _, k := range baseKeys {
-		if err := testenv.CopyKeys(rdb, from, to, k); err != nil {
-			t.Fatalf("copy the base snapshot: %v", err)
+		if err := testenv.CopyKeys(e.rdb, from, to, k); err != nil {
+			e.t.Fatalf("copy the base snapshot: %v", err)
 		}
 	}
 }
@@ -61,6 +59,7 @@ func (w tlog) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p)
 type testEnv struct {
 	t           *testing.T
 	databaseURL string
+	rdb         *redis.Client // closed when the test ends
 	redisPrefix string
 }
 
@@ -69,8 +68,8 @@ type testEnv struct {
 // own Postgres and Redis), so tests call t.Parallel: most of their time is spent waiting
 // on processes. Tests stay serial that set environment variables or drive Chromium.
 func newEnv(t *testing.T) *testEnv {
-	_, prefix := testenv.Redis(t)
-	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), redisPrefix: prefix}
+	rdb, prefix := testenv.Redis(t)
+	return &testEnv{t: t, databaseURL: testenv.DatabaseURL(t), rdb: rdb, redisPrefix: prefix}
 }
 
 // node starts a real Main on a free port. mutate adjusts its config.
@@ -111,7 +110,7 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax, c.Sandbox.Engine.WarmSpares = 0, 0, 0
 		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
 	}
-	copyBase(e.t, baseSeed, e.redisPrefix)
+	e.copyBase(baseSeed, e.redisPrefix)
 	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)
 	var reason string
 	if _, ok := poll(90*time.Second, func() bool {
@@ -121,7 +120,7 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 	}); !ok {
 		e.t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
 	}
-	copyBase(e.t, e.redisPrefix, baseSeed)
+	e.copyBase(e.redisPrefix, baseSeed)
 	return m
 }
 
