@@ -279,7 +279,10 @@ func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
 		}
 		if !r.OK {
 			var msg string
-			_ = json.Unmarshal(r.Error, &msg)
+			if json.Unmarshal(r.Error, &msg) != nil || msg == "" {
+				// Not a plain reason: say what came, bounded, rather than nothing.
+				msg = "the process refused the request: " + truncUTF8(string(r.Error), 300)
+			}
 			return f, &procError{msg: msg}
 		}
 		return f, nil

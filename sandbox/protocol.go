@@ -165,6 +165,12 @@ type runReq struct {
 	Preload  []string   `json:"preload"` // imported before the code
 }
 
+// statsReq asks the process how it is; the engine sends it to learn that a session
+// process idle (frozen) since its last run is still there before a run is given to it.
+type statsReq struct {
+	Op string `json:"op"` // stats
+}
+
 type interruptReq struct {
 	ID int64  `json:"id"` // always 0: no reply
 	Op string `json:"op"` // interrupt

@@ -108,8 +108,13 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		return nil, e.redisErr(ctx, err)
 	}
 	if lv := e.claim(key, stored); lv != nil {
-		a.lv, a.info.RestoredFrom = lv, FromLive
-		return a, nil
+		if e.answers(ctx, lv.p) {
+			a.lv, a.info.RestoredFrom = lv, FromLive
+			return a, nil
+		}
+		// The process died while idle (killed, or by the kernel's memory cap): this
+		// run's code never reached it, so the session comes back as if evicted.
+		e.dropLive(key, lv, "its process stopped between runs")
 	}
 	var st *state
 	if stored > 0 {

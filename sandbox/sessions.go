@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"time"
 )
 
@@ -42,6 +43,20 @@ func (e *Engine) claim(key string, version int64) *live {
 		go lv.p.close("the session moved on")
 	}
 	return nil
+}
+
+// probeTimeout bounds the liveness probe before a warm run; a process that cannot
+// answer a stats request in this long on a loaded node is not fit to run code either.
+const probeTimeout = 10 * time.Second
+
+// answers tells whether p still runs. A process killed while frozen between runs only
+// dies when thawed, so alive() cannot know until something is sent to it: the probe
+// thaws it and asks, before any code is given to it.
+func (e *Engine) answers(ctx context.Context, p *proc) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	_, err := p.call(ctx, statsReq{Op: "stats"}, nil)
+	return err == nil
 }
 
 // adopt makes lv key's live session, busy, and evicts past MaxLive.

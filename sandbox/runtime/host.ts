@@ -9,7 +9,7 @@
 
 // deno-lint-ignore-file no-explicit-any
 
-import { FrameWriter, readFrames, type RuntimeConfig } from "./protocol.ts";
+import { describe, FrameWriter, readFrames, type RuntimeConfig } from "./protocol.ts";
 
 const input = await Deno.open("/dev/fd/3", { read: true });
 const output = new FrameWriter(await Deno.open("/dev/fd/4", { write: true }));
@@ -267,7 +267,7 @@ async function handle(m: any) {
         throw new Error(`unknown op ${String(m.op).slice(0, 40)}`);
     }
   } catch (e) {
-    await reply(id, { ok: false, error: String((e as Error)?.message ?? e).slice(0, 4000) });
+    await reply(id, { ok: false, error: describe(e).slice(0, 4000) });
   }
 }
 

@@ -156,3 +156,17 @@ export async function* readFrames(file: Deno.FsFile, maxFrame: number): AsyncGen
     have += value.length;
   }
 }
+
+// describe renders anything thrown as one readable line: an Error's message, a string,
+// or an object's message or JSON, never "[object Object]".
+export function describe(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  if (typeof e === "string") return e;
+  const m = (e as { message?: unknown } | null)?.message;
+  if (typeof m === "string") return m;
+  try {
+    return JSON.stringify(e) ?? String(e);
+  } catch {
+    return Object.prototype.toString.call(e);
+  }
+}
