@@ -69,6 +69,9 @@ func PrintBench(w io.Writer, rows []BenchRow) {
 				fmt.Fprintf(w, "fresh process per run is %.0f× slower than %s\n", fresh.P50/r.P50, name)
 			}
 		}
+		if r, ok := byName[benchCrowd]; ok {
+			fmt.Fprintf(w, "%s took as long as %.1f fresh starts (target ≤ 10)\n", benchCrowd, r.P50/fresh.P50)
+		}
 	}
 }
 
@@ -206,6 +209,12 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		}
 		rows = append(rows, row(name, "ms", times, target))
 	}
+
+	crowd, err := crowdRows(ctx, e, log)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, crowd...)
 
 	fmt.Fprintln(log, "measuring:", benchColdRestore, "and", benchDelta)
 	samples = samples[:0]

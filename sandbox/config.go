@@ -27,11 +27,20 @@ type Config struct {
 	RuntimeDir string // holds host.ts and worker.ts
 	PyodideDir string // the pyodide npm package (pyodide.mjs, pyodide.asm.wasm, …)
 
-	WarmPool    int           // session processes kept restored from the base snapshot, at least
-	WarmPoolMax int           // the most the pool grows to when bursts of new sessions come
-	WarmSpares  int           // primed processes kept for restoring saved sessions (each costs a warm-up restore)
-	MaxLive     int           // live session processes; the least recently used is evicted
-	IdleTimeout time.Duration // a session idle this long is evicted (its state is in Redis)
+	WarmPool    int // session processes kept restored from the base snapshot, at least
+	WarmPoolMax int // the most the pool grows to when bursts of new sessions come
+	WarmSpares  int // primed processes kept for restoring saved sessions (each costs a warm-up restore)
+	MaxLive     int // live session processes; the least recently used is evicted
+	// MaxProcesses bounds the session processes of the node, starting, live and pooled
+	// together; 0 sizes it by the machine's memory (AutoMaxProcesses). A run that needs a
+	// process past it waits in a fair queue, while idle sessions are evicted to make room.
+	MaxProcesses int
+	// MaxStarting bounds the processes starting or restoring at once (0: one per CPU):
+	// a start is CPU-bound, so more at once only makes each slower.
+	MaxStarting  int
+	AdmitQueue   int           // runs that may wait for a process on the node; past it, 429
+	AdmitTimeout time.Duration // the longest a run waits for a process before a 429
+	IdleTimeout  time.Duration // a session idle this long is evicted (its state is in Redis)
 
 	Isolation   string // IsolationStrict or IsolationProcess
 	SandboxUser string // the unprivileged user session processes run as when the server is root
@@ -94,6 +103,8 @@ func DefaultConfig() Config {
 		WarmPoolMax:          8,
 		WarmSpares:           1,
 		MaxLive:              16,
+		AdmitQueue:           256,
+		AdmitTimeout:         30 * time.Second,
 		IdleTimeout:          10 * time.Minute,
 		Isolation:            IsolationStrict,
 		SandboxUser:          "nobody",
@@ -138,6 +149,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLive < 1 || c.MaxLive > 4096 {
 		bad("sandbox max live sessions must be between 1 and 4096, got %d", c.MaxLive)
+	}
+	if c.MaxProcesses != 0 && (c.MaxProcesses < 2 || c.MaxProcesses > 4096) {
+		bad("sandbox max processes must be 0 (sized by memory) or between 2 and 4096, got %d", c.MaxProcesses)
+	}
+	if c.MaxStarting < 0 || c.MaxStarting > 256 {
+		bad("sandbox max starting must be 0 (one per CPU) or between 1 and 256, got %d", c.MaxStarting)
+	}
+	if c.AdmitQueue < 0 || c.AdmitQueue > 100000 {
+		bad("sandbox admission queue must be between 0 and 100000, got %d", c.AdmitQueue)
+	}
+	if c.AdmitTimeout < 100*time.Millisecond || c.AdmitTimeout > 10*time.Minute {
+		bad("sandbox admission timeout must be between 100ms and 10m, got %s", c.AdmitTimeout)
 	}
 	if c.IdleTimeout < time.Second {
 		bad("sandbox idle timeout must be at least 1s, got %s", c.IdleTimeout)

@@ -41,6 +41,7 @@ type Engine struct {
 	fetch    *packageFetcher // nil unless packages come from a CDN or micropip is on
 
 	pool *pool
+	adm  *admission
 
 	mu        sync.Mutex
 	available bool
@@ -86,6 +87,7 @@ func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, erro
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(e)
+	e.adm = newAdmission(cfg, e.reclaim)
 	return e, nil
 }
 
@@ -340,7 +342,7 @@ func (e *Engine) ensureBase(ctx context.Context) error {
 func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := e.startProc(ctx, nil, false)
+	p, err := e.spawn(ctx, ctx, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -380,6 +382,10 @@ func (e *Engine) watch() {
 		case <-t.C:
 		}
 		e.evictIdle()
+		if e.adm.procs.Waiting() > 0 {
+			// A run that waited while every session was busy: one may be idle by now.
+			e.reclaim()
+		}
 		if e.jail.cgroups == nil {
 			// No cgroup to cap a session's memory: the engine does it, coarsely.
 			for _, p := range e.liveProcs() {
@@ -433,6 +439,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 		s.SessionMemory = append(s.SessionMemory, p.memory())
 	}
 	s.Processes = s.LiveSess + s.WarmPool + s.Spares
+	_, s.Waiting, s.MaxProcesses = e.adm.procs.Stats()
 	return s
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -191,6 +192,16 @@ func (p *pool) fill() {
 		if err == nil && closed {
 			pr.close("the sandbox engine is shut down")
 		}
+		if errors.Is(err, errNoRoom) {
+			// Runs come first: refill once one ends and the node has room again.
+			select {
+			case <-p.e.stop:
+				return
+			case <-p.wake:
+			case <-time.After(poolRetryPause):
+			}
+			continue
+		}
 		if err != nil {
 			if closed {
 				return
@@ -212,7 +223,7 @@ func (p *pool) make(ready bool) (*proc, error) {
 	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
 	defer cancel()
 	e := p.e
-	pr, err := e.startProc(ctx, e.currentBase(), !ready)
+	pr, err := e.trySpawn(ctx, e.currentBase(), !ready)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +234,21 @@ func (p *pool) make(ready bool) (*proc, error) {
 		}
 	}
 	return pr, nil
+}
+
+// evictOne takes a pooled process out for eviction, to make room for a run that waits:
+// a spare first (restores are the rarer need), else a ready process.
+func (p *pool) evictOne() *proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, list := range []*[]*proc{&p.spares, &p.ready} {
+		if n := len(*list); n > 0 {
+			pr := (*list)[n-1]
+			*list = (*list)[:n-1]
+			return pr
+		}
+	}
+	return nil
 }
 
 // drain empties the pool for shutdown.

@@ -53,21 +53,27 @@ type proc struct {
 	why     atomic.Pointer[string]
 	console *consoleLog
 	started time.Time
+	slot    *slot // its place under the node's bound, given back when it is gone
 }
 
 // startProc starts a session process and primes it: Deno up, Pyodide imported and its
 // wasm compiled, the base heap handed over (a private copy: nothing is shared with other
-// processes). base is nil for the process that boots a new base.
-func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool) (_ *proc, err error) {
+// processes). base is nil for the process that boots a new base. s is the process's
+// slot under the node's bound (admission.go); it is given back when the process is gone.
+func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (_ *proc, err error) {
 	j := e.jail
 	id := "s" + newToken()[:12]
 	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
-		reply: make(chan frame, 1), started: time.Now()}
+		reply: make(chan frame, 1), started: time.Now(), slot: s}
 	p.console = &consoleLog{log: p.log}
 	defer func() {
 		if err != nil {
 			p.kill("start failed")
 			p.cleanup()
+			if p.cmd == nil {
+				// Never started: no wait() will give the slot back.
+				p.slot.release()
+			}
 		}
 	}()
 	if j.cgroups != nil {
@@ -153,8 +159,11 @@ func (p *proc) wait() {
 	if p.cg != nil {
 		p.cg.kill()
 	}
-	close(p.done)
+	// Its group gone, the process no longer counts against the node's bound: only then
+	// may another take its place.
 	p.cleanup()
+	p.slot.release()
+	close(p.done)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -123,7 +123,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		}
 	}
 	// Bringing a session back goes on if the caller gives up (another run may want it);
-	// each step of it has its own deadline.
+	// each step of it has its own deadline. Only the wait for room ends with the caller.
+	wait := ctx
 	ctx = context.WithoutCancel(ctx)
 	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}}
 	var o blobs
@@ -150,7 +151,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				a.info.RestoredFrom, a.replayed, at.Cells = FromReplay, cells, cells
 			}
 		}
-		if p, err = e.readyProc(ctx); err != nil {
+		if p, err = e.readyProc(wait, ctx); err != nil {
 			return nil, err
 		}
 	default:
@@ -162,7 +163,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
-			if p, err = e.restoreProc(ctx, st); err != nil {
+			if p, err = e.restoreProc(wait, ctx, st); err != nil {
 				var pe *procError
 				if !errors.As(err, &pe) {
 					return nil, err
@@ -181,7 +182,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				return nil, e.redisErr(ctx, err)
 			}
 			at.Cells, at.Reseed = cells, true
-			if p, err = e.readyProc(ctx); err != nil {
+			if p, err = e.readyProc(wait, ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -229,8 +230,9 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	return a, nil
 }
 
-// readyProc is a process with the base interpreter: from the warm pool, or started now.
-func (e *Engine) readyProc(ctx context.Context) (*proc, error) {
+// readyProc is a process with the base interpreter: from the warm pool, or started now
+// once the node has room for it (wait bounds the wait for room).
+func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
 	if p := e.pool.takeReady(); p != nil {
 		return p, nil
 	}
@@ -238,20 +240,18 @@ func (e *Engine) readyProc(ctx context.Context) (*proc, error) {
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 	defer cancel()
-	p, err := e.startProc(ctx, e.currentBase(), false)
-	if err != nil {
-		return nil, e.procErr(err, nil, 0)
-	}
-	if _, err := p.call(ctx, loadReq{Op: "load"}, nil); err != nil {
-		p.close("load failed")
-		return nil, e.procErr(err, p, 0)
-	}
-	return p, nil
+	return e.spawn(wait, ctx, e.currentBase(), func(p *proc) error {
+		if _, err := p.call(ctx, loadReq{Op: "load"}, nil); err != nil {
+			return e.procErr(err, p, 0)
+		}
+		return nil
+	})
 }
 
 // restoreProc brings a saved heap back in a process primed with the base it was saved
-// against: a spare from the pool when that is the current base.
-func (e *Engine) restoreProc(ctx context.Context, st *state) (*proc, error) {
+// against: a spare from the pool when that is the current base, else one started once
+// the node has room for it (wait bounds the wait for room).
+func (e *Engine) restoreProc(wait, ctx context.Context, st *state) (*proc, error) {
 	var p *proc
 	if st.Base == e.rt.baseHash {
 		p = e.pool.takeSpare()
@@ -271,8 +271,8 @@ func (e *Engine) restoreProc(ctx context.Context, st *state) (*proc, error) {
 		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 		defer cancel()
 		var err error
-		if p, err = e.startProc(start, base, false); err != nil {
-			return nil, e.procErr(err, nil, 0)
+		if p, err = e.spawn(wait, start, base, nil); err != nil {
+			return nil, err
 		}
 	}
 	var o blobs

@@ -74,6 +74,10 @@ func (e *Engine) release(lv *live) {
 	e.mu.Lock()
 	lv.busy, lv.used = false, time.Now()
 	e.mu.Unlock()
+	if e.adm.procs.Waiting() > 0 {
+		// Runs wait for a process: this idle one (or an older one) makes room.
+		e.reclaim()
+	}
 }
 
 // dropLive forgets key's live session and kills its process: the next run starts from
@@ -93,23 +97,39 @@ func (e *Engine) evictLRU() {
 	e.mu.Lock()
 	var victims []*proc
 	for len(e.live) > e.cfg.MaxLive {
-		var oldKey string
-		var old *live
-		for k, lv := range e.live {
-			if !lv.busy && (old == nil || lv.used.Before(old.used)) {
-				oldKey, old = k, lv
-			}
-		}
-		if old == nil {
+		p := e.forgetOldestIdleLocked()
+		if p == nil {
 			break
 		}
-		delete(e.live, oldKey)
-		victims = append(victims, old.p)
+		victims = append(victims, p)
 	}
 	e.mu.Unlock()
 	for _, p := range victims {
 		go p.close("evicted (least recently used)")
 	}
+}
+
+// evictOldestIdle forgets the least recently used idle session and returns its process
+// for the caller to close, or nil when every live session is busy.
+func (e *Engine) evictOldestIdle() *proc {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.forgetOldestIdleLocked()
+}
+
+func (e *Engine) forgetOldestIdleLocked() *proc {
+	var oldKey string
+	var old *live
+	for k, lv := range e.live {
+		if !lv.busy && (old == nil || lv.used.Before(old.used)) {
+			oldKey, old = k, lv
+		}
+	}
+	if old == nil {
+		return nil
+	}
+	delete(e.live, oldKey)
+	return old.p
 }
 
 // evictIdle stops the processes of sessions idle past IdleTimeout, and forgets sessions

@@ -1,0 +1,139 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandchat/sandchat"
+)
+
+// sessionProcesses counts, as the kernel sees them, the session processes of e: its
+// session cgroups that hold a task.
+func sessionProcesses(t *testing.T, e *Engine) int {
+	t.Helper()
+	cs := e.jail.cgroups
+	if cs == nil {
+		t.Fatal("the engine runs without cgroups: this test needs strict isolation")
+	}
+	root := cs.roots["unified"]
+	if cs.version == 1 {
+		root = cs.roots["memory"]
+	}
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(root, d.Name(), "cgroup.procs"))
+		if strings.TrimSpace(string(b)) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAdmission(t *testing.T) {
+	t.Run("a burst never holds more processes than the bound, and loses nothing", func(t *testing.T) {
+		const bound, sessions = 2, 5
+		e, _ := newEngine(t, func(c *Config) { c.MaxProcesses, c.MaxStarting, c.MaxLive = bound, 1, 8 })
+		stop := make(chan struct{})
+		var most atomic.Int32
+		var sampler sync.WaitGroup
+		sampler.Go(func() {
+			for {
+				if n := int32(sessionProcesses(t, e)); n > most.Load() {
+					most.Store(n)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+		})
+		key := func(i int) string { return fmt.Sprintf("admission:%d", i) }
+		var wg sync.WaitGroup
+		for i := range sessions {
+			wg.Go(func() {
+				res, err := e.Execute(context.Background(), key(i), Request{Code: fmt.Sprintf("x = %d\nx", 10+i)})
+				if err != nil || res.Status != StatusSuccess || resultOf(res) != fmt.Sprint(10+i) {
+					t.Errorf("session %d: %v %s %s %+v", i, err, res.Status, resultOf(res), res.Error)
+				}
+			})
+		}
+		wg.Wait()
+		// Every session was evicted at least once to make room; each comes back whole.
+		for i := range sessions {
+			if got := resultOf(mustSucceed(t, e, key(i), "x")); got != fmt.Sprint(10+i) {
+				t.Errorf("session %d after eviction: x = %s", i, got)
+			}
+		}
+		close(stop)
+		sampler.Wait()
+		if m := most.Load(); m > bound {
+			t.Fatalf("%d session processes at once; the bound is %d", m, bound)
+		}
+		if m := most.Load(); m == 0 {
+			t.Fatal("the sampler never saw a session process")
+		}
+		if s := e.Status(context.Background()); s.MaxProcesses != bound || s.Waiting != 0 {
+			t.Fatalf("status: max_processes %d, waiting %d", s.MaxProcesses, s.Waiting)
+		}
+	})
+
+	t.Run("past the queue or its deadline a run gets 429 with Retry-After", func(t *testing.T) {
+		e, _ := newEngine(t, func(c *Config) {
+			c.MaxProcesses, c.AdmitQueue, c.AdmitTimeout = 2, 1, time.Second
+		})
+		// Two sessions hold both processes, busy.
+		var busy sync.WaitGroup
+		for i := range 2 {
+			busy.Go(func() {
+				mustSucceed(t, e, fmt.Sprintf("busy:%d", i), "import time\ntime.sleep(6)\n'done'")
+			})
+		}
+		waitUntil(t, 60*time.Second, func() bool {
+			s := e.Status(context.Background())
+			return s.LiveSess == 2
+		})
+		queued := make(chan error, 1)
+		go func() {
+			_, err := e.Execute(context.Background(), "waits", Request{Code: "1"})
+			queued <- err
+		}()
+		waitUntil(t, 10*time.Second, func() bool { return e.Status(context.Background()).Waiting == 1 })
+		_, full := e.Execute(context.Background(), "refused", Request{Code: "1"})
+		for name, err := range map[string]error{"queue full": full, "deadline": <-queued} {
+			var se *sandchat.Error
+			if !errors.As(err, &se) || se.Code != sandchat.EBUSY || se.RetryAfter <= 0 || !strings.Contains(se.Message, "capacity") {
+				t.Errorf("%s: %v, want busy with Retry-After naming the capacity", name, err)
+			}
+		}
+		busy.Wait()
+		// Room again: the same run goes through.
+		mustSucceed(t, e, "waits", "1")
+	})
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached in %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
