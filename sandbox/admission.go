@@ -161,18 +161,23 @@ func (e *Engine) reclaim() {
 		a.mu.Unlock()
 		return
 	}
-	victim, why := e.pool.evictOne(), "evicted: room for a waiting run (pooled)"
-	if victim == nil {
-		victim, why = e.evictOldestIdle(), "evicted: room for a waiting run (least recently used)"
+	pooled := e.pool.evictOne()
+	var lv *live
+	if pooled == nil {
+		lv = e.evictOldestIdle()
 	}
-	if victim == nil {
+	if pooled == nil && lv == nil {
 		a.mu.Unlock()
 		return
 	}
 	a.reclaiming++
 	a.mu.Unlock()
 	go func() {
-		victim.close(why)
+		if pooled != nil {
+			pooled.close("evicted: room for a waiting run (pooled)")
+		} else {
+			e.retire(lv, "evicted: room for a waiting run (least recently used)")
+		}
 		a.mu.Lock()
 		a.reclaiming--
 		a.mu.Unlock()

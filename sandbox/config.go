@@ -90,10 +90,13 @@ type Config struct {
 	// a session's first import of these is instant and costs its state nothing.
 	Preload []string
 
-	SessionTTL  time.Duration
-	ForceReplay bool // persist every session as packages + cell replay, as compiled-extension sessions are
-	QueueDepth  int  // runs that may wait for one session, across nodes
-	RedisPrefix string
+	SessionTTL time.Duration
+	// CheckpointDelay is how long after a session's last run its heap is saved; runs
+	// before that are durable by the session's log and replay on a restore.
+	CheckpointDelay time.Duration
+	ForceReplay     bool // persist every session as packages + cell replay, as compiled-extension sessions are
+	QueueDepth      int  // runs that may wait for one session, across nodes
+	RedisPrefix     string
 }
 
 // DefaultConfig returns the limits of DESIGN §4; locations are left for Locate.
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		MaxDisplays:          50,
 		MaxDisplayBytes:      16 << 20,
 		SessionTTL:           24 * time.Hour,
+		CheckpointDelay:      2 * time.Second,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
 		PackageCacheMaxBytes: 2 << 30,
@@ -238,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if err := CheckPreload(c.Preload); err != nil {
 		bad("sandbox preload: %s", strings.TrimSuffix(sandchat.ErrorMessage(err), "."))
+	}
+	if c.CheckpointDelay < 0 || c.CheckpointDelay > 24*time.Hour {
+		bad("sandbox checkpoint delay must be between 0 and 24h, got %s", c.CheckpointDelay)
 	}
 	if c.SessionTTL < time.Minute {
 		bad("sandbox session TTL must be at least 1m, got %s", c.SessionTTL)

@@ -59,8 +59,8 @@ func TestDisplay(t *testing.T) {
 	if result.Kind != "result" || result.HTML == "" || resultOf(res) != "Table(sales=42)" {
 		t.Errorf("trailing expression: item %+v, result %s", result, resultOf(res))
 	}
-	if res.Session.Mode != modeSnapshot {
-		t.Errorf("display() must not stop the heap from being saved: mode %q", res.Session.Mode)
+	if info := checkpointNow(t, e, k); info.Mode != modeSnapshot {
+		t.Errorf("display() must not stop the heap from being saved: mode %q", info.Mode)
 	}
 
 	t.Run("plain values show no display item", func(t *testing.T) {

@@ -47,6 +47,7 @@ type Engine struct {
 	available bool
 	reason    string
 	live      map[string]*live
+	retiring  map[string]*live // evicted, being checkpointed before their process stops
 	locks     map[string]*keyLock
 	closed    bool
 
@@ -82,7 +83,7 @@ func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, erro
 		return nil, err
 	}
 	e := &Engine{
-		cfg: cfg, log: log, st: st, live: map[string]*live{}, locks: map[string]*keyLock{},
+		cfg: cfg, log: log, st: st, live: map[string]*live{}, retiring: map[string]*live{}, locks: map[string]*keyLock{},
 		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -453,11 +454,15 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.available, e.reason = false, "the sandbox engine is shut down"
 	var procs []*proc
+	var lvs []*live
 	for k, lv := range e.live {
 		procs = append(procs, lv.p)
+		lvs = append(lvs, lv)
 		delete(e.live, k)
 	}
 	e.mu.Unlock()
+	// Shutdown checkpoints first: the sessions come back on any node without replay.
+	e.checkpointAll(lvs)
 	close(e.stop)
 	e.cancel()
 	e.wg.Wait()

@@ -171,6 +171,11 @@ type statsReq struct {
 	Op string `json:"op"` // stats
 }
 
+// checkpointReq asks for the session's heap between runs, as a delta against the base.
+type checkpointReq struct {
+	Op string `json:"op"` // checkpoint
+}
+
 type interruptReq struct {
 	ID int64  `json:"id"` // always 0: no reply
 	Op string `json:"op"` // interrupt
@@ -205,6 +210,22 @@ type bootReply struct {
 
 type loadReply struct {
 	Timings map[string]float64 `json:"timings"`
+}
+
+type checkpointReply struct {
+	Header        *blob   `json:"header"`
+	Delta         *blob   `json:"delta"`
+	SnapshotError *string `json:"snapshotError"` // why the heap cannot be saved
+}
+
+func (r *checkpointReply) check(f frame) error {
+	if (r.Header == nil) != (r.Delta == nil) {
+		return fmt.Errorf("snapshot header without delta")
+	}
+	if r.Header != nil && (!f.valid(r.Header) || !f.valid(r.Delta)) {
+		return fmt.Errorf("snapshot points outside the frame")
+	}
+	return nil
 }
 
 type attachReply struct {
@@ -259,11 +280,5 @@ func (r *runReply) check(cfg Config, f frame) error {
 			return fmt.Errorf("changed file %q points outside the frame", c.Path)
 		}
 	}
-	if (r.Header == nil) != (r.Delta == nil) {
-		return fmt.Errorf("snapshot header without delta")
-	}
-	if r.Header != nil && (!f.valid(r.Header) || !f.valid(r.Delta)) {
-		return fmt.Errorf("snapshot points outside the frame")
-	}
-	return nil
+	return (&checkpointReply{Header: r.Header, Delta: r.Delta}).check(f)
 }

@@ -103,6 +103,7 @@ type attached struct {
 // caller's history when Redis lost it. Called with the lease held.
 func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
 	a := &attached{}
+	e.awaitRetired(ctx, key)
 	stored, err := e.st.version(ctx, key)
 	if err != nil {
 		return nil, e.redisErr(ctx, err)
@@ -131,6 +132,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	var p *proc
 	mode := modeSnapshot
 	base := e.rt.baseHash
+	var heapVersion int64
+	heapStale := false
 	switch {
 	case st == nil:
 		a.info.RestoredFrom = FromFresh
@@ -172,11 +175,18 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				a.notes = append(a.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
 				p = nil
 			} else {
-				a.info.RestoredFrom, base = FromSnapshot, st.Base
+				// The heap as last checkpointed, then the runs logged since.
+				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
+				at.Cells = nonNil(st.Tail)
 			}
 		}
 		if p == nil {
-			a.info.RestoredFrom, mode = FromReplay, modeReplay
+			// The whole log replays on the current base. A session that can be saved as
+			// a heap stays so: its next checkpoint replaces a heap the replay made stale.
+			a.info.RestoredFrom, heapStale = FromReplay, true
+			if st.Mode == modeReplay || e.cfg.ForceReplay {
+				mode = modeReplay
+			}
 			cells, err := e.st.rdb.LRange(ctx, e.st.key(key, "cells"), 0, -1).Result()
 			if err != nil {
 				return nil, e.redisErr(ctx, err)
@@ -221,10 +231,11 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	if r.Error != nil {
 		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
 	}
-	lv := newLive(p, base, mode)
+	lv := newLive(key, p, base, mode)
 	if st != nil {
 		lv.version, lv.packages, lv.pip = st.Version, st.Packages, st.Pip
 	}
+	lv.heapVersion, lv.heapStale = heapVersion, heapStale
 	a.lv = lv
 	e.adopt(key, lv)
 	return a, nil
@@ -335,7 +346,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	defer pip.done()
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
-		Persist: true, Replay: lv.mode == modeReplay, Data: data, Preload: nonNil(req.Preload)}
+		Replay: lv.mode == modeReplay, Data: data, Preload: nonNil(req.Preload)}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
@@ -430,10 +441,12 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	res.Session.Live = true
 	if res.Status != StatusSuccess {
 		// A failed run never replaces the last good state; the warm interpreter keeps
-		// whatever the run left, like a notebook after an exception.
+		// whatever the run left, like a notebook after an exception, but its heap is no
+		// longer the durable state's until the next run that succeeds.
+		lv.tainted = true
 		return res, ctxErr
 	}
-	return res, e.persist(ctx, key, token, lv, a, req, &r, rep.f, &res, ctxErr)
+	return res, e.persist(ctx, key, token, lv, a, req, &r, &res, ctxErr)
 }
 
 // result turns a run reply into a Result: output with truncation markers, artifacts
@@ -488,46 +501,30 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 	return res
 }
 
-// persist saves a successful run's state before the run is reported complete.
-func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *runReply, f frame, res *Result, ctxErr error) error {
-	mode := lv.mode
-	var header, delta []byte
-	if mode == modeSnapshot {
-		header, delta = f.bytes(r.Header), f.bytes(r.Delta)
-		if header == nil || delta == nil {
-			mode = modeReplay
-			if r.SnapshotError != nil {
-				e.log.Warn("session switches to replay persistence", "session", key, "reason", *r.SnapshotError)
-			}
-		}
-	}
+// persist makes a successful run durable before it is reported complete: its cell joins
+// the session's log in Redis with the files it changed (a few hundred bytes for most
+// runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
+// restore replays the cells logged since the last checkpoint.
+func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *runReply, res *Result, ctxErr error) error {
 	deleted := make([]string, 0, len(lv.unsavedDel))
 	for p := range lv.unsavedDel {
 		deleted = append(deleted, p)
 	}
-	fresh := lv.version == 0
-	cells := append(append([]string{}, a.replayed...), req.Code)
 	e.mu.Lock()
 	pip := append([]pipWheel(nil), lv.pip...)
 	e.mu.Unlock()
 	save := saveReq{
-		Token: token, From: lv.version, Fresh: fresh, Base: lv.base, Build: e.rt.build, Mode: mode,
-		Header: header, Delta: delta, Packages: r.Packages, Pip: pip, Changed: lv.unsaved, Deleted: deleted,
-		Cells: cells, Cap: e.cfg.MaxStateBytes,
+		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
+		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), req.Code),
+		Cap: e.cfg.MaxStateBytes,
 	}
 	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)
 	var full *errStateFull
-	if errors.As(err, &full) && mode == modeSnapshot {
-		// The heap is too big to keep: the session can still persist as its cells.
-		save.Mode, save.Header, save.Delta = modeReplay, nil, nil
-		if v, stateBytes, err = e.st.save(context.WithoutCancel(ctx), key, save); err == nil {
-			mode = modeReplay
-			res.Stderr += "[sandbox] " + full.Error() + " as an interpreter heap; it is kept as its code instead and comes back by replay\n"
-		}
-	}
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
+		lv.tainted = true
 		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, lv.version)
 		return ctxErr
 	}
@@ -539,10 +536,11 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
 	e.mu.Lock()
-	lv.version, lv.mode = v, mode
+	lv.version, lv.tainted, lv.heapStale = v, false, false
 	e.mu.Unlock()
 	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
-	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, mode, stateBytes
+	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
+	e.scheduleCheckpoint(lv)
 	return ctxErr
 }
 

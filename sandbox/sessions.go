@@ -7,6 +7,7 @@ import (
 
 // live is a session whose interpreter is warm in a process of its own.
 type live struct {
+	key      string
 	p        *proc
 	version  int64 // the durable version this interpreter matches
 	base     string
@@ -18,10 +19,26 @@ type live struct {
 	// Files changed by runs that were not saved (a Python error): the next save carries them.
 	unsaved    map[string][]byte
 	unsavedDel map[string]bool
+
+	// Checkpoints (checkpoint.go), guarded by Engine.mu. heapVersion is the version of
+	// the heap saved in Redis; heapStale says that heap no longer applies (the session
+	// came back by replay); tainted, that a run failed since the last save, so this heap
+	// holds effects the log does not; checkpoint is the pending one, if any.
+	heapVersion int64
+	heapStale   bool
+	tainted     bool
+	checkpoint  *time.Timer
+	gone        chan struct{} // closed once retired (checkpointed after eviction, then stopped)
 }
 
-func newLive(p *proc, base, mode string) *live {
-	return &live{p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+func newLive(key string, p *proc, base, mode string) *live {
+	return &live{key: key, p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+}
+
+// dirty tells whether the saved heap lags this interpreter and a checkpoint can catch it
+// up; called with Engine.mu held.
+func (lv *live) dirty() bool {
+	return lv.mode == modeSnapshot && !lv.tainted && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
 }
 
 // claim marks key's live session busy if it is current at version; it returns nil
@@ -95,60 +112,59 @@ func (e *Engine) dropLive(key string, lv *live, why string) {
 // go, their state being safe in Redis.
 func (e *Engine) evictLRU() {
 	e.mu.Lock()
-	var victims []*proc
+	var victims []*live
 	for len(e.live) > e.cfg.MaxLive {
-		p := e.forgetOldestIdleLocked()
-		if p == nil {
+		lv := e.forgetOldestIdleLocked()
+		if lv == nil {
 			break
 		}
-		victims = append(victims, p)
+		victims = append(victims, lv)
 	}
 	e.mu.Unlock()
-	for _, p := range victims {
-		go p.close("evicted (least recently used)")
+	for _, lv := range victims {
+		go e.retire(lv, "evicted (least recently used)")
 	}
 }
 
-// evictOldestIdle forgets the least recently used idle session and returns its process
-// for the caller to close, or nil when every live session is busy.
-func (e *Engine) evictOldestIdle() *proc {
+// evictOldestIdle forgets the least recently used idle session and returns it for the
+// caller to retire, or nil when every live session is busy.
+func (e *Engine) evictOldestIdle() *live {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.forgetOldestIdleLocked()
 }
 
-func (e *Engine) forgetOldestIdleLocked() *proc {
-	var oldKey string
+func (e *Engine) forgetOldestIdleLocked() *live {
 	var old *live
-	for k, lv := range e.live {
+	for _, lv := range e.live {
 		if !lv.busy && (old == nil || lv.used.Before(old.used)) {
-			oldKey, old = k, lv
+			old = lv
 		}
 	}
 	if old == nil {
 		return nil
 	}
-	delete(e.live, oldKey)
-	return old.p
+	e.forgetLocked(old)
+	return old
 }
 
 // evictIdle stops the processes of sessions idle past IdleTimeout, and forgets sessions
 // whose process died between runs.
 func (e *Engine) evictIdle() {
 	e.mu.Lock()
-	var victims []*proc
-	for k, lv := range e.live {
+	var victims []*live
+	for _, lv := range e.live {
 		if lv.busy {
 			continue
 		}
 		if !lv.p.alive() || time.Since(lv.used) > e.cfg.IdleTimeout {
-			delete(e.live, k)
-			victims = append(victims, lv.p)
+			e.forgetLocked(lv)
+			victims = append(victims, lv)
 		}
 	}
 	e.mu.Unlock()
-	for _, p := range victims {
-		go p.close("evicted (idle)")
+	for _, lv := range victims {
+		go e.retire(lv, "evicted (idle)")
 	}
 }
 

@@ -40,17 +40,21 @@ func (s *store) key(session, part string) string { return s.prefix + "{" + sessi
 
 // state is what survives a Worker, a server restart or a move to another node.
 type state struct {
-	Version  int64
-	Base     string // content hash of the base snapshot the delta is against
-	Build    string
-	Mode     string // modeSnapshot or modeReplay
-	Header   []byte // the snapshot's own header (its length varies between snapshots)
-	Delta    []byte // zstd of the heap pages that differ from the base, XOR-ed
-	Packages []string
-	Pip      []pipWheel // installed with micropip: installed again on restore
-	Cells    []string
-	Files    map[string][]byte
-	Updated  time.Time
+	Version int64
+	Base    string // content hash of the base snapshot the delta is against
+	Build   string
+	Mode    string // modeSnapshot or modeReplay
+	Header  []byte // the snapshot's own header (its length varies between snapshots)
+	Delta   []byte // zstd of the heap pages that differ from the base, XOR-ed
+	// HeapVersion is the version the heap was checkpointed at; Tail holds the cells run
+	// since, which a restore replays on top of it (the log is durable, the heap lazy).
+	HeapVersion int64
+	Tail        []string
+	Packages    []string
+	Pip         []pipWheel // installed with micropip: installed again on restore
+	Cells       []string
+	Files       map[string][]byte
+	Updated     time.Time
 }
 
 const (
@@ -89,6 +93,10 @@ func (s *store) load(ctx context.Context, session string, withCells bool) (*stat
 	}
 	st := &state{Base: h["base"], Build: h["build"], Mode: h["mode"], Header: []byte(h["header"]), Files: map[string][]byte{}}
 	st.Version, _ = strconv.ParseInt(h["version"], 10, 64)
+	st.HeapVersion = st.Version
+	if hv, err := strconv.ParseInt(h["heapv"], 10, 64); err == nil {
+		st.HeapVersion = hv
+	}
 	if ms, err := strconv.ParseInt(h["updated"], 10, 64); err == nil {
 		st.Updated = time.UnixMilli(ms)
 	}
@@ -107,6 +115,11 @@ func (s *store) load(ctx context.Context, session string, withCells bool) (*stat
 	if cells != nil {
 		st.Cells = cells.Val()
 	}
+	if hc, err := strconv.ParseInt(h["hcells"], 10, 64); err == nil && st.HeapVersion < st.Version {
+		if st.Tail, err = s.rdb.LRange(ctx, s.key(session, "cells"), hc, -1).Result(); err != nil {
+			return nil, err
+		}
+	}
 	return st, nil
 }
 
@@ -120,6 +133,7 @@ if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
 if v ~= tonumber(ARGV[2]) then return {-2, 0} end
 local ttl, cap, fixed = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if fixed < 0 then fixed = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta') end
 local i = 7
 local fields = i
 local nf = tonumber(ARGV[i]); i = i + 1 + 2 * nf
@@ -175,6 +189,10 @@ type saveReq struct {
 	Deleted  []string
 	Cells    []string // appended to the replay log
 	Cap      int64    // the most the session's state may hold, in bytes
+	// KeepHeap leaves the saved heap as it is: the run is durable by the replay log, and
+	// a checkpoint saves the heap later, off the run's path.
+	KeepHeap bool
+	DropHeap bool // the saved heap is stale (the session came back by replay): forget it
 }
 
 var errFenced = errors.New("session lease lost or state changed by another run")
@@ -195,9 +213,18 @@ func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int
 	}
 	pk, _ := json.Marshal(r.Packages)
 	pip, _ := json.Marshal(nonNilSlice(r.Pip))
-	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "header", r.Header,
-		"delta", delta, "packages", string(pk), "pip", string(pip), "updated", time.Now().UnixMilli()}
-	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, len(delta) + len(r.Header), len(fields) / 2}
+	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "packages", string(pk), "pip", string(pip), "updated", time.Now().UnixMilli()}
+	fixed := len(delta) + len(r.Header)
+	switch {
+	case !r.KeepHeap:
+		fields = append(fields, "header", r.Header, "delta", delta, "heapv", r.From+1, "hcells", -1)
+	case r.Fresh || r.DropHeap:
+		// No heap saved yet, or none that still holds: the whole log is the tail.
+		fields = append(fields, "header", "", "delta", "", "heapv", 0, "hcells", 0)
+	default:
+		fixed = -1 // the heap saved before stays, and counts
+	}
+	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, fixed, len(fields) / 2}
 	args = append(args, fields...)
 	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh], len(r.Changed))
 	for k, v := range r.Changed {
@@ -226,6 +253,50 @@ func (s *store) save(ctx context.Context, session string, r saveReq) (int64, int
 		return 0, 0, errFenced
 	}
 	return res[0], res[1], nil
+}
+
+// checkpointScript saves a session's heap taken between runs, only while the caller
+// holds the lease (if it names one) and the session is still at the version the heap
+// matches, so a heap never claims a run it does not hold; the cells
+// logged so far are then covered by it. Mode replay (a heap that cannot be saved) drops
+// the heap: the whole log is the tail.
+var checkpointScript = redis.NewScript(`
+local state, cells, lease = KEYS[1], KEYS[2], KEYS[3]
+if ARGV[1] ~= '' and redis.call('GET', lease) ~= ARGV[1] then return {-1, 0} end
+if tonumber(redis.call('HGET', state, 'version') or '0') ~= tonumber(ARGV[2]) then return {-2, 0} end
+local fbytes = tonumber(redis.call('HGET', state, 'fbytes') or '0')
+local cbytes = tonumber(redis.call('HGET', state, 'cbytes') or '0')
+local total = fbytes + cbytes + #ARGV[3] + #ARGV[4]
+if total > tonumber(ARGV[8]) then return {-3, total} end
+local hcells = redis.call('LLEN', cells)
+if ARGV[7] ~= 'snapshot' then hcells = 0 end
+redis.call('HSET', state, 'header', ARGV[3], 'delta', ARGV[4], 'base', ARGV[5], 'build', ARGV[6], 'mode', ARGV[7],
+  'heapv', ARGV[2], 'hcells', hcells)
+return {tonumber(ARGV[2]), total}
+`)
+
+// checkpoint saves the heap of key at version; errFenced when the lease or the version
+// moved on, errStateFull when the heap does not fit the session's cap.
+func (s *store) checkpoint(ctx context.Context, session, token string, version int64, base, build, mode string, header, rawDelta []byte, capBytes int64) (int64, error) {
+	var delta []byte
+	if rawDelta != nil {
+		delta = s.zenc.EncodeAll(rawDelta, make([]byte, 0, len(rawDelta)/8))
+	}
+	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease")}
+	res, err := checkpointScript.Run(ctx, s.rdb, keys, token, version, header, delta, base, build, mode, capBytes).Int64Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 2 {
+		return 0, fmt.Errorf("checkpoint: unexpected reply %v", res)
+	}
+	switch {
+	case res[0] == -3:
+		return res[1], &errStateFull{total: res[1], cap: capBytes}
+	case res[0] < 0:
+		return 0, errFenced
+	}
+	return res[1], nil
 }
 
 func (s *store) reset(ctx context.Context, session string) error {

@@ -121,6 +121,8 @@ var sandboxSettings = func() []setting {
 			into: duration(func(c *Config) *time.Duration { return &engine(c).RestoreTimeout })},
 		{env: "SANDBOX_ADMIT_TIMEOUT", def: dur(def.AdmitTimeout), help: "the longest a run waits for a session process before a 429",
 			into: duration(func(c *Config) *time.Duration { return &engine(c).AdmitTimeout })},
+		{env: "SANDBOX_CHECKPOINT_DELAY", def: dur(def.CheckpointDelay), help: "how long after a session's last run its heap is saved; runs are durable before that by the session's log",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).CheckpointDelay })},
 		{env: "SANDBOX_IDLE_TIMEOUT", def: dur(def.IdleTimeout), help: "a session idle this long leaves memory (its state stays in Redis)",
 			into: duration(func(c *Config) *time.Duration { return &engine(c).IdleTimeout })},
 		{env: "SANDBOX_SESSION_TTL", def: dur(def.SessionTTL), help: "how long an idle session's state is kept",

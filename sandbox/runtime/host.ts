@@ -244,6 +244,17 @@ async function handle(m: any) {
         });
         return;
       }
+      case "checkpoint": {
+        // The heap as it is between runs: the engine saves it off the runs' path.
+        const r = await call({ op: "checkpoint" }, "checkpointed");
+        await reply(id, {
+          ok: true,
+          header: r.header instanceof Uint8Array ? r.header : null,
+          delta: r.delta instanceof Uint8Array ? r.delta : null,
+          snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
+        });
+        return;
+      }
       case "pipDone": {
         // The engine's answer to the install in flight (id 0: no reply).
         pipInFlight = false;

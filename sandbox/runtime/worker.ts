@@ -921,38 +921,41 @@ async function run(m: any) {
     stdout: out.text, stderr: err.text, stdoutTruncated: out.truncated, stderrTruncated: err.truncated,
     changed, omitted, deleted, packages, timings, displaysDropped: displays.dropped,
   };
+  compiledLoaded = compiled;
   if (m.persist && status === "success") {
     if (m.replay) {
       reply.snapshot = null;
     } else {
-      if (compiled.length) {
-        // Pyodide cannot restore a heap that loaded compiled extensions: the session
-        // persists as packages plus replay of its successful cells.
-        reply.snapshotError = `compiled extension modules loaded: ${compiled.slice(0, 5).join(", ")}`;
-      } else {
-        for (let attempt = 0; ; attempt++) {
-          // After top-level await, the driver's coroutine hands its last JS references
-          // back a few ticks later: wait for them only when the first try fails.
-          if (attempt > 0) await macrotask();
-          lap("tick");
-          try {
-            const d = liveDelta();
-            lap("snapshot");
-            reply.header = d.header;
-            reply.delta = d.delta;
-            break;
-          } catch (e) {
-            // Still failing: user code holds JS objects, which a snapshot cannot carry.
-            if (attempt >= 3) {
-              reply.snapshotError = String((e as Error)?.message ?? e);
-              break;
-            }
-          }
-        }
-      }
+      Object.assign(reply, await heapState());
+      lap("snapshot");
     }
   }
   post(reply);
+}
+
+// compiledLoaded is what the last run reported of compiled extension modules: they stay
+// loaded, so it only grows.
+let compiledLoaded: string[] = [];
+
+// heapState is the session's heap as a delta against the base, or why it cannot be one.
+// The engine asks for it with a run (persist) or later, between runs (checkpoint).
+async function heapState(): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string }> {
+  if (compiledLoaded.length) {
+    // Pyodide cannot restore a heap that loaded compiled extensions: the session
+    // persists as packages plus replay of its successful cells.
+    return { snapshotError: `compiled extension modules loaded: ${compiledLoaded.slice(0, 5).join(", ")}` };
+  }
+  for (let attempt = 0; ; attempt++) {
+    // After top-level await, the driver's coroutine hands its last JS references back a
+    // few ticks later: wait for them only when the first try fails.
+    if (attempt > 0) await macrotask();
+    try {
+      return liveDelta();
+    } catch (e) {
+      // Still failing: user code holds JS objects, which a snapshot cannot carry.
+      if (attempt >= 3) return { snapshotError: String((e as Error)?.message ?? e) };
+    }
+  }
 }
 
 
@@ -1109,6 +1112,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
       }
       case "run":
         await run(m);
+        return;
+      case "checkpoint":
+        post({ op: "checkpointed", ...(await heapState()) });
         return;
       case "pipDone": {
         const resolve = pipWaiting.get(m.seq);

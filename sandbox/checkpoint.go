@@ -1,0 +1,198 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Checkpoints. A run is durable once persist has appended its cell to the session's log
+// in Redis (with the files it changed); the heap, whose snapshot and diff cost tens of
+// milliseconds, is saved off the answer's path: CheckpointDelay after the session's last
+// run (a burst of runs makes one checkpoint), and before its process goes away (eviction,
+// shutdown). A session whose process died in between comes back from the last heap plus
+// the cells logged since it.
+
+// retireTimeout bounds the checkpoint an evicted session gets before its process goes;
+// shutdownCheckpointTimeout, all of them at shutdown together.
+const (
+	retireTimeout             = 30 * time.Second
+	shutdownCheckpointTimeout = 10 * time.Second
+)
+
+// scheduleCheckpoint (re)arms lv's checkpoint for CheckpointDelay from now.
+func (e *Engine) scheduleCheckpoint(lv *live) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || !lv.dirty() {
+		return
+	}
+	if lv.checkpoint != nil {
+		lv.checkpoint.Stop()
+	}
+	lv.checkpoint = time.AfterFunc(e.cfg.CheckpointDelay, func() {
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RestoreTimeout)
+		defer cancel()
+		err := e.checkpointLive(ctx, lv)
+		switch {
+		case err == nil, e.ctx.Err() != nil:
+		case errors.Is(err, errProcGone), errors.Is(err, errFenced):
+			// The process died or another run moved the session on: its log has it.
+			e.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
+		default:
+			e.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.key, "err", err)
+		}
+	})
+}
+
+// forgetLocked takes lv out of the live set for retire; a run of its key waits for the
+// retirement (awaitRetired), so it finds the checkpoint made. Called with e.mu held.
+func (e *Engine) forgetLocked(lv *live) {
+	delete(e.live, lv.key)
+	lv.gone = make(chan struct{})
+	e.retiring[lv.key] = lv
+}
+
+// retire checkpoints a session forgotten by forgetLocked, then stops its process. No
+// run can reach the process any more, so the checkpoint needs no lease: the store still
+// refuses it unless the session is at the version this heap holds.
+func (e *Engine) retire(lv *live, why string) {
+	e.mu.Lock()
+	if lv.checkpoint != nil {
+		lv.checkpoint.Stop()
+	}
+	dirty, version := lv.dirty(), lv.version
+	e.mu.Unlock()
+	if dirty {
+		ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
+		if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) {
+			e.log.Warn("sandbox checkpoint before eviction failed; the session comes back by its log", "session", lv.key, "err", err)
+		}
+		cancel()
+	}
+	lv.p.close(why)
+	e.mu.Lock()
+	if e.retiring[lv.key] == lv {
+		delete(e.retiring, lv.key)
+	}
+	e.mu.Unlock()
+	if lv.gone != nil {
+		close(lv.gone)
+	}
+}
+
+// awaitRetired waits (bounded) for an eviction of key in flight, so the run that follows
+// restores from the heap it saves.
+func (e *Engine) awaitRetired(ctx context.Context, key string) {
+	e.mu.Lock()
+	lv := e.retiring[key]
+	e.mu.Unlock()
+	if lv == nil {
+		return
+	}
+	select {
+	case <-lv.gone:
+	case <-ctx.Done():
+	case <-time.After(retireTimeout):
+	}
+}
+
+// checkpointAll saves the heap of every idle session that needs it, at shutdown; the
+// sessions are no longer live, so no run can reach them meanwhile.
+func (e *Engine) checkpointAll(lvs []*live) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownCheckpointTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, lv := range lvs {
+		e.mu.Lock()
+		if lv.checkpoint != nil {
+			lv.checkpoint.Stop()
+		}
+		ok, version := !lv.busy && lv.dirty(), lv.version
+		e.mu.Unlock()
+		if ok {
+			wg.Go(func() {
+				if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) {
+					e.log.Warn("sandbox checkpoint at shutdown failed; the session comes back by its log", "session", lv.key, "err", err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// checkpointLive saves a live session's heap if the saved one lags it, holding the
+// session's lease so no run (on any node) moves it meanwhile.
+func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
+	e.mu.Lock()
+	dirty := lv.dirty()
+	e.mu.Unlock()
+	if !dirty {
+		return nil
+	}
+	return e.withLease(ctx, lv.key, func(token string) error {
+		e.mu.Lock()
+		if e.live[lv.key] != lv || lv.busy || !lv.dirty() {
+			// Gone (an eviction checkpoints it itself), a run has it (it checkpoints
+			// again after), or already caught up.
+			e.mu.Unlock()
+			return nil
+		}
+		lv.busy = true
+		version := lv.version
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			lv.busy = false
+			e.mu.Unlock()
+			lv.p.freezeSoon()
+		}()
+		return e.checkpoint(ctx, lv, token, version)
+	})
+}
+
+// checkpoint takes lv's heap and saves it as the state of version; token is the lease
+// held, or "" for a session no run can reach.
+func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version int64) error {
+	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint"}, nil)
+	if err != nil {
+		return err
+	}
+	var r checkpointReply
+	if err := json.Unmarshal(f.raw, &r); err != nil {
+		lv.p.kill("protocol: unreadable checkpoint reply")
+		return err
+	}
+	if err := r.check(f); err != nil {
+		lv.p.kill("protocol: checkpoint reply refused")
+		return fmt.Errorf("checkpoint reply: %w", err)
+	}
+	mode, header, delta := modeSnapshot, f.bytes(r.Header), f.bytes(r.Delta)
+	if header == nil || delta == nil {
+		// User code holds JS objects, or compiled extensions are loaded: the session
+		// persists as its cells from now on.
+		mode = modeReplay
+		if r.SnapshotError != nil {
+			e.log.Info("session switches to replay persistence", "session", lv.key, "reason", *r.SnapshotError)
+		}
+	}
+	_, err = e.st.checkpoint(ctx, lv.key, token, version, lv.base, e.rt.build, mode, header, delta, e.cfg.MaxStateBytes)
+	var full *errStateFull
+	if errors.As(err, &full) && mode == modeSnapshot {
+		e.log.Info("session switches to replay persistence", "session", lv.key, "reason", full.Error()+" as a heap")
+		mode = modeReplay
+		_, err = e.st.checkpoint(ctx, lv.key, token, version, lv.base, e.rt.build, mode, nil, nil, e.cfg.MaxStateBytes)
+	}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if lv.version == version {
+		lv.heapVersion, lv.heapStale, lv.mode = version, false, mode
+	}
+	e.mu.Unlock()
+	return nil
+}
