@@ -169,7 +169,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
 				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
 		for _, a := range res.Artifacts {
-			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
+			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
 		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex)
@@ -260,11 +260,13 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 		if d.Image == nil {
 			continue
 		}
-		if f, ok := byName[d.Image.Name]; ok {
+		// Files are stored under the plain form of the name Python gave.
+		stored := sandchat.ArtifactName(d.Image.Name)
+		if f, ok := byName[stored]; ok {
 			d.Image.FileID = f.ID
 		}
 		if !artifact[d.Image.Name] {
-			shown[d.Image.Name] = true
+			shown[stored] = true
 		}
 	}
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
