@@ -229,7 +229,7 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	if err != nil {
 		return err
 	}
-	if conv.Role != sandchat.RoleOwner && conv.Role != sandchat.RoleEditor {
+	if !sandchat.CanEdit(conv.Role) {
 		return sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow cancelling turns here.", conv.Role)
 	}
 	t, err := r.store.Turn(ctx, convID, turnID)

@@ -413,7 +413,7 @@ func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (conversations.
 	if err != nil {
 		return ts, err
 	}
-	if r := ts.Conversation.Role; r != sandchat.RoleOwner && r != sandchat.RoleEditor {
+	if r := ts.Conversation.Role; !sandchat.CanEdit(r) {
 		return ts, sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow running code in this conversation.", r)
 	}
 	return ts, nil
