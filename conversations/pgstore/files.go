@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -140,7 +139,7 @@ func displaysJSON(items []conversations.Display, fileIDs map[string]int64) ([]by
 		}
 		if len(b) > budget {
 			const keep = 1 << 10
-			sd.Display = conversations.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
+			sd.Display = conversations.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image}
 			sd.Truncated = true
 			if b, err = marshalRaw(sd); err != nil {
 				return nil, err
@@ -162,17 +161,6 @@ func marshalRaw(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// truncText cuts s to at most n bytes on a character boundary.
-func truncText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // SessionRuns returns the finished runs of a session since it was last reset, oldest
