@@ -373,20 +373,22 @@ func (c *client) eval(conv int64, code string) string {
 	return *r.Result
 }
 
+// problem is the detail of the problem+json body of a refusal.
+func problem(t *testing.T, body []byte) string {
+	t.Helper()
+	var p struct{ Detail string }
+	if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
+		t.Fatalf("problem %q: %v", body, err)
+	}
+	return p.Detail
+}
+
 // TestFiles: uploads keep their folders under /data, Python imports from /data (and sees
 // a re-upload), editors delete files and the next run no longer has them, and refusals
 // say what is wrong in numbers.
 func TestFiles(t *testing.T) {
 	t.Parallel()
 	_, agent, conv, alice, viewer, stranger := sandboxParty(t)
-	problem := func(t *testing.T, body []byte) string {
-		t.Helper()
-		var p struct{ Detail string }
-		if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
-			t.Fatalf("problem %q: %v", body, err)
-		}
-		return p.Detail
-	}
 
 	t.Run("folders are kept", func(t *testing.T) {
 		if code, body := alice.uploadAt(conv, "q1.csv", "reports/2025/q1.csv", "quarter,sales\nq1,42\n"); code != 201 {
@@ -531,14 +533,6 @@ func TestFiles(t *testing.T) {
 func TestLookAlikeFileNames(t *testing.T) {
 	t.Parallel()
 	_, _, conv, alice, _, _ := sandboxParty(t)
-	detail := func(t *testing.T, body []byte) string {
-		t.Helper()
-		var p struct{ Detail string }
-		if err := json.Unmarshal(body, &p); err != nil {
-			t.Fatalf("problem %q: %v", body, err)
-		}
-		return p.Detail
-	}
 	for _, tc := range []struct{ name, file, path, says string }{
 		{"right-to-left override in the file name", "invoice\u202egnp.py", "", "U+202E RIGHT-TO-LEFT OVERRIDE at character 8"},
 		{"zero width space in the path field", "x.csv", "reports/pay\u200broll.csv", "U+200B ZERO WIDTH SPACE at character 12"},
@@ -547,8 +541,11 @@ func TestLookAlikeFileNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := alice.uploadAt(conv, tc.file, tc.path, "x")
-			if d := detail(t, body); code != 400 || !strings.Contains(d, tc.says) {
-				t.Fatalf("%d %q, want 400 saying %q", code, d, tc.says)
+			if code != 400 {
+				t.Fatalf("%d %s, want 400", code, body)
+			}
+			if d := problem(t, body); !strings.Contains(d, tc.says) {
+				t.Fatalf("detail %q, want it saying %q", d, tc.says)
 			}
 		})
 	}
