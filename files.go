@@ -51,8 +51,10 @@ func DataPath(p string) (string, error) {
 }
 
 // CheckDataPath accepts a path under /data made of plain names: relative, no empty,
-// "." or ".." segments, no backslashes, no hidden characters (see hidden), in Unicode
-// normal form NFC, at most MaxDataPathBytes long and MaxDataPathDepth names deep.
+// "." or ".." segments, no backslashes, no hidden characters (see hidden), at most
+// MaxDataPathBytes long and MaxDataPathDepth names deep. It does not ask for NFC:
+// DataPath normalises what is stored, and the engine checks every mounted path with
+// this rule, so an upload stored in another form before that still mounts.
 func CheckDataPath(p string) error {
 	bad := func(why string) error {
 		return Errorf(EINVALID, "The file path %q %s; use a relative path of plain names such as reports/2025/q1.csv.", p, why)
@@ -72,9 +74,6 @@ func CheckDataPath(p string) error {
 	if i := strings.IndexFunc(p, hidden); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(p[i:])
 		return bad(fmt.Sprintf("contains %s at character %d, which is invisible or reorders the text around it, so the name could pass for another", describeRune(r), utf8.RuneCountInString(p[:i])+1))
-	}
-	if !norm.NFC.IsNormalString(p) {
-		return Errorf(EINVALID, "The file path %+q is not in Unicode normal form NFC; send it as %+q, so that one name is spelt one way.", p, norm.NFC.String(p))
 	}
 	segs := strings.Split(p, "/")
 	if len(segs) > MaxDataPathDepth {
