@@ -2,10 +2,14 @@ package sandchat
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+	"golang.org/x/text/unicode/runenames"
 )
 
 // Size says how big a file is the way people read it: "12.5 MiB", "256 MiB", "3 KiB".
@@ -37,9 +41,20 @@ const (
 	MaxDataPathDepth = 8
 )
 
+// DataPath is the path p a client sent for a file under /data, normalised to NFC, or
+// why it cannot be one (see CheckDataPath). Clients send the same visible name as
+// different code points (macOS file pickers decompose accents, most keyboards compose
+// them); stored in NFC it is one name, the one Python code typing it means.
+func DataPath(p string) (string, error) {
+	p = norm.NFC.String(p)
+	return p, CheckDataPath(p)
+}
+
 // CheckDataPath accepts a path under /data made of plain names: relative, no empty,
-// "." or ".." segments, no backslashes or control characters, at most
-// MaxDataPathBytes long and MaxDataPathDepth names deep.
+// "." or ".." segments, no backslashes, no hidden characters (see hidden), at most
+// MaxDataPathBytes long and MaxDataPathDepth names deep. It does not ask for NFC:
+// DataPath normalises what is stored, and the engine checks every mounted path with
+// this rule, so an upload stored in another form before that still mounts.
 func CheckDataPath(p string) error {
 	bad := func(why string) error {
 		return Errorf(EINVALID, "The file path %q %s; use a relative path of plain names such as reports/2025/q1.csv.", p, why)
@@ -55,8 +70,10 @@ func CheckDataPath(p string) error {
 		return bad("is absolute")
 	case strings.ContainsRune(p, '\\'):
 		return bad("contains a backslash")
-	case strings.ContainsFunc(p, unicode.IsControl):
-		return bad("contains a control character")
+	}
+	if i := strings.IndexFunc(p, hidden); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(p[i:])
+		return bad(fmt.Sprintf("contains %s at character %d, which is invisible or reorders the text around it, so the name could pass for another", describeRune(r), utf8.RuneCountInString(p[:i])+1))
 	}
 	segs := strings.Split(p, "/")
 	if len(segs) > MaxDataPathDepth {
@@ -71,4 +88,60 @@ func CheckDataPath(p string) error {
 		}
 	}
 	return nil
+}
+
+// hidden reports whether r has no place in a file name because it cannot be seen or
+// it changes how the characters around it are shown: control characters, line and
+// paragraph separators, and format characters (zero-width spaces and joiners, the
+// byte-order mark, bidirectional embeddings, overrides, isolates and marks, tags).
+// With one, "invoice\u202egnp.py" shows as "invoiceyp.png".
+func hidden(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// describeRune names r for a person: "U+202E RIGHT-TO-LEFT OVERRIDE", or "U+001B, a
+// control character," (control characters have no names of their own).
+func describeRune(r rune) string {
+	if name := runenames.Name(r); name != "" && !strings.HasPrefix(name, "<") {
+		return fmt.Sprintf("U+%04X %s", r, name)
+	}
+	return fmt.Sprintf("U+%04X, a control character,", r)
+}
+
+// MaxArtifactNameChars bounds the name a file from a run is stored under.
+const MaxArtifactNameChars = 255
+
+// ArtifactName is the name a file made by Python is stored under. Such a file is kept
+// whatever its name, so the run loses nothing; but the name is shown and downloaded as
+// a name, so it is made plain: valid UTF-8, NFC, each hidden character written as its
+// code point between underscores ("invoice_U+202E_gnp.py"), at most
+// MaxArtifactNameChars characters (a longer one keeps its start and its extension
+// with a marker between).
+func ArtifactName(name string) string {
+	name = norm.NFC.String(strings.ToValidUTF8(name, "\uFFFD"))
+	if strings.ContainsFunc(name, hidden) {
+		var b strings.Builder
+		for _, r := range name {
+			if hidden(r) {
+				fmt.Fprintf(&b, "_U+%04X_", r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+		name = b.String()
+	}
+	if name == "" {
+		return "unnamed"
+	}
+	runes := []rune(name)
+	if len(runes) <= MaxArtifactNameChars {
+		return name
+	}
+	ext := []rune(path.Ext(name))
+	if len(ext) > 16 {
+		ext = nil
+	}
+	const mark = "…"
+	keep := MaxArtifactNameChars - len(ext) - 1
+	return string(runes[:keep]) + mark + string(ext)
 }

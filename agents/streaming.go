@@ -6,7 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/sandchat/sandchat"
 )
 
 // streamer turns many small chunks (tokens, output lines) into few events: it flushes
@@ -60,10 +61,7 @@ func (s *streamer) Add(stream, text string) {
 	// One event carries at most eventTextMax: a program printing a megabyte at once
 	// still makes small frames.
 	for len(text) > 0 {
-		n := min(len(text), eventTextMax-s.buf.Len())
-		for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
-			n--
-		}
+		n := len(sandchat.TruncateUTF8(text, eventTextMax-s.buf.Len(), ""))
 		if n <= 0 && s.buf.Len() > 0 {
 			s.flushLocked()
 			continue

@@ -229,7 +229,7 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	if err != nil {
 		return err
 	}
-	if conv.Role != sandchat.RoleOwner && conv.Role != sandchat.RoleEditor {
+	if !sandchat.CanEdit(conv.Role) {
 		return sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow cancelling turns here.", conv.Role)
 	}
 	t, err := r.store.Turn(ctx, convID, turnID)
@@ -283,20 +283,21 @@ func (t *turnRun) emit(ctx context.Context, typ string, path []string, data any)
 // stops the whole turn, whose work now belongs to nobody.
 func (t *turnRun) write(ctx context.Context, fn func(ctx context.Context) error) error {
 	wctx := context.WithoutCancel(ctx)
-	deadline := time.Now().Add(t.r.writeRetry)
-	delay := 100 * time.Millisecond
-	for {
-		err := fn(wctx)
-		switch {
-		case errors.Is(err, conversations.ErrFenced):
-			t.cancel(errFenced)
-			return err
-		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil || t.r.abandoned.Load():
-			return err
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, time.Second)
+	err := t.r.backoff(t.r.writeRetry).Retry(ctx, func() error { return fn(wctx) }, t.r.worthRetrying)
+	if errors.Is(err, conversations.ErrFenced) {
+		t.cancel(errFenced)
 	}
+	return err
+}
+
+// backoff is how the runner's writes wait for Postgres to come back, for at most d.
+func (r *Runner) backoff(d time.Duration) sandchat.Backoff {
+	return sandchat.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, For: d}
+}
+
+// worthRetrying: Postgres is away and shutdown has not given up on the turn.
+func (r *Runner) worthRetrying(err error) bool {
+	return sandchat.IsUnavailable(err) && !r.abandoned.Load()
 }
 
 func (r *Runner) run(ctx context.Context, t *turnRun) {
@@ -338,23 +339,18 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 // stay running (and its conversation blocked) because of an outage it outlived.
 func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string) {
 	ctx = context.WithoutCancel(ctx)
-	deadline := time.Now().Add(r.finishRetry)
-	delay := 100 * time.Millisecond
-	for {
-		ev, err := r.store.FinishTurn(ctx, t.fence, t.convID, status, errText)
-		switch {
-		case err == nil:
-			r.publish(ctx, *ev)
-			return
-		case errors.Is(err, conversations.ErrFenced):
-			r.log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
-			return
-		case sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || time.Now().After(deadline) || r.abandoned.Load():
-			r.log.Error("finish turn", "turn_id", t.turnID, "err", err)
-			return
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, time.Second)
+	var ev *conversations.Event
+	err := r.backoff(r.finishRetry).Retry(ctx, func() (err error) {
+		ev, err = r.store.FinishTurn(ctx, t.fence, t.convID, status, errText)
+		return err
+	}, r.worthRetrying)
+	switch {
+	case err == nil:
+		r.publish(ctx, *ev)
+	case errors.Is(err, conversations.ErrFenced):
+		r.log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
+	default:
+		r.log.Error("finish turn", "turn_id", t.turnID, "err", err)
 	}
 }
 

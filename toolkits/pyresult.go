@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox"
 )
 
@@ -48,17 +48,9 @@ func clip(s string) string {
 	if len(s) <= modelHead+modelTail {
 		return s
 	}
-	head, tail := cutAt(s, modelHead), s[cutAt(s, len(s)-modelTail):]
+	head, tail := len(sandchat.TruncateUTF8(s, modelHead, "")), s[len(sandchat.TruncateUTF8(s, len(s)-modelTail, "")):]
 	return s[:head] + fmt.Sprintf("\n…[%d of %d bytes omitted: the first %d and the last %d are shown]…\n",
 		len(s)-head-len(tail), len(s), head, len(tail)) + tail
-}
-
-// cutAt moves i back to the start of a UTF-8 sequence.
-func cutAt(s string, i int) int {
-	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return i
 }
 
 // tracebackMax bounds the traceback the model gets: the end, where the failing line
@@ -69,7 +61,7 @@ func clipTraceback(tb string) string {
 	if len(tb) <= tracebackMax {
 		return tb
 	}
-	i := cutAt(tb, len(tb)-tracebackMax)
+	i := len(sandchat.TruncateUTF8(tb, len(tb)-tracebackMax, ""))
 	if j := strings.Index(tb[i:], "\n"); j >= 0 {
 		i += j + 1
 	}
@@ -84,7 +76,7 @@ func preview(s string) string {
 	if len(s) <= previewMax {
 		return s
 	}
-	return s[:cutAt(s, previewMax)] + fmt.Sprintf("…[%d bytes]", len(s))
+	return sandchat.TruncateUTF8(s, previewMax, fmt.Sprintf("…[%d bytes]", len(s)))
 }
 
 // describeDisplay is what the model learns of an item shown to the user.
@@ -114,7 +106,7 @@ func describeDisplay(d sandbox.Display) string {
 // its image's name and size; the image's file id comes with tool.completed.
 func displayData(index int, d sandbox.Display) map[string]any {
 	const partMax = 256 << 10
-	data := map[string]any{"index": index, "kind": d.Kind, "text": truncate(d.Text, eventTextMax)}
+	data := map[string]any{"index": index, "kind": d.Kind, "text": sandchat.TruncateUTF8(d.Text, eventTextMax, "…")}
 	for k, v := range map[string]string{"html": d.HTML, "markdown": d.Markdown, "svg": d.SVG, "latex": d.LaTeX} {
 		if v == "" {
 			continue
@@ -159,13 +151,6 @@ func eventDisplays(ds []sandbox.Display) []map[string]any {
 	return out
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:cutAt(s, n)] + "…"
-}
-
 // eventOutputMax bounds each text of a run in its tool.completed event; the event then
 // says so and where the whole run is.
 const eventOutputMax = 16 << 10
@@ -177,11 +162,7 @@ func completedData(run Run) map[string]any {
 			return s
 		}
 		truncated = true
-		i := eventOutputMax
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		return s[:i] + "\n…[truncated]"
+		return sandchat.TruncateUTF8(s, eventOutputMax, "\n…[truncated]")
 	}
 	d := map[string]any{
 		"execution_id": run.ID, "status": run.Status, "stdout": cut(run.Stdout), "stderr": cut(run.Stderr),

@@ -169,7 +169,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
 				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
 		for _, a := range res.Artifacts {
-			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
+			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
 		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex)
@@ -260,11 +260,13 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 		if d.Image == nil {
 			continue
 		}
-		if f, ok := byName[d.Image.Name]; ok {
+		// Files are stored under the plain form of the name Python gave.
+		stored := sandchat.ArtifactName(d.Image.Name)
+		if f, ok := byName[stored]; ok {
 			d.Image.FileID = f.ID
 		}
 		if !artifact[d.Image.Name] {
-			shown[d.Image.Name] = true
+			shown[stored] = true
 		}
 	}
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
@@ -272,23 +274,20 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 
 var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")
 
-// finishRetries is how the outcome of a run is written: a Postgres restart takes a few
-// seconds, the caller waits that long, then gets the result with a notice.
-var finishRetries = []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond, time.Second, 2 * time.Second}
+// finishWait is how long the outcome of a run is retried while the caller waits: a
+// Postgres restart takes a few seconds; past them the caller gets the result with a
+// notice, and finishLater goes on.
+var finishWait = sandchat.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, For: 4 * time.Second}
 
-func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error) {
-	var err error
-	for _, d := range finishRetries {
-		time.Sleep(d)
-		var files []conversations.FileRef
-		if files, err = s.Store.FinishExecution(ctx, id, ex, failure); err == nil {
-			return files, nil
-		}
-		if sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE {
-			return nil, err
-		}
+func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, err error) {
+	err = finishWait.Retry(ctx, func() (err error) {
+		files, err = s.Store.FinishExecution(ctx, id, ex, failure)
+		return err
+	}, sandchat.IsUnavailable)
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return files, nil
 }
 
 // finishLater keeps writing a run's outcome until it is stored (or for an hour, after
@@ -297,20 +296,19 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Ex
 	s.background.Add(1)
 	go func() {
 		defer s.background.Done()
-		deadline := time.Now().Add(time.Hour)
-		for time.Now().Before(deadline) && !s.abandoned.Load() {
-			time.Sleep(2 * time.Second)
+		later := sandchat.Backoff{Initial: 2 * time.Second, Max: 2 * time.Second, For: time.Hour}
+		err := later.Retry(ctx, func() error {
 			_, err := s.Store.FinishExecution(ctx, id, ex, "")
-			if err == nil {
-				s.log().InfoContext(ctx, "execution recorded after retries", "execution_id", id)
-				return
-			}
-			if sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE {
-				s.log().ErrorContext(ctx, "record execution", "execution_id", id, "err", err)
-				return
-			}
+			return err
+		}, func(err error) bool { return sandchat.IsUnavailable(err) && !s.abandoned.Load() })
+		switch {
+		case err == nil:
+			s.log().InfoContext(ctx, "execution recorded after retries", "execution_id", id)
+		case !sandchat.IsUnavailable(err):
+			s.log().ErrorContext(ctx, "record execution", "execution_id", id, "err", err)
+		default:
+			s.log().ErrorContext(ctx, "execution left pending: its outcome could not be written", "execution_id", id)
 		}
-		s.log().ErrorContext(ctx, "execution left pending: its outcome could not be written", "execution_id", id)
 	}()
 }
 
@@ -415,7 +413,7 @@ func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (conversations.
 	if err != nil {
 		return ts, err
 	}
-	if r := ts.Conversation.Role; r != sandchat.RoleOwner && r != sandchat.RoleEditor {
+	if r := ts.Conversation.Role; !sandchat.CanEdit(r) {
 		return ts, sandchat.Errorf(sandchat.EFORBIDDEN, "Your role (%s) does not allow running code in this conversation.", r)
 	}
 	return ts, nil

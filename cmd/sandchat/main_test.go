@@ -289,8 +289,12 @@ type socket struct {
 }
 
 func (c *client) dial(header http.Header, query string) (*websocket.Conn, *http.Response, error) {
+	return c.dialWith(websocket.DefaultDialer, header, query)
+}
+
+func (c *client) dialWith(d *websocket.Dialer, header http.Header, query string) (*websocket.Conn, *http.Response, error) {
 	url := strings.Replace(c.base, "http://", "ws://", 1) + "/api/v1/ws" + query
-	return websocket.DefaultDialer.Dial(url, header)
+	return d.Dial(url, header)
 }
 
 func (c *client) socket() *socket {

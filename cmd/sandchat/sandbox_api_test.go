@@ -373,20 +373,22 @@ func (c *client) eval(conv int64, code string) string {
 	return *r.Result
 }
 
+// problem is the detail of the problem+json body of a refusal.
+func problem(t *testing.T, body []byte) string {
+	t.Helper()
+	var p struct{ Detail string }
+	if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
+		t.Fatalf("problem %q: %v", body, err)
+	}
+	return p.Detail
+}
+
 // TestFiles: uploads keep their folders under /data, Python imports from /data (and sees
 // a re-upload), editors delete files and the next run no longer has them, and refusals
 // say what is wrong in numbers.
 func TestFiles(t *testing.T) {
 	t.Parallel()
 	_, agent, conv, alice, viewer, stranger := sandboxParty(t)
-	problem := func(t *testing.T, body []byte) string {
-		t.Helper()
-		var p struct{ Detail string }
-		if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
-			t.Fatalf("problem %q: %v", body, err)
-		}
-		return p.Detail
-	}
 
 	t.Run("folders are kept", func(t *testing.T) {
 		if code, body := alice.uploadAt(conv, "q1.csv", "reports/2025/q1.csv", "quarter,sales\nq1,42\n"); code != 201 {
@@ -519,6 +521,57 @@ func TestFiles(t *testing.T) {
 		if r.Status != "success" || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "fine.txt" ||
 			!strings.Contains(r.Stderr, "huge.bin is 11 MiB; files from a run are limited to 10 MiB each") {
 			t.Fatalf("artifact over its cap: %+v", r)
+		}
+	})
+}
+
+// TestLookAlikeFileNames: an upload whose name holds a character that hides or reorders
+// text ("invoice\u202egnp.py" shows as "invoiceyp.png") is refused, whether the name
+// comes as the multipart file name or the path field; an upload in decomposed Unicode
+// is stored under its NFC name, the one Python code spells; a file Python makes with
+// such a name is kept under its plain form, so the run loses nothing.
+func TestLookAlikeFileNames(t *testing.T) {
+	t.Parallel()
+	_, _, conv, alice, _, _ := sandboxParty(t)
+	for _, tc := range []struct{ name, file, path, says string }{
+		{"right-to-left override in the file name", "invoice\u202egnp.py", "", "U+202E RIGHT-TO-LEFT OVERRIDE at character 8"},
+		{"zero width space in the path field", "x.csv", "reports/pay\u200broll.csv", "U+200B ZERO WIDTH SPACE at character 12"},
+		{"isolate in a folder name", "x.csv", "\u2066q1/x.csv", "U+2066 LEFT-TO-RIGHT ISOLATE at character 1"},
+		{"byte order mark", "\ufeffdata.csv", "", "U+FEFF ZERO WIDTH NO-BREAK SPACE at character 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := alice.uploadAt(conv, tc.file, tc.path, "x")
+			if code != 400 {
+				t.Fatalf("%d %s, want 400", code, body)
+			}
+			if d := problem(t, body); !strings.Contains(d, tc.says) {
+				t.Fatalf("detail %q, want it saying %q", d, tc.says)
+			}
+		})
+	}
+	if files := alice.files(conv); len(files) != 0 {
+		t.Errorf("refused uploads stored: %+v", files)
+	}
+
+	t.Run("decomposed Unicode is stored in NFC", func(t *testing.T) {
+		if code, body := alice.uploadAt(conv, "cafe\u0301.csv", "", "a\n1\n"); code != 201 {
+			t.Fatalf("%d %s", code, body)
+		}
+		if f := alice.files(conv); f["caf\u00e9.csv"].ID == 0 {
+			t.Fatalf("files %+v, want caf\\u00e9.csv", f)
+		}
+		if code, _ := alice.uploadAt(conv, "caf\u00e9.csv", "", "a\n2\n"); code != 200 {
+			t.Fatalf("the composed spelling of the same name is a new file: %d", code)
+		}
+		if got := alice.eval(conv, "open('/data/caf\u00e9.csv').read()"); got != `'a\n2\n'` {
+			t.Fatalf("python reads %s", got)
+		}
+	})
+
+	t.Run("a file Python makes is kept under a plain name", func(t *testing.T) {
+		r := alice.run(conv, "open('invoice\\u202egnp.py', 'w').write('print(1)')")
+		if r.Status != "success" || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "invoice_U+202E_gnp.py" || r.Artifacts[0].ID == 0 {
+			t.Fatalf("run %+v, want its file stored as invoice_U+202E_gnp.py", r)
 		}
 	})
 }

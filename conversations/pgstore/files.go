@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,7 +78,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		refs = make([]conversations.FileRef, 0, len(keep))
 		stored := make(map[string]int64, len(keep))
 		for _, a := range keep {
-			ref := conversations.FileRef{Name: ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
+			ref := conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))}
 			err := tx.QueryRow(ctx, `insert into files (conversation_id, execution_id, source, name, content_type, size, data, created_by)
 				values ($1, $2, 'artifact', $3, $4, $5, $6, $7) returning id`,
 				ex.ConversationID, id, ref.Name, clean(ref.ContentType), ref.Size, a.Data, uid).Scan(&ref.ID)
@@ -140,7 +139,7 @@ func displaysJSON(items []conversations.Display, fileIDs map[string]int64) ([]by
 		}
 		if len(b) > budget {
 			const keep = 1 << 10
-			sd.Display = conversations.Display{Kind: sd.Kind, Text: truncText(sd.Text, keep), Image: sd.Image}
+			sd.Display = conversations.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image}
 			sd.Truncated = true
 			if b, err = marshalRaw(sd); err != nil {
 				return nil, err
@@ -162,39 +161,6 @@ func marshalRaw(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// truncText cuts s to at most n bytes on a character boundary.
-func truncText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// ArtifactName makes a path from the sandbox storable as a file name: valid UTF-8, no
-// NUL, at most 255 characters. A longer path keeps its start and its extension with a
-// marker between, so the record is kept and the name still says what it was.
-func ArtifactName(name string) string {
-	name = clean(name)
-	if name == "" {
-		return "unnamed"
-	}
-	const max = 255
-	runes := []rune(name)
-	if len(runes) <= max {
-		return name
-	}
-	ext := []rune(path.Ext(name))
-	if len(ext) > 16 {
-		ext = nil
-	}
-	const mark = "…"
-	keep := max - len(ext) - 1
-	return string(runes[:keep]) + mark + string(ext)
 }
 
 // SessionRuns returns the finished runs of a session since it was last reset, oldest
@@ -307,7 +273,7 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []conversat
 	var dropped []string
 	for _, a := range arts {
 		if size := int64(len(a.Data)); total+size > conversations.MaxArtifactBytes {
-			dropped = append(dropped, fmt.Sprintf("%s (%s)", a.Name, sandchat.Size(size)))
+			dropped = append(dropped, fmt.Sprintf("%s (%s)", sandchat.ArtifactName(a.Name), sandchat.Size(size)))
 			continue
 		}
 		total += int64(len(a.Data))
@@ -320,11 +286,12 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []conversat
 	return keep, stderr, nil
 }
 
-// UploadFile stores a file for /data at its relative path (reports/2025/q1.csv); a
-// file already at that path is replaced, keeping its id. Editors only. replaced says
-// which happened.
+// UploadFile stores a file for /data at its relative path (reports/2025/q1.csv, in
+// NFC: see sandchat.DataPath); a file already at that path is replaced, keeping its
+// id. Editors only. replaced says which happened.
 func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error) {
-	if err := sandchat.CheckDataPath(name); err != nil {
+	name, err = sandchat.DataPath(name)
+	if err != nil {
 		return ref, false, err
 	}
 	if len(data) > conversations.MaxUploadBytes {

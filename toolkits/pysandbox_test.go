@@ -1,0 +1,29 @@
+package toolkits
+
+import (
+	"testing"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/sandbox"
+)
+
+// TestLinkDisplayImages: a displayed image finds its file even when the file was stored
+// under a name other than the one Python gave (a hidden character escaped), and an
+// image that is only a display item is not listed among the run's files.
+func TestLinkDisplayImages(t *testing.T) {
+	shown := "chart\u202egnp.png" // given by display(..., metadata={"filename": ...})
+	saved := "table.csv"
+	res := sandbox.Result{
+		Artifacts: []sandbox.Artifact{{Name: saved}},
+		Displays:  []sandbox.Display{{Kind: "display", Image: &sandbox.DisplayImage{Name: shown}}},
+	}
+	stored := []conversations.FileRef{{ID: 1, Name: saved}, {ID: 2, Name: sandchat.ArtifactName(shown)}}
+	files := linkDisplayImages(res, stored)
+	if id := res.Displays[0].Image.FileID; id != 2 {
+		t.Errorf("the image of %q got file id %d, want 2 (stored as %q)", shown, id, sandchat.ArtifactName(shown))
+	}
+	if len(files) != 1 || files[0].ID != 1 {
+		t.Errorf("run's files %+v, want only %s: the display image is not a file the run made", files, saved)
+	}
+}
