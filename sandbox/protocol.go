@@ -174,6 +174,10 @@ type statsReq struct {
 // checkpointReq asks for the session's heap between runs, as a delta against the base.
 type checkpointReq struct {
 	Op string `json:"op"` // checkpoint
+	// MaxBytes bounds the delta: a heap that differs from the base by more is not
+	// diffed at all (the session persists as its cells), so a checkpoint never costs
+	// more memory than the state it could keep.
+	MaxBytes int64 `json:"maxBytes"`
 }
 
 type interruptReq struct {
@@ -216,6 +220,9 @@ type checkpointReply struct {
 	Header        *blob   `json:"header"`
 	Delta         *blob   `json:"delta"`
 	SnapshotError *string `json:"snapshotError"` // why the heap cannot be saved
+	// TooLarge says the heap can be saved, just not now: it differs from the base by
+	// more than the session's state limit.
+	TooLarge bool `json:"tooLarge"`
 }
 
 func (r *checkpointReply) check(f frame) error {

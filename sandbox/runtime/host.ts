@@ -246,12 +246,13 @@ async function handle(m: any) {
       }
       case "checkpoint": {
         // The heap as it is between runs: the engine saves it off the runs' path.
-        const r = await call({ op: "checkpoint" }, "checkpointed");
+        const r = await call({ op: "checkpoint", maxBytes: typeof m.maxBytes === "number" ? m.maxBytes : config!.memory }, "checkpointed");
         await reply(id, {
           ok: true,
           header: r.header instanceof Uint8Array ? r.header : null,
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
+          tooLarge: r.tooLarge === true,
         });
         return;
       }

@@ -464,7 +464,11 @@ function macrotask(): Promise<void> {
   });
 }
 
-function liveDelta(): { header: Uint8Array; delta: Uint8Array } {
+// DeltaTooLarge is a heap whose delta would pass the session's state limit: it is not
+// built at all, so a checkpoint never needs memory the session was not granted.
+class DeltaTooLarge extends Error {}
+
+function liveDelta(maxBytes = Infinity): { header: Uint8Array; delta: Uint8Array } {
   if (base[HEADER_FIXED] !== 0x7b /* { */ && base[HEADER_FIXED] !== 0x5b /* [ */) {
     return diff(py.makeMemorySnapshot()); // a layout we do not know: take the slow path
   }
@@ -478,10 +482,10 @@ function liveDelta(): { header: Uint8Array; delta: Uint8Array } {
   u[2] = written;
   u[3] = 0;
   const h8 = py._module.HEAP8;
-  return { header, delta: diffHeap(new Uint8Array(h8.buffer, h8.byteOffset, h8.length)) };
+  return { header, delta: diffHeap(new Uint8Array(h8.buffer, h8.byteOffset, h8.length), maxBytes) };
 }
 
-function diffHeap(heap: Uint8Array): Uint8Array {
+function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
   const bheap = base.subarray(heapOffset(base));
   const n = Math.ceil(heap.length / PAGE);
   const changed: number[] = [];
@@ -510,6 +514,9 @@ function diffHeap(heap: Uint8Array): Uint8Array {
         break;
       }
     }
+  }
+  if (changed.length * PAGE > maxBytes) {
+    throw new DeltaTooLarge(`the heap differs from the base by ${(changed.length * PAGE / 1048576).toFixed(1)} MiB, over the session's ${(maxBytes / 1048576).toFixed(1)} MiB state limit`);
   }
   const out = new Uint8Array(12 + changed.length * 4 + changed.length * PAGE);
   const dv = new DataView(out.buffer);
@@ -939,7 +946,7 @@ let compiledLoaded: string[] = [];
 
 // heapState is the session's heap as a delta against the base, or why it cannot be one.
 // The engine asks for it with a run (persist) or later, between runs (checkpoint).
-async function heapState(): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string }> {
+async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string; tooLarge?: boolean }> {
   if (compiledLoaded.length) {
     // Pyodide cannot restore a heap that loaded compiled extensions: the session
     // persists as packages plus replay of its successful cells.
@@ -950,9 +957,10 @@ async function heapState(): Promise<{ header?: Uint8Array; delta?: Uint8Array; s
     // few ticks later: wait for them only when the first try fails.
     if (attempt > 0) await macrotask();
     try {
-      return liveDelta();
+      return liveDelta(maxBytes);
     } catch (e) {
       // Still failing: user code holds JS objects, which a snapshot cannot carry.
+      if (e instanceof DeltaTooLarge) return { snapshotError: e.message, tooLarge: true };
       if (attempt >= 3) return { snapshotError: String((e as Error)?.message ?? e) };
     }
   }
@@ -1114,7 +1122,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         await run(m);
         return;
       case "checkpoint":
-        post({ op: "checkpointed", ...(await heapState()) });
+        post({ op: "checkpointed", ...(await heapState(typeof m.maxBytes === "number" ? m.maxBytes : Infinity)) });
         return;
       case "pipDone": {
         const resolve = pipWaiting.get(m.seq);
