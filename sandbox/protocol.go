@@ -161,8 +161,11 @@ type runReq struct {
 	Filename string     `json:"filename"`
 	Persist  bool       `json:"persist"`
 	Replay   bool       `json:"replay"`
-	Data     []dataFile `json:"data"`
-	Preload  []string   `json:"preload"` // imported before the code
+	Data     []dataFile `json:"data"` // only what the process does not hold yet
+	// DataVersions is /data as the run sees it, name → version: files not in Data are
+	// the process's already.
+	DataVersions map[string]string `json:"dataVersions"`
+	Preload      []string          `json:"preload"` // imported before the code
 }
 
 // statsReq asks the process how it is; the engine sends it to learn that a session

@@ -41,7 +41,7 @@ func (e *Engine) check(key string, req *Request) error {
 			return err
 		}
 		names[f.Name] = true
-		total += int64(len(f.Data))
+		total += max(f.Size, int64(len(f.Data)))
 	}
 	for _, f := range req.Data {
 		for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
@@ -218,6 +218,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	at.Data = []dataFile{}
 	if len(at.Cells) > 0 {
 		for _, f := range req.Data {
+			if f.Data == nil {
+				p.close("attach needs /data")
+				return nil, ErrDataStale
+			}
 			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
 		}
 	}
@@ -330,9 +334,9 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	p := lv.p
 	defer e.release(lv)
 	var o blobs
-	data := make([]dataFile, 0, len(req.Data))
-	for _, f := range req.Data {
-		data = append(data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+	data, versions, err := e.dataFor(lv, req.Data, &o)
+	if err != nil {
+		return Result{}, err
 	}
 	if e.fetch != nil {
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
@@ -346,7 +350,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	defer pip.done()
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
-		Replay: lv.mode == modeReplay, Data: data, Preload: nonNil(req.Preload)}
+		Replay: lv.mode == modeReplay, Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
@@ -418,6 +422,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		}
 		return Result{}, rep.err
 	}
+	// The process mounted /data as sent, whatever the code then did.
+	e.mu.Lock()
+	lv.data = versions
+	e.mu.Unlock()
 	var r runReply
 	if err := json.Unmarshal(rep.f.raw, &r); err == nil {
 		err = r.check(e.cfg, rep.f)

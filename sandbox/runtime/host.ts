@@ -224,6 +224,7 @@ async function handle(m: any) {
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
           maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
+          dataVersions: m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : null,
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
         }, "done");

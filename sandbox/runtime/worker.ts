@@ -652,7 +652,7 @@ if "/data" not in sys.path:
 importlib.invalidate_caches()
 for _name, _mod in list(sys.modules.items()):
     _file = str(getattr(_mod, "__file__", None) or "")
-    if _file.startswith("/data/") and (changed is None or _file[len("/data/"):] in set(changed)):
+    if _file.startswith("/data/") and (every or _file[len("/data/"):] in set(changed)):
         del sys.modules[_name]
 `;
 
@@ -683,7 +683,7 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
     changed.push(...[...hashes.keys()].filter((name) => !dataHashes!.has(name)));
   }
   if (changed === null || changed.length > 0) {
-    const ns = py.toPy({ changed });
+    const ns = py.toPy({ every: changed === null, changed: changed ?? [] });
     try {
       py.runPython(DATA_SYNC, { globals: ns, filename: "<sandchat>" });
     } finally {
@@ -691,6 +691,64 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
     }
   }
   dataHashes = hashes;
+}
+
+// syncData brings /data to the engine's listing (name → version) sending only the files
+// that are new or changed; the others are here already, as the last sync left them. A
+// run whose uploads did not change costs no copy, no hash and no file system work.
+async function syncData(data: { name: string; data: Uint8Array }[], versions: Record<string, string>) {
+  const want = new Map(Object.entries(versions));
+  const same = dataHashes !== null && want.size === dataHashes.size && [...want].every(([n, v]) => dataHashes!.get(n) === v);
+  if (data.length === 0 && (same || (dataHashes === null && want.size === 0 && !heapRestored))) return;
+  const FS = py.FS;
+  try {
+    setDirModes(DATADIR, 0o755);
+  } catch {
+    FS.mkdir(DATADIR);
+  }
+  const incoming = new Set(data.map((f) => f.name));
+  const held = new Map<string, string>();
+  walk(DATADIR, held);
+  for (const p of held.keys()) {
+    const name = p.slice(DATADIR.length + 1);
+    if (!want.has(name) || incoming.has(name)) FS.unlink(p);
+  }
+  pruneDirs(DATADIR);
+  for (const f of data) {
+    writeFile(DATADIR + "/" + f.name, f.data);
+    FS.chmod(DATADIR + "/" + f.name, 0o444);
+  }
+  setDirModes(DATADIR, 0o555);
+  // As in mountData: a restored heap's history is unknown, a base interpreter's empty.
+  let changed: string[] | null = heapRestored && dataHashes === null ? null : [];
+  if (dataHashes !== null) {
+    changed = [...dataHashes.keys()].filter((name) => want.get(name) !== dataHashes!.get(name));
+    changed.push(...[...want.keys()].filter((name) => !dataHashes!.has(name)));
+  } else if (changed !== null) {
+    changed = [...want.keys()];
+  }
+  if (changed === null || changed.length > 0) {
+    const ns = py.toPy({ every: changed === null, changed: changed ?? [] });
+    try {
+      py.runPython(DATA_SYNC, { globals: ns, filename: "<sandchat>" });
+    } finally {
+      ns.destroy();
+    }
+  }
+  dataHashes = want;
+}
+
+// pruneDirs removes the directories under dir that hold no file.
+function pruneDirs(dir: string): boolean {
+  const FS = py.FS;
+  let empty = true;
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    const p = dir + "/" + name;
+    if (FS.isDir(FS.lstat(p).mode) && pruneDirs(p)) FS.rmdir(p);
+    else empty = false;
+  }
+  return empty;
 }
 
 // Powers a session must not have. Permissions already deny processes, env, FFI and
@@ -843,8 +901,9 @@ async function run(m: any) {
   const lap = (name: string) => (timings[name] = performance.now() - t0);
   runId = m.run;
   outLimit = m.maxOutput;
-  if (m.data?.length || dataMounted) await mountData(m.data ?? []);
-  dataMounted = (m.data?.length ?? 0) > 0;
+  if (m.dataVersions && typeof m.dataVersions === "object") await syncData(m.data ?? [], m.dataVersions);
+  else if (m.data?.length || dataMounted) await mountData(m.data ?? []);
+  dataMounted = (m.data?.length ?? 0) > 0 || Object.keys(m.dataVersions ?? {}).length > 0;
   const before = files;
   const startMs = Date.now();
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
