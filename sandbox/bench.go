@@ -215,6 +215,11 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		return nil, err
 	}
 	rows = append(rows, crowd...)
+	neighbour, err := neighbourRow(ctx, e, n, log)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, neighbour)
 
 	fmt.Fprintln(log, "measuring:", benchColdRestore, "and", benchDelta)
 	samples = samples[:0]
