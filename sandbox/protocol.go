@@ -150,6 +150,10 @@ type attachReq struct {
 	Packages []string        `json:"packages"`
 	Pip      []pipInstallMsg `json:"pip"` // wheels micropip installed, from the cache
 	Cells    []string        `json:"cells"`
+	// CellTimeouts is each cell's time limit in ms: past it the replay interrupts the
+	// cell, past it plus GraceMS the process is stopped, and the restore says which.
+	CellTimeouts []int64 `json:"cellTimeouts"`
+	GraceMS      int64   `json:"graceMs"`
 	// Data is /data as the run about to happen sees it, mounted before cells replay:
 	// a replayed cell may import or read an upload.
 	Data []dataFile `json:"data"`

@@ -127,7 +127,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}}
+	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
+		GraceMS: e.cfg.Grace.Milliseconds()}
 	var o blobs
 	var p *proc
 	mode := modeSnapshot
@@ -151,7 +152,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if len(cells) > 0 {
 				// Redis lost the session, but its runs are on record: bring it back by
 				// running them again.
-				a.info.RestoredFrom, a.replayed, at.Cells = FromReplay, cells, cells
+				a.info.RestoredFrom, a.replayed = FromReplay, cells
+				at.Cells, at.CellTimeouts = e.splitCells(cells)
 			}
 		}
 		if p, err = e.readyProc(wait, ctx); err != nil {
@@ -177,7 +179,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			} else {
 				// The heap as last checkpointed, then the runs logged since.
 				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
-				at.Cells = nonNil(st.Tail)
+				at.Cells, at.CellTimeouts = e.splitCells(st.Tail)
 			}
 		}
 		if p == nil {
@@ -191,7 +193,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if err != nil {
 				return nil, e.redisErr(ctx, err)
 			}
-			at.Cells, at.Reseed = cells, true
+			at.Cells, at.CellTimeouts = e.splitCells(cells)
+			at.Reseed = true
 			if p, err = e.readyProc(wait, ctx); err != nil {
 				return nil, err
 			}
@@ -228,6 +231,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	f, err := p.call(actx, at, &o)
 	if err != nil {
 		p.close("attach failed")
+		if pe := (*procError)(nil); errors.As(err, &pe) && pe.kind == "replay" {
+			return nil, sandchat.Errorf(sandchat.ECONFLICT,
+				"The session could not be restored: %s. Reset the session to start over.", pe.msg)
+		}
 		return nil, e.procErr(err, p, 0)
 	}
 	var r attachReply
@@ -524,7 +531,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	save := saveReq{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), req.Code),
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
 		Cap: e.cfg.MaxStateBytes,
 	}
 	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)
@@ -605,4 +612,35 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		}
 		return nil
 	})
+}
+
+// A cell in the session's log is its code, or, when it ran under a time limit other than
+// the default, a NUL byte and JSON of both: Python source cannot hold a NUL byte, so no
+// code that ran reads as the second form. A replay gives each cell its own limit again.
+type loggedCell struct {
+	Code      string `json:"code"`
+	TimeoutMS int64  `json:"timeout_ms"`
+}
+
+func (e *Engine) logCell(code string, timeout time.Duration) string {
+	if timeout == 0 || timeout == e.cfg.Timeout {
+		return code
+	}
+	b, _ := json.Marshal(loggedCell{Code: code, TimeoutMS: timeout.Milliseconds()})
+	return "\x00" + string(b)
+}
+
+// splitCells decodes logged cells into their code and time limits in milliseconds.
+func (e *Engine) splitCells(cells []string) (codes []string, timeouts []int64) {
+	codes, timeouts = make([]string, 0, len(cells)), make([]int64, 0, len(cells))
+	for _, c := range cells {
+		lc := loggedCell{Code: c, TimeoutMS: e.cfg.Timeout.Milliseconds()}
+		if strings.HasPrefix(c, "\x00") {
+			if json.Unmarshal([]byte(c[1:]), &lc) != nil || lc.TimeoutMS <= 0 {
+				lc = loggedCell{Code: "", TimeoutMS: e.cfg.Timeout.Milliseconds()}
+			}
+		}
+		codes, timeouts = append(codes, lc.Code), append(timeouts, lc.TimeoutMS)
+	}
+	return codes, timeouts
 }

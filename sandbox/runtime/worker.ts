@@ -1165,6 +1165,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         for (const [i, cell] of (m.cells ?? []).entries()) {
           if (failed) break;
           await py.loadPackagesFromImports(cell, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
+          post({ op: "replaying", index: i }); // its time limit starts now
           const e = await quietRun(cell, `<replay-${i + 1}>`);
           if (e) failed = `replay of cell ${i + 1} failed: ${e}`;
         }
