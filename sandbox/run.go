@@ -357,7 +357,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	defer pip.done()
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
-		Replay: lv.mode == modeReplay, Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
+		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)

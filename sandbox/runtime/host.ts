@@ -260,7 +260,7 @@ async function handle(m: any) {
         const cfg = config!;
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
-          maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
+          maxFiles: cfg.maxFiles, data: m.data ?? [],
           dataVersions: m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : null,
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
@@ -275,9 +275,6 @@ async function handle(m: any) {
           stdout: r.stdout, stderr: r.stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
           changed: r.changed.map((f: any) => ({ path: f.path, size: f.size, data: f.data })), omitted: r.omitted,
           deleted: r.deleted.map(String), packages: r.packages.map(String),
-          header: r.header instanceof Uint8Array ? r.header : null,
-          delta: r.delta instanceof Uint8Array ? r.delta : null,
-          snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
           displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
         });
         return;

@@ -988,14 +988,6 @@ async function run(m: any) {
     changed, omitted, deleted, packages, timings, displaysDropped: displays.dropped,
   };
   compiledLoaded = compiled;
-  if (m.persist && status === "success") {
-    if (m.replay) {
-      reply.snapshot = null;
-    } else {
-      Object.assign(reply, await heapState());
-      lap("snapshot");
-    }
-  }
   post(reply);
 }
 
@@ -1004,7 +996,7 @@ async function run(m: any) {
 let compiledLoaded: string[] = [];
 
 // heapState is the session's heap as a delta against the base, or why it cannot be one.
-// The engine asks for it with a run (persist) or later, between runs (checkpoint).
+// The engine asks for it between runs (checkpoint), off the runs' path.
 async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string; tooLarge?: boolean }> {
   if (compiledLoaded.length) {
     // Pyodide cannot restore a heap that loaded compiled extensions: the session
