@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -162,6 +163,17 @@ func (cl *client) wrote() {
 	if cl.queued+n > cl.hub.cfg.QueueBytes {
 		cl.tooSlowLocked()
 	}
+}
+
+// writeFailed ends the socket after a failed write; one that ran out of time failed
+// because the client stopped reading.
+func (cl *client) writeFailed(err error) {
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		cl.mu.Lock()
+		cl.tooSlowLocked()
+		cl.mu.Unlock()
+	}
+	cl.cancel()
 }
 
 // extendRead moves the read deadline PongWait ahead while the socket is open. Once it
@@ -388,7 +400,7 @@ func (cl *client) writeLoop() {
 			return
 		case <-ping.C:
 			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
-				cl.cancel()
+				cl.writeFailed(err)
 			}
 		case <-cl.wake:
 			cl.mu.Lock()
@@ -400,7 +412,7 @@ func (cl *client) writeLoop() {
 					break
 				}
 				if err := cl.handle(it); err != nil {
-					cl.cancel()
+					cl.writeFailed(err)
 					break
 				}
 			}
