@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,21 +86,10 @@ func setupHub(t *testing.T, cfg WSConfig) *hubBundle {
 	return &hubBundle{hub: h, bus: bus, url: "ws://" + ln.Addr().String() + "/ws"}
 }
 
-// dial opens a socket whose receive buffer is rcvbuf bytes (0: the system's).
+// dial opens a socket whose receive buffer is rcvbuf bytes.
 func (b *hubBundle) dial(t *testing.T, rcvbuf int) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		if rcvbuf == 0 {
-			return nil
-		}
-		var err error
-		if cerr := rc.Control(func(fd uintptr) {
-			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf)
-		}); cerr != nil {
-			return cerr
-		}
-		return err
-	}}).DialContext}
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: testenv.ReceiveBuffer(rcvbuf)}).DialContext}
 	conn, _, err := d.Dial(b.url, http.Header{})
 	if err != nil {
 		t.Fatalf("dial: %v", err)

@@ -16,6 +16,8 @@ import (
 	"github.com/gorilla/websocket"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandchat/sandchat/migrations/testenv"
+
 	"github.com/sandchat/sandchat/sandbox"
 )
 
@@ -597,20 +599,7 @@ func TestStalledSocket(t *testing.T) {
 			alice, aliceID := m.user(t, "alice", false)
 			conn := alice.stalledSocket(4 << 10)
 			if tc.ping {
-				stop := make(chan struct{})
-				defer close(stop)
-				go func() {
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(100 * time.Millisecond):
-							if conn.WriteJSON(map[string]any{"type": "ping"}) != nil {
-								return
-							}
-						}
-					}
-				}()
+				every(t, 100*time.Millisecond, func() error { return conn.WriteJSON(map[string]any{"type": "ping"}) })
 			}
 			eventually(t, 5*time.Second, "socket registered", func() bool { return m.Hub.Clients() == 1 })
 
@@ -657,15 +646,7 @@ func TestStalledSocket(t *testing.T) {
 // test does.
 func (c *client) stalledSocket(rcvbuf int) *websocket.Conn {
 	c.t.Helper()
-	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var err error
-		if cerr := rc.Control(func(fd uintptr) {
-			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf)
-		}); cerr != nil {
-			return cerr
-		}
-		return err
-	}}).DialContext}
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: testenv.ReceiveBuffer(rcvbuf)}).DialContext}
 	conn, _, err := d.Dial(strings.Replace(c.base, "http://", "ws://", 1)+"/api/v1/ws", http.Header{"Authorization": {"Bearer " + c.token}})
 	if err != nil {
 		c.t.Fatalf("dial: %v", err)

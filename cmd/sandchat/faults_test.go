@@ -331,18 +331,10 @@ func TestFaults(t *testing.T) {
 
 		// A client that stops reading but keeps pinging.
 		stalled := bob.socket()
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-					_ = stalled.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
-				}
-			}
-		}()
+		every(t, 100*time.Millisecond, func() error {
+			_ = stalled.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+			return nil
+		})
 		eventually(t, 5*time.Second, "socket registered", func() bool { return m.Hub.Clients() == 1 })
 		pad := strings.Repeat("x", 64<<10)
 		rdb := f.redis.client(t)
