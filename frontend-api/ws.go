@@ -18,8 +18,9 @@ import (
 
 // WSConfig bounds what one socket may cost.
 type WSConfig struct {
-	// QueueBytes is how much may wait to be written to one client; past it the client is
-	// too slow and is disconnected, so it never holds back the others.
+	// QueueBytes is how much may wait to be written to one client, in the queue or unsent
+	// in the kernel; past it the client is too slow and is disconnected, so it never holds
+	// back the others.
 	QueueBytes       int
 	WriteTimeout     time.Duration
 	PingInterval     time.Duration
