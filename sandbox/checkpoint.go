@@ -20,6 +20,13 @@ import (
 // limit now. The session stays durable by its log.
 var errHeapTooLarge = errors.New("the heap is over the session's state limit")
 
+// expectedCheckpointErr is a checkpoint that could not be taken for an ordinary reason:
+// the process died, another run moved the session on, or the heap is over the limit.
+// The session's log has every run either way.
+func expectedCheckpointErr(err error) bool {
+	return errors.Is(err, errProcGone) || errors.Is(err, errFenced) || errors.Is(err, errHeapTooLarge)
+}
+
 func ptrString(s *string) string {
 	if s == nil {
 		return ""
@@ -50,7 +57,7 @@ func (e *Engine) scheduleCheckpoint(lv *live) {
 		err := e.checkpointLive(ctx, lv)
 		switch {
 		case err == nil, e.ctx.Err() != nil:
-		case errors.Is(err, errProcGone), errors.Is(err, errFenced), errors.Is(err, errHeapTooLarge):
+		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
 			e.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
 		default:
@@ -79,7 +86,7 @@ func (e *Engine) retire(lv *live, why string) {
 	e.mu.Unlock()
 	if dirty {
 		ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-		if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) && !errors.Is(err, errHeapTooLarge) {
+		if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
 			e.log.Warn("sandbox checkpoint before eviction failed; the session comes back by its log", "session", lv.key, "err", err)
 		}
 		cancel()
@@ -126,7 +133,7 @@ func (e *Engine) checkpointAll(lvs []*live) {
 		e.mu.Unlock()
 		if ok {
 			wg.Go(func() {
-				if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) && !errors.Is(err, errHeapTooLarge) {
+				if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
 					e.log.Warn("sandbox checkpoint at shutdown failed; the session comes back by its log", "session", lv.key, "err", err)
 				}
 			})
