@@ -674,13 +674,19 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
     const h = new Uint8Array(await crypto.subtle.digest("SHA-256", f.data));
     hashes.set(f.name, Array.from(h, (b) => b.toString(16).padStart(2, "0")).join(""));
   }
-  // Unknown history (null) only matters for a restored heap: a base interpreter has
-  // imported nothing from /data, and running the sync there would cost the first run
-  // a pass over sys.modules and a larger first state.
-  let changed: string[] | null = heapRestored ? null : [];
+  resync(hashes);
+}
+
+// resync makes /data importable and drops the modules imported from files that changed
+// or went away since the last mount (now: name → version). A restored heap's history is
+// unknown, so every module from /data counts as changed; a base interpreter's is empty.
+function resync(now: Map<string, string>) {
+  let changed: string[] | null = heapRestored && dataHashes === null ? null : [];
   if (dataHashes !== null) {
-    changed = [...dataHashes.keys()].filter((name) => hashes.get(name) !== dataHashes!.get(name));
-    changed.push(...[...hashes.keys()].filter((name) => !dataHashes!.has(name)));
+    changed = [...dataHashes.keys()].filter((name) => now.get(name) !== dataHashes!.get(name));
+    changed.push(...[...now.keys()].filter((name) => !dataHashes!.has(name)));
+  } else if (changed !== null) {
+    changed = [...now.keys()];
   }
   if (changed === null || changed.length > 0) {
     const ns = py.toPy({ every: changed === null, changed: changed ?? [] });
@@ -690,7 +696,7 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
       ns.destroy();
     }
   }
-  dataHashes = hashes;
+  dataHashes = now;
 }
 
 // syncData brings /data to the engine's listing (name → version) sending only the files
@@ -719,23 +725,7 @@ async function syncData(data: { name: string; data: Uint8Array }[], versions: Re
     FS.chmod(DATADIR + "/" + f.name, 0o444);
   }
   setDirModes(DATADIR, 0o555);
-  // As in mountData: a restored heap's history is unknown, a base interpreter's empty.
-  let changed: string[] | null = heapRestored && dataHashes === null ? null : [];
-  if (dataHashes !== null) {
-    changed = [...dataHashes.keys()].filter((name) => want.get(name) !== dataHashes!.get(name));
-    changed.push(...[...want.keys()].filter((name) => !dataHashes!.has(name)));
-  } else if (changed !== null) {
-    changed = [...want.keys()];
-  }
-  if (changed === null || changed.length > 0) {
-    const ns = py.toPy({ every: changed === null, changed: changed ?? [] });
-    try {
-      py.runPython(DATA_SYNC, { globals: ns, filename: "<sandchat>" });
-    } finally {
-      ns.destroy();
-    }
-  }
-  dataHashes = want;
+  resync(want);
 }
 
 // pruneDirs removes the directories under dir that hold no file.
