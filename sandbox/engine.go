@@ -240,7 +240,7 @@ func buildID(cfg Config, deno, py string) string {
 		// Preloaded modules are part of the base heap.
 		fmt.Fprintf(h, "preload=%s\n", strings.Join(cfg.Preload, ","))
 	}
-	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
+	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.RuntimeDir, "driver.py"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
 		if b, err := os.ReadFile(f); err == nil {
 			h.Write(b)
 		}

@@ -216,6 +216,7 @@ async function handle(m: any) {
           op: "boot", pyodideURL: config!.pyodideURL, pyodideDir: config!.pyodideDir,
           lockFileURL: config!.lockFileURL, packageBaseURL: config!.packageBaseURL,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
+          driver: await Deno.readTextFile(new URL("./driver.py", import.meta.url)),
         }, "booted");
         if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
         await reply(id, { ok: true, version: String(r.version), snapshot: r.snapshot });
