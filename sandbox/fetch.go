@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -249,8 +248,6 @@ func normalize(name string) string {
 	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(name))
 }
 
-var importRe = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)|import[ \t]+([A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*))`)
-
 // needed returns the packages (and their dependencies) that code's imports and names
 // ask for, in a stable order.
 func (f *packageFetcher) needed(code string, names []string) []string {
@@ -266,16 +263,9 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 			add(d)
 		}
 	}
-	for _, m := range importRe.FindAllStringSubmatch(code, -1) {
-		mods := m[1]
-		if mods == "" {
-			mods = m[2]
-		}
-		for _, mod := range strings.Split(mods, ",") {
-			top, _, _ := strings.Cut(strings.TrimSpace(mod), ".")
-			if p, ok := f.imports[top]; ok {
-				add(p)
-			}
+	for _, top := range importedModules(code) {
+		if p, ok := f.imports[top]; ok {
+			add(p)
 		}
 	}
 	for _, n := range names {
