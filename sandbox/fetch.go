@@ -24,8 +24,9 @@ import (
 // a run, the engine resolves the code's imports with the lock file, fetches the wheels
 // that are missing from the cache directory (from the package mirror if it has them,
 // else from the CDN), checks each against the lock's sha256, and writes it atomically.
-// micropip.install goes through it too (pip.go). Sessions read the cache directory
-// read-only; it is shared by every session, survives restarts and is bounded in size.
+// micropip.install goes through it too (pip.go). The cache is shared by every session's
+// loads, survives restarts and is bounded in size; a session reads only its own view of
+// it, holding what its current load asked for (pkgview.go).
 type packageFetcher struct {
 	cdn    string // with a trailing slash; empty: lock-file wheels are not fetched
 	mirror string // PackageDir: its wheels win over the CDN
@@ -129,10 +130,13 @@ func (f *packageFetcher) scanCache() {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	_ = filepath.WalkDir(f.dir, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(f.dir, p)
+		if d != nil && d.IsDir() && rel == sessionsDir {
+			return filepath.SkipDir // session views: links to cached files
+		}
 		if err != nil || d.IsDir() {
 			return nil
 		}
-		rel, _ := filepath.Rel(f.dir, p)
 		if !cacheable(rel) {
 			return nil
 		}
@@ -279,29 +283,12 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 	return out
 }
 
-// ensure puts the packages code needs into the cache, pinned until release is called;
-// it returns one note per package that could not be served, for the run's stderr.
-func (f *packageFetcher) ensure(ctx context.Context, code string, names []string) (notes []string, release func()) {
-	if f.cdn == "" {
-		return nil, func() {}
-	}
-	var pinned []string
-	for _, n := range f.needed(code, names) {
-		if err := f.fetch(ctx, f.pkgs[n]); err != nil {
-			notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))
-			continue
-		}
-		pinned = append(pinned, f.pkgs[n].FileName)
-	}
-	return notes, func() { f.release(pinned) }
-}
-
-// fetch brings a lock-file wheel into the cache and pins it.
-func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
+// fetch brings a lock-file wheel into the cache and gives it to the load r.
+func (f *packageFetcher) fetch(ctx context.Context, r *pkgRun, p lockPackage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.use(p.FileName) {
-		return nil // only verified wheels are ever written there
+		return r.give(p.FileName) // only verified wheels are ever written there
 	}
 	data, err := os.ReadFile(filepath.Join(f.mirror, p.FileName))
 	if err != nil {
@@ -313,7 +300,10 @@ func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, p.SHA256) {
 		return fmt.Errorf("%s refused: its sha256 %s does not match the lock file's %s", p.FileName, got, p.SHA256)
 	}
-	return f.admit(p.FileName, data)
+	if err := f.admit(p.FileName, data); err != nil {
+		return err
+	}
+	return r.give(p.FileName)
 }
 
 // download GETs a URL of the package sources, at most limit bytes.
