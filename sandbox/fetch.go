@@ -25,8 +25,8 @@ import (
 // that are missing from the cache directory (from the package mirror if it has them,
 // else from the CDN), checks each against the lock's sha256, and writes it atomically.
 // micropip.install goes through it too (pip.go). The cache is shared by every session's
-// loads, survives restarts and is bounded in size; a session reads only its own view of
-// it, holding what its current load asked for (pkgview.go).
+// loads, survives restarts and is bounded in files and bytes; a session reads only its
+// own view of it, holding what its current load asked for (pkgview.go).
 type packageFetcher struct {
 	cdn    string // with a trailing slash; empty: lock-file wheels are not fetched
 	mirror string // PackageDir: its wheels win over the CDN
@@ -45,6 +45,7 @@ type packageFetcher struct {
 	entries map[string]*cacheEntry // path relative to dir -> entry
 	total   int64
 	max     int64
+	maxFile int
 
 	indexMu sync.Mutex
 	index   map[string]indexEntry // pip index answers, kept a few minutes
@@ -68,7 +69,7 @@ type lockPackage struct {
 const maxWheelBytes = 512 << 20
 
 func newPackageFetcher(cfg Config) (*packageFetcher, error) {
-	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes,
+	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes, maxFile: cfg.PackageCacheMaxFiles,
 		pkgs: map[string]lockPackage{}, imports: map[string]string{}, entries: map[string]*cacheEntry{}, index: map[string]indexEntry{}}
 	if cfg.PackageCDN != "" {
 		f.cdn = strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
@@ -146,7 +147,7 @@ func (f *packageFetcher) scanCache() {
 		}
 		return nil
 	})
-	f.evictLocked()
+	f.evictLocked(0, 0)
 }
 
 func cacheable(rel string) bool {
@@ -156,18 +157,18 @@ func cacheable(rel string) bool {
 
 // use marks a cached file as needed by a load about to happen: it is not evicted until
 // release is called. It reports false when the file is not in the cache.
-func (f *packageFetcher) use(rel string) bool {
+func (f *packageFetcher) use(rel string) (int64, bool) {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	e := f.entries[rel]
 	if e == nil {
 		if !fileExists(filepath.Join(f.dir, rel)) {
-			return false
+			return 0, false
 		}
 		// Written by another server sharing the directory.
 		info, err := os.Stat(filepath.Join(f.dir, rel))
 		if err != nil {
-			return false
+			return 0, false
 		}
 		e = &cacheEntry{size: info.Size()}
 		f.entries[rel] = e
@@ -176,7 +177,7 @@ func (f *packageFetcher) use(rel string) bool {
 	e.pins++
 	e.used = time.Now()
 	_ = os.Chtimes(filepath.Join(f.dir, rel), time.Time{}, e.used)
-	return true
+	return e.size, true
 }
 
 // release unpins files taken with use or admit.
@@ -188,34 +189,58 @@ func (f *packageFetcher) release(rels []string) {
 			e.pins--
 		}
 	}
-	f.evictLocked()
+	f.evictLocked(0, 0)
 }
 
 // admit writes a verified file into the cache, pinned for the load that asked for it.
+// It makes room by evicting what no load needs; when loads in flight hold the rest, it
+// refuses rather than pass the cache's bound.
 func (f *packageFetcher) admit(rel string, data []byte) error {
-	dir := filepath.Join(f.dir, filepath.Dir(rel))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	_ = os.Chmod(dir, 0o755)
-	if err := writeAtomic(dir, filepath.Base(rel), data); err != nil {
-		return err
-	}
+	size := int64(len(data))
 	f.cacheMu.Lock()
-	defer f.cacheMu.Unlock()
-	if old := f.entries[rel]; old != nil {
+	if old := f.entries[rel]; old != nil && old.pins == 0 {
 		f.total -= old.size
+		delete(f.entries, rel)
 	}
-	f.entries[rel] = &cacheEntry{size: int64(len(data)), used: time.Now(), pins: 1}
-	f.total += int64(len(data))
-	f.evictLocked()
-	return nil
+	f.evictLocked(size, 1)
+	switch {
+	case f.total+size > f.max:
+		held := f.total
+		f.cacheMu.Unlock()
+		return boundErrorf("%s refused: the package cache is full (loads in flight hold %d MiB of its %d MiB; PackageCacheMaxBytes, SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX)",
+			filepath.Base(rel), held>>20, f.max>>20)
+	case len(f.entries)+1 > f.maxFile:
+		f.cacheMu.Unlock()
+		return boundErrorf("%s refused: the package cache is full (loads in flight hold its %d files; PackageCacheMaxFiles, SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX_FILES)",
+			filepath.Base(rel), f.maxFile)
+	}
+	// Counted (and pinned) before it is written: a concurrent admit cannot take the room.
+	e := f.entries[rel]
+	if e == nil {
+		e = &cacheEntry{size: size}
+		f.entries[rel] = e
+		f.total += size
+	}
+	e.pins++
+	e.used = time.Now()
+	f.cacheMu.Unlock()
+	dir := filepath.Join(f.dir, filepath.Dir(rel))
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		_ = os.Chmod(dir, 0o755)
+		err = writeAtomic(dir, filepath.Base(rel), data)
+	}
+	if err != nil {
+		f.release([]string{rel})
+	}
+	return err
 }
 
-// evictLocked deletes the least recently used unpinned files while the cache is over
-// its bound. Files a load in flight needs stay, even over the bound.
-func (f *packageFetcher) evictLocked() {
-	if f.total <= f.max {
+// evictLocked deletes the least recently used unpinned files until the cache has room
+// for need more bytes in files more files. Files a load in flight needs stay.
+func (f *packageFetcher) evictLocked(need int64, files int) {
+	full := func() bool { return f.total+need > f.max || len(f.entries)+files > f.maxFile }
+	if !full() {
 		return
 	}
 	var free []string
@@ -226,7 +251,7 @@ func (f *packageFetcher) evictLocked() {
 	}
 	sort.Slice(free, func(i, j int) bool { return f.entries[free[i]].used.Before(f.entries[free[j]].used) })
 	for _, rel := range free {
-		if f.total <= f.max {
+		if !full() {
 			return
 		}
 		p := filepath.Join(f.dir, rel)
@@ -287,11 +312,15 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 func (f *packageFetcher) fetch(ctx context.Context, r *pkgRun, p lockPackage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.use(p.FileName) {
-		return r.give(p.FileName) // only verified wheels are ever written there
+	if size, ok := f.use(p.FileName); ok {
+		// Only verified wheels are ever written there.
+		return r.giveCached(p.FileName, size)
 	}
 	data, err := os.ReadFile(filepath.Join(f.mirror, p.FileName))
 	if err != nil {
+		if err := r.fetched(); err != nil {
+			return err
+		}
 		if data, err = f.download(ctx, f.cdn+p.FileName, maxWheelBytes); err != nil {
 			return err
 		}
@@ -303,7 +332,7 @@ func (f *packageFetcher) fetch(ctx context.Context, r *pkgRun, p lockPackage) er
 	if err := f.admit(p.FileName, data); err != nil {
 		return err
 	}
-	return r.give(p.FileName)
+	return r.giveCached(p.FileName, int64(len(data)))
 }
 
 // download GETs a URL of the package sources, at most limit bytes.

@@ -96,11 +96,14 @@ type indexDoc struct {
 }
 
 // pipError is a refusal the user sees as is.
-type pipError struct{ msg string }
+type pipError struct {
+	msg   string
+	bound bool // at one of the package bounds (pkgview.go)
+}
 
 func (e *pipError) Error() string { return e.msg }
 
-func pipErrorf(format string, a ...any) error { return &pipError{fmt.Sprintf(format, a...)} }
+func pipErrorf(format string, a ...any) error { return &pipError{msg: fmt.Sprintf(format, a...)} }
 
 // install resolves req and gives every wheel it needs to the load r (in the cache,
 // pinned, and in the session's view). have names the projects the session already
@@ -113,6 +116,9 @@ func (f *packageFetcher) install(ctx context.Context, r *pkgRun, req pipRequest,
 	if len(req.Requirements) == 0 || len(req.Requirements) > maxRequirements {
 		return nil, pipErrorf("micropip.install takes 1 to %d requirements", maxRequirements)
 	}
+	r.mu.Lock()
+	r.indexLeft = cfg.PipMaxIndexRequests
+	r.mu.Unlock()
 	plan := &pipPlan{}
 	var errs []string
 	fail := func(err error) bool {
@@ -157,9 +163,11 @@ func (f *packageFetcher) install(ctx context.Context, r *pkgRun, req pipRequest,
 			fail(pipErrorf("an install may fetch at most %d packages (dependencies included)", cfg.PipMaxPackages))
 			break
 		}
-		w, deps, size, err := f.resolve(ctx, it.req)
+		w, deps, size, err := f.resolve(ctx, r, it.req)
 		if err != nil {
-			fail(err)
+			if fail(err) || isBound(err) {
+				break
+			}
 			continue
 		}
 		if bytes += size; bytes > cfg.PipMaxBytes {
@@ -174,7 +182,7 @@ func (f *packageFetcher) install(ctx context.Context, r *pkgRun, req pipRequest,
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &pipError{strings.Join(errs, "; ")}
+		return nil, &pipError{msg: strings.Join(errs, "; ")}
 	}
 	// Every wheel is fetched before any is installed: an install is all or nothing.
 	for _, w := range plan.wheels {
@@ -217,8 +225,8 @@ func (f *packageFetcher) hostAllowed(u *url.URL) bool {
 }
 
 // resolve picks the newest version that satisfies r and has a pure-Python wheel.
-func (f *packageFetcher) resolve(ctx context.Context, r parsedReq) (pipWheel, []parsedReq, int64, error) {
-	doc, err := f.indexDoc(ctx, r.name)
+func (f *packageFetcher) resolve(ctx context.Context, run *pkgRun, r parsedReq) (pipWheel, []parsedReq, int64, error) {
+	doc, err := f.indexDoc(ctx, run, r.name)
 	if err != nil {
 		return pipWheel{}, nil, 0, err
 	}
@@ -260,7 +268,7 @@ func (f *packageFetcher) resolve(ctx context.Context, r parsedReq) (pipWheel, []
 		requires := doc.Info.RequiresDist
 		if v != doc.Info.Version {
 			// The project document describes its latest version only.
-			if vd, err := f.indexDocAt(ctx, r.name, v); err == nil {
+			if vd, err := f.indexDocAt(ctx, run, r.name, v); err == nil {
 				requires = vd.Info.RequiresDist
 			}
 		}
@@ -306,23 +314,26 @@ func pureWheel(file string) bool {
 	return false
 }
 
-func (f *packageFetcher) indexDoc(ctx context.Context, name string) (*indexDoc, error) {
-	return f.cachedIndex(ctx, url.PathEscape(normalize(name))+"/json")
+func (f *packageFetcher) indexDoc(ctx context.Context, r *pkgRun, name string) (*indexDoc, error) {
+	return f.cachedIndex(ctx, r, url.PathEscape(normalize(name))+"/json")
 }
 
-func (f *packageFetcher) indexDocAt(ctx context.Context, name, version string) (*indexDoc, error) {
-	return f.cachedIndex(ctx, url.PathEscape(normalize(name))+"/"+url.PathEscape(version)+"/json")
+func (f *packageFetcher) indexDocAt(ctx context.Context, r *pkgRun, name, version string) (*indexDoc, error) {
+	return f.cachedIndex(ctx, r, url.PathEscape(normalize(name))+"/"+url.PathEscape(version)+"/json")
 }
 
 // cachedIndex asks the index, keeping answers a few minutes: sessions installing the
-// same package in a row ask once.
-func (f *packageFetcher) cachedIndex(ctx context.Context, rel string) (*indexDoc, error) {
+// same package in a row ask once. Each question asked counts against r's bounds.
+func (f *packageFetcher) cachedIndex(ctx context.Context, r *pkgRun, rel string) (*indexDoc, error) {
 	f.indexMu.Lock()
 	if e, ok := f.index[rel]; ok && time.Since(e.at) < indexTTL {
 		f.indexMu.Unlock()
 		return e.doc, e.err
 	}
 	f.indexMu.Unlock()
+	if err := r.indexAsked(); err != nil {
+		return nil, err
+	}
 	base := strings.TrimSuffix(f.cfg.PipIndex, "/") + "/"
 	raw, err := f.download(ctx, base+rel, maxIndexBytes)
 	var doc *indexDoc
@@ -356,12 +367,15 @@ func (f *packageFetcher) fetchWheel(ctx context.Context, r *pkgRun, w pipWheel, 
 	if !hexSHA256.MatchString(w.SHA256) || !wheelName.MatchString(w.File) {
 		return pipErrorf("%s: bad wheel record", w.Name)
 	}
-	if f.use(w.rel()) {
-		return r.give(w.rel())
+	if size, ok := f.use(w.rel()); ok {
+		return r.giveCached(w.rel(), size)
 	}
 	u, err := url.Parse(w.URL)
 	if err != nil || !f.hostAllowed(u) {
 		return pipErrorf("%s refused: %s is not an allowed package host", w.File, hostOf(w.URL))
+	}
+	if err := r.fetched(); err != nil {
+		return err
 	}
 	data, err := f.download(ctx, w.URL, min(limit, maxWheelBytes))
 	if err != nil {
@@ -374,7 +388,7 @@ func (f *packageFetcher) fetchWheel(ctx context.Context, r *pkgRun, w pipWheel, 
 	if err := f.admit(w.rel(), data); err != nil {
 		return err
 	}
-	return r.give(w.rel())
+	return r.giveCached(w.rel(), int64(len(data)))
 }
 
 func hostOf(raw string) string {
@@ -725,7 +739,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 		lockNotes = s.run.ensure(ctx, "", plan.lock)
 	}
 	if err == nil && len(lockNotes) > 0 {
-		err = &pipError{strings.Join(lockNotes, "; ")}
+		err = &pipError{msg: strings.Join(lockNotes, "; ")}
 	}
 	if err != nil {
 		var pe *pipError

@@ -20,6 +20,11 @@ import (
 // later), and unlinks them when the load is over: Pyodide keeps what it loaded in its
 // own memory. So a session can list and open only the wheels its current load asked
 // for, never what another session fetched. The view goes with its process.
+//
+// What a load may take is bounded: files, bytes and downloads per run (a pkgRun) and
+// per session process (its pkgView, over its life), and the cache as a whole (its
+// bound is never passed, even by loads in flight: the fetch that would pass it is
+// refused).
 
 const sessionsDir = "sessions" // under the cache directory; never cached files
 
@@ -28,12 +33,17 @@ type pkgView struct {
 	f      *packageFetcher
 	dir    string // on the host
 	inside string // where the session sees it: the cache's path under bubblewrap, dir without
+
+	mu      sync.Mutex
+	files   map[string]bool // cache files given to the session over its life
+	bytes   int64
+	fetches int
 }
 
 // openView makes process id's view; bound tells whether bubblewrap binds it at the
 // cache's path (strict isolation) or the session reads dir itself.
 func (f *packageFetcher) openView(id string, bound bool) (*pkgView, error) {
-	v := &pkgView{f: f, dir: filepath.Join(f.dir, sessionsDir, id), inside: f.dir}
+	v := &pkgView{f: f, dir: filepath.Join(f.dir, sessionsDir, id), inside: f.dir, files: map[string]bool{}}
 	if !bound {
 		v.inside = v.dir
 	}
@@ -111,9 +121,24 @@ type pkgRun struct {
 	f *packageFetcher
 	v *pkgView // nil: a load with no session (the tests' fetcher alone)
 
-	mu     sync.Mutex
-	pinned []string
-	linked map[string]bool
+	mu        sync.Mutex
+	files     int
+	bytes     int64
+	fetches   int
+	indexLeft int // index documents the install in flight may still ask for
+	pinned    []string
+	linked    map[string]bool
+}
+
+// boundErrorf is a refusal at one of the package bounds: the fetches after it in the
+// same load would meet it too.
+func boundErrorf(format string, a ...any) error {
+	return &pipError{msg: fmt.Sprintf(format, a...), bound: true}
+}
+
+func isBound(err error) bool {
+	var pe *pipError
+	return errors.As(err, &pe) && pe.bound
 }
 
 // ensure puts the packages the code's imports and names need into the cache and the
@@ -123,12 +148,96 @@ func (r *pkgRun) ensure(ctx context.Context, code string, names []string) (notes
 		return nil
 	}
 	f := r.v.f
-	for _, n := range f.needed(code, names) {
-		if err := f.fetch(ctx, r, f.pkgs[n]); err != nil {
-			notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))
+	need := f.needed(code, names)
+	for i, n := range need {
+		err := f.fetch(ctx, r, f.pkgs[n])
+		if err == nil {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))
+		if isBound(err) && i+1 < len(need) {
+			notes = append(notes, fmt.Sprintf("[sandbox] %d more packages were not fetched", len(need)-i-1))
+			break
 		}
 	}
 	return notes
+}
+
+// fetched asks to download one more file (a wheel or an index document) for the load.
+func (r *pkgRun) fetched() error {
+	if r == nil {
+		return nil
+	}
+	cfg := &r.f.cfg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fetches >= cfg.PackageRunMaxFetches {
+		return boundErrorf("a run may make at most %d package downloads (PackageRunMaxFetches, SANDCHAT_SANDBOX_PACKAGE_RUN_MAX_FETCHES)", cfg.PackageRunMaxFetches)
+	}
+	if v := r.v; v != nil {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.fetches >= cfg.PackageSessionMaxFetches {
+			return boundErrorf("a session process may make at most %d package downloads (PackageSessionMaxFetches, SANDCHAT_SANDBOX_PACKAGE_SESSION_MAX_FETCHES)", cfg.PackageSessionMaxFetches)
+		}
+		v.fetches++
+	}
+	r.fetches++
+	return nil
+}
+
+// indexAsked asks for one more index document in the install in flight.
+func (r *pkgRun) indexAsked() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	if r.indexLeft <= 0 {
+		r.mu.Unlock()
+		n := r.f.cfg.PipMaxIndexRequests
+		return boundErrorf("an install may ask the package index at most %d times (PipMaxIndexRequests, SANDCHAT_SANDBOX_PIP_MAX_INDEX_REQUESTS)", n)
+	}
+	r.indexLeft--
+	r.mu.Unlock()
+	return r.fetched()
+}
+
+// take counts rel (size bytes) against the load's and the session's bounds; a file
+// the load or the session already has counts once.
+func (r *pkgRun) take(rel string, size int64) error {
+	if r == nil {
+		return nil
+	}
+	cfg := &r.f.cfg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.linked[rel] {
+		return nil
+	}
+	if r.files+1 > cfg.PackageRunMaxFiles {
+		return boundErrorf("%s refused: a run may load at most %d package files (PackageRunMaxFiles, SANDCHAT_SANDBOX_PACKAGE_RUN_MAX_FILES)", filepath.Base(rel), cfg.PackageRunMaxFiles)
+	}
+	if r.bytes+size > cfg.PackageRunMaxBytes {
+		return boundErrorf("%s refused: a run may load at most %d MiB of packages (PackageRunMaxBytes, SANDCHAT_SANDBOX_PACKAGE_RUN_MAX)", filepath.Base(rel), cfg.PackageRunMaxBytes>>20)
+	}
+	if v := r.v; v != nil {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+	}
+	if v := r.v; v != nil && !v.files[rel] {
+		if len(v.files)+1 > cfg.PackageSessionMaxFiles {
+			return boundErrorf("%s refused: a session process may load at most %d package files (PackageSessionMaxFiles, SANDCHAT_SANDBOX_PACKAGE_SESSION_MAX_FILES)", filepath.Base(rel), cfg.PackageSessionMaxFiles)
+		}
+		if v.bytes+size > cfg.PackageSessionMaxBytes {
+			return boundErrorf("%s refused: a session process may load at most %d MiB of packages (PackageSessionMaxBytes, SANDCHAT_SANDBOX_PACKAGE_SESSION_MAX)", filepath.Base(rel), cfg.PackageSessionMaxBytes>>20)
+		}
+		v.files[rel] = true
+		v.bytes += size
+	}
+	r.files++
+	r.bytes += size
+	r.linked[rel] = false // counted; linked once give succeeds
+	return nil
 }
 
 // give links rel, pinned in the cache for this load, into the view.
@@ -182,4 +291,17 @@ func (r *pkgRun) done() {
 	clear(r.linked)
 	r.mu.Unlock()
 	r.f.release(pinned)
+}
+
+// giveCached gives the load rel, pinned in the cache by use or admit, if the bounds
+// allow; else it unpins it.
+func (r *pkgRun) giveCached(rel string, size int64) error {
+	if r == nil {
+		return nil
+	}
+	if err := r.take(rel, size); err != nil {
+		r.f.release([]string{rel})
+		return err
+	}
+	return r.give(rel)
 }
