@@ -92,7 +92,7 @@ func (v *pkgView) configure(c *runtimeConfig, cacheDir string) {
 	if at != "" {
 		c.Read = append(c.Read, at)
 	}
-	if at == cacheDir {
+	if at == "" || at == cacheDir {
 		return
 	}
 	for _, u := range []*string{c.LockFileURL, c.PackageBaseURL} {

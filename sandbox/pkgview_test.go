@@ -66,6 +66,17 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 			t.Fatalf("got %s with %d requests", resultOf(r), cdn.requests()-before)
 		}
 	})
+	t.Run("without bubblewrap a session reads its view where it is, and only that", func(t *testing.T) {
+		e, _ := newEngine(t, withPip(idx, cache, func(c *Config) {
+			c.PackageDir, c.PackageCDN, c.Isolation = cdn.lockDir, cdn.srv.URL+"/pyodide/", IsolationProcess
+		}))
+		if r := mustSucceed(t, e, "p", "import sandchat_cdn\n"+pipInstallMain); resultOf(r) != "'HI FROM PIP!'" {
+			t.Fatalf("got %s", resultOf(r))
+		}
+		if got := resultOf(mustSucceed(t, e, "p", look)); got != "([], [])" {
+			t.Errorf("the session sees %s", got)
+		}
+	})
 	t.Run("a session's view goes with its process", func(t *testing.T) {
 		e.mu.Lock()
 		ids := []string{e.live["a"].p.id, e.live["b"].p.id}
