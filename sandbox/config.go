@@ -71,11 +71,23 @@ type Config struct {
 	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
 	PackageCDN string // optional base URL of the Pyodide distribution: the engine fetches wheels from it
 	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
-	// file's sha256, shared by every session (read-only to them) and kept across restarts.
+	// file's sha256, and kept across restarts; each session reads only its own view of it,
+	// holding the wheels its current run loads.
 	PackageCacheDir string
-	// PackageCacheMaxBytes bounds the cache: past it the least recently used wheels that
-	// no load in flight needs are deleted.
+	// PackageCacheMaxBytes and PackageCacheMaxFiles bound the cache: past them the least
+	// recently used wheels that no load in flight needs are deleted, and a fetch that
+	// would pass them while loads in flight hold the rest is refused.
 	PackageCacheMaxBytes int64
+	PackageCacheMaxFiles int
+	// What one run (and one session process, over its life) may have made available
+	// to it from the cache, and how many downloads (wheels and index documents) it may
+	// cause; past a bound the fetch is refused with a message naming the setting.
+	PackageRunMaxFiles       int
+	PackageRunMaxBytes       int64
+	PackageRunMaxFetches     int
+	PackageSessionMaxFiles   int
+	PackageSessionMaxBytes   int64
+	PackageSessionMaxFetches int
 
 	// micropip.install inside sessions is served by the engine (sessions have no network):
 	// pure-Python wheels from a PyPI-style JSON API, sha256-verified, cached with the rest.
@@ -85,6 +97,8 @@ type Config struct {
 	PipHosts       []string // hosts wheels may come from besides the index's own
 	PipMaxPackages int      // wheels one install may fetch, dependencies included
 	PipMaxBytes    int64    // bytes one install may download
+	// PipMaxIndexRequests bounds the index documents one install may ask for.
+	PipMaxIndexRequests int
 
 	// Preload is imported by every new interpreter before the base snapshot is taken:
 	// a session's first import of these is instant and costs its state nothing.
@@ -135,6 +149,16 @@ func DefaultConfig() Config {
 		PipHosts:             []string{"files.pythonhosted.org"},
 		PipMaxPackages:       20,
 		PipMaxBytes:          100 << 20,
+
+		// What the package fetcher may take for a run, a session and the node.
+		PackageCacheMaxFiles:     10000,
+		PackageRunMaxFiles:       64,
+		PackageRunMaxBytes:       512 << 20,
+		PackageRunMaxFetches:     64,
+		PackageSessionMaxFiles:   256,
+		PackageSessionMaxBytes:   1 << 30,
+		PackageSessionMaxFetches: 256,
+		PipMaxIndexRequests:      40,
 	}
 }
 
@@ -222,6 +246,12 @@ func (c Config) Validate() error {
 	if c.PackageCacheMaxBytes < 16<<20 {
 		bad("sandbox package cache bound must be at least 16 MiB, got %d bytes", c.PackageCacheMaxBytes)
 	}
+	if c.PackageCacheMaxFiles < 1 || c.PackageRunMaxFiles < 1 || c.PackageSessionMaxFiles < 1 ||
+		c.PackageRunMaxBytes < 1<<20 || c.PackageSessionMaxBytes < 1<<20 || c.PackageRunMaxFetches < 0 || c.PackageSessionMaxFetches < 0 {
+		bad("sandbox package bounds must be at least 1 file and 1 MiB (fetches at least 0), got cache %d files, run %d files %d bytes %d fetches, session %d files %d bytes %d fetches",
+			c.PackageCacheMaxFiles, c.PackageRunMaxFiles, c.PackageRunMaxBytes, c.PackageRunMaxFetches,
+			c.PackageSessionMaxFiles, c.PackageSessionMaxBytes, c.PackageSessionMaxFetches)
+	}
 	if !c.PipOff {
 		if u, err := url.Parse(c.PipIndex); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			bad("sandbox pip index must be an http(s) URL, got %q", c.PipIndex)
@@ -238,6 +268,9 @@ func (c Config) Validate() error {
 		}
 		if c.PipMaxPackages < 1 || c.PipMaxPackages > 500 || c.PipMaxBytes < 1<<20 || c.PipMaxBytes > maxWheelBytes {
 			bad("sandbox pip limits must be 1–500 packages and 1 MiB–512 MiB per install, got %d and %d bytes", c.PipMaxPackages, c.PipMaxBytes)
+		}
+		if c.PipMaxIndexRequests < 1 || c.PipMaxIndexRequests > 2000 {
+			bad("sandbox pip index requests per install must be 1–2000, got %d", c.PipMaxIndexRequests)
 		}
 	}
 	if err := CheckPreload(c.Preload); err != nil {

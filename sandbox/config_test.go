@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"allowlist bad port", func(c *Config) { c.NetworkAllow = []string{"example.com:99999"} }, "port"},
 		{"allowlist host and port", func(c *Config) { c.NetworkAllow = []string{"example.com:443", "127.0.0.1:8080", "[::1]:80"} }, ""},
 		{"cdn not a url", func(c *Config) { c.PackageCDN = "cdn.example.com" }, "CDN"},
+		{"no package files per run", func(c *Config) { c.PackageRunMaxFiles = 0 }, "package bounds"},
+		{"no index requests per install", func(c *Config) { c.PipMaxIndexRequests = 0 }, "index requests"},
 		{"short ttl", func(c *Config) { c.SessionTTL = time.Second }, "TTL"},
 		{"grace too short", func(c *Config) { c.Grace = time.Millisecond }, "grace"},
 		{"negative queue", func(c *Config) { c.QueueDepth = -1 }, "queue"},

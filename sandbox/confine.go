@@ -115,10 +115,14 @@ func (j *jail) describe() string {
 // plus what Deno, V8 and the compiled wasm need beside it.
 func (j *jail) memoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOverheadBytes }
 
-// denoArgs is the command line of the session process inside its sandbox.
-func (j *jail) denoArgs() []string {
+// denoArgs is the command line of the session process inside its sandbox; pkgs is its
+// view of the package cache (pkgview.go), "" for none.
+func (j *jail) denoArgs(pkgs string) []string {
 	cfg := j.cfg
-	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir, "/dev/fd/3")
+	if pkgs != "" && j.mode != IsolationProcess {
+		pkgs = cfg.PackageCacheDir // where bubblewrap binds the view
+	}
+	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, pkgs, "/dev/fd/3")
 	args := []string{cfg.DenoPath, "run", "--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--unstable-worker-options", "--quiet",
 		"--allow-read=" + strings.Join(reads, ","),
@@ -134,7 +138,9 @@ func (j *jail) denoArgs() []string {
 // bwrapArgs confines the session process: nothing of the host but the dynamic loader's
 // libraries and the runtime, read-only; a private /tmp (bounded) and /dev; no network
 // namespace interfaces but loopback unless the network allowlist asks for the host's.
-func (j *jail) bwrapArgs() []string {
+// The session's view of the package cache, pkgs, appears where the cache is: the cache
+// itself never does.
+func (j *jail) bwrapArgs(pkgs string) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox",
@@ -161,8 +167,11 @@ func (j *jail) bwrapArgs() []string {
 	}
 	a = append(a, "--ro-bind-try", "/usr/lib", "/usr/lib", "--ro-bind-try", "/usr/lib64", "/usr/lib64",
 		"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache")
-	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.PackageCacheDir, j.cfg.DenoPath) {
+	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.DenoPath) {
 		a = append(a, "--ro-bind", d, d)
+	}
+	if pkgs != "" {
+		a = append(a, "--ro-bind", pkgs, j.cfg.PackageCacheDir)
 	}
 	return append(a, "--")
 }
@@ -170,15 +179,16 @@ func (j *jail) bwrapArgs() []string {
 // command makes the session process's command. In strict mode a gate shell starts it:
 // the engine moves the gate into the session's cgroup and only then lets it exec
 // bubblewrap, so no task of the session ever runs outside its limits. The gate reads fd
-// 5; fds 3 and 4 are the protocol's pipes.
-func (j *jail) command() *exec.Cmd {
+// 5; fds 3 and 4 are the protocol's pipes. pkgs is the session's view of the package
+// cache, "" for none.
+func (j *jail) command(pkgs string) *exec.Cmd {
 	var cmd *exec.Cmd
 	if j.mode == IsolationProcess {
-		deno := j.denoArgs()
+		deno := j.denoArgs(pkgs)
 		cmd = exec.Command(deno[0], deno[1:]...)
 	} else {
-		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs()...)
-		cmd = exec.Command("/bin/sh", append(args, j.denoArgs()...)...)
+		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs(pkgs)...)
+		cmd = exec.Command("/bin/sh", append(args, j.denoArgs(pkgs)...)...)
 	}
 	cmd.SysProcAttr = j.sysProcAttr()
 	// A task that outlived the kill must not keep Wait on the console pipe for ever.

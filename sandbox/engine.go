@@ -349,9 +349,9 @@ func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	}
 	defer p.close("boot done")
 	if e.fetch != nil && len(e.cfg.Preload) > 0 {
-		notes, release := e.fetch.ensure(ctx, preloadCode(e.cfg.Preload), nil)
-		defer release()
-		if len(notes) > 0 {
+		pk := e.packages(p)
+		defer pk.done()
+		if notes := pk.ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -25,8 +24,9 @@ import (
 // a run, the engine resolves the code's imports with the lock file, fetches the wheels
 // that are missing from the cache directory (from the package mirror if it has them,
 // else from the CDN), checks each against the lock's sha256, and writes it atomically.
-// micropip.install goes through it too (pip.go). Sessions read the cache directory
-// read-only; it is shared by every session, survives restarts and is bounded in size.
+// micropip.install goes through it too (pip.go). The cache is shared by every session's
+// loads, survives restarts and is bounded in files and bytes; a session reads only its
+// own view of it, holding what its current load asked for (pkgview.go).
 type packageFetcher struct {
 	cdn    string // with a trailing slash; empty: lock-file wheels are not fetched
 	mirror string // PackageDir: its wheels win over the CDN
@@ -45,6 +45,7 @@ type packageFetcher struct {
 	entries map[string]*cacheEntry // path relative to dir -> entry
 	total   int64
 	max     int64
+	maxFile int
 
 	indexMu sync.Mutex
 	index   map[string]indexEntry // pip index answers, kept a few minutes
@@ -68,7 +69,7 @@ type lockPackage struct {
 const maxWheelBytes = 512 << 20
 
 func newPackageFetcher(cfg Config) (*packageFetcher, error) {
-	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes,
+	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes, maxFile: cfg.PackageCacheMaxFiles,
 		pkgs: map[string]lockPackage{}, imports: map[string]string{}, entries: map[string]*cacheEntry{}, index: map[string]indexEntry{}}
 	if cfg.PackageCDN != "" {
 		f.cdn = strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
@@ -130,10 +131,13 @@ func (f *packageFetcher) scanCache() {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	_ = filepath.WalkDir(f.dir, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(f.dir, p)
+		if d != nil && d.IsDir() && rel == sessionsDir {
+			return filepath.SkipDir // session views: links to cached files
+		}
 		if err != nil || d.IsDir() {
 			return nil
 		}
-		rel, _ := filepath.Rel(f.dir, p)
 		if !cacheable(rel) {
 			return nil
 		}
@@ -143,7 +147,7 @@ func (f *packageFetcher) scanCache() {
 		}
 		return nil
 	})
-	f.evictLocked()
+	f.evictLocked(0, 0)
 }
 
 func cacheable(rel string) bool {
@@ -153,18 +157,18 @@ func cacheable(rel string) bool {
 
 // use marks a cached file as needed by a load about to happen: it is not evicted until
 // release is called. It reports false when the file is not in the cache.
-func (f *packageFetcher) use(rel string) bool {
+func (f *packageFetcher) use(rel string) (int64, bool) {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	e := f.entries[rel]
 	if e == nil {
 		if !fileExists(filepath.Join(f.dir, rel)) {
-			return false
+			return 0, false
 		}
 		// Written by another server sharing the directory.
 		info, err := os.Stat(filepath.Join(f.dir, rel))
 		if err != nil {
-			return false
+			return 0, false
 		}
 		e = &cacheEntry{size: info.Size()}
 		f.entries[rel] = e
@@ -173,7 +177,7 @@ func (f *packageFetcher) use(rel string) bool {
 	e.pins++
 	e.used = time.Now()
 	_ = os.Chtimes(filepath.Join(f.dir, rel), time.Time{}, e.used)
-	return true
+	return e.size, true
 }
 
 // release unpins files taken with use or admit.
@@ -185,34 +189,58 @@ func (f *packageFetcher) release(rels []string) {
 			e.pins--
 		}
 	}
-	f.evictLocked()
+	f.evictLocked(0, 0)
 }
 
 // admit writes a verified file into the cache, pinned for the load that asked for it.
+// It makes room by evicting what no load needs; when loads in flight hold the rest, it
+// refuses rather than pass the cache's bound.
 func (f *packageFetcher) admit(rel string, data []byte) error {
-	dir := filepath.Join(f.dir, filepath.Dir(rel))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	_ = os.Chmod(dir, 0o755)
-	if err := writeAtomic(dir, filepath.Base(rel), data); err != nil {
-		return err
-	}
+	size := int64(len(data))
 	f.cacheMu.Lock()
-	defer f.cacheMu.Unlock()
-	if old := f.entries[rel]; old != nil {
+	if old := f.entries[rel]; old != nil && old.pins == 0 {
 		f.total -= old.size
+		delete(f.entries, rel)
 	}
-	f.entries[rel] = &cacheEntry{size: int64(len(data)), used: time.Now(), pins: 1}
-	f.total += int64(len(data))
-	f.evictLocked()
-	return nil
+	f.evictLocked(size, 1)
+	switch {
+	case f.total+size > f.max:
+		held := f.total
+		f.cacheMu.Unlock()
+		return boundErrorf("%s refused: the package cache is full (loads in flight hold %d MiB of its %d MiB; PackageCacheMaxBytes, SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX)",
+			filepath.Base(rel), held>>20, f.max>>20)
+	case len(f.entries)+1 > f.maxFile:
+		f.cacheMu.Unlock()
+		return boundErrorf("%s refused: the package cache is full (loads in flight hold its %d files; PackageCacheMaxFiles, SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX_FILES)",
+			filepath.Base(rel), f.maxFile)
+	}
+	// Counted (and pinned) before it is written: a concurrent admit cannot take the room.
+	e := f.entries[rel]
+	if e == nil {
+		e = &cacheEntry{size: size}
+		f.entries[rel] = e
+		f.total += size
+	}
+	e.pins++
+	e.used = time.Now()
+	f.cacheMu.Unlock()
+	dir := filepath.Join(f.dir, filepath.Dir(rel))
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		_ = os.Chmod(dir, 0o755)
+		err = writeAtomic(dir, filepath.Base(rel), data)
+	}
+	if err != nil {
+		f.release([]string{rel})
+	}
+	return err
 }
 
-// evictLocked deletes the least recently used unpinned files while the cache is over
-// its bound. Files a load in flight needs stay, even over the bound.
-func (f *packageFetcher) evictLocked() {
-	if f.total <= f.max {
+// evictLocked deletes the least recently used unpinned files until the cache has room
+// for need more bytes in files more files. Files a load in flight needs stay.
+func (f *packageFetcher) evictLocked(need int64, files int) {
+	full := func() bool { return f.total+need > f.max || len(f.entries)+files > f.maxFile }
+	if !full() {
 		return
 	}
 	var free []string
@@ -223,7 +251,7 @@ func (f *packageFetcher) evictLocked() {
 	}
 	sort.Slice(free, func(i, j int) bool { return f.entries[free[i]].used.Before(f.entries[free[j]].used) })
 	for _, rel := range free {
-		if f.total <= f.max {
+		if !full() {
 			return
 		}
 		p := filepath.Join(f.dir, rel)
@@ -249,8 +277,6 @@ func normalize(name string) string {
 	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(name))
 }
 
-var importRe = regexp.MustCompile(`(?m)^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)|import[ \t]+([A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*))`)
-
 // needed returns the packages (and their dependencies) that code's imports and names
 // ask for, in a stable order.
 func (f *packageFetcher) needed(code string, names []string) []string {
@@ -266,16 +292,9 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 			add(d)
 		}
 	}
-	for _, m := range importRe.FindAllStringSubmatch(code, -1) {
-		mods := m[1]
-		if mods == "" {
-			mods = m[2]
-		}
-		for _, mod := range strings.Split(mods, ",") {
-			top, _, _ := strings.Cut(strings.TrimSpace(mod), ".")
-			if p, ok := f.imports[top]; ok {
-				add(p)
-			}
+	for _, top := range importedModules(code) {
+		if p, ok := f.imports[top]; ok {
+			add(p)
 		}
 	}
 	for _, n := range names {
@@ -289,32 +308,19 @@ func (f *packageFetcher) needed(code string, names []string) []string {
 	return out
 }
 
-// ensure puts the packages code needs into the cache, pinned until release is called;
-// it returns one note per package that could not be served, for the run's stderr.
-func (f *packageFetcher) ensure(ctx context.Context, code string, names []string) (notes []string, release func()) {
-	if f.cdn == "" {
-		return nil, func() {}
-	}
-	var pinned []string
-	for _, n := range f.needed(code, names) {
-		if err := f.fetch(ctx, f.pkgs[n]); err != nil {
-			notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))
-			continue
-		}
-		pinned = append(pinned, f.pkgs[n].FileName)
-	}
-	return notes, func() { f.release(pinned) }
-}
-
-// fetch brings a lock-file wheel into the cache and pins it.
-func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
+// fetch brings a lock-file wheel into the cache and gives it to the load r.
+func (f *packageFetcher) fetch(ctx context.Context, r *pkgRun, p lockPackage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.use(p.FileName) {
-		return nil // only verified wheels are ever written there
+	if size, ok := f.use(p.FileName); ok {
+		// Only verified wheels are ever written there.
+		return r.giveCached(p.FileName, size)
 	}
 	data, err := os.ReadFile(filepath.Join(f.mirror, p.FileName))
 	if err != nil {
+		if err := r.fetched(); err != nil {
+			return err
+		}
 		if data, err = f.download(ctx, f.cdn+p.FileName, maxWheelBytes); err != nil {
 			return err
 		}
@@ -323,7 +329,10 @@ func (f *packageFetcher) fetch(ctx context.Context, p lockPackage) error {
 	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, p.SHA256) {
 		return fmt.Errorf("%s refused: its sha256 %s does not match the lock file's %s", p.FileName, got, p.SHA256)
 	}
-	return f.admit(p.FileName, data)
+	if err := f.admit(p.FileName, data); err != nil {
+		return err
+	}
+	return r.giveCached(p.FileName, int64(len(data)))
 }
 
 // download GETs a URL of the package sources, at most limit bytes.

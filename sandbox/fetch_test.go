@@ -28,13 +28,22 @@ func newCDN(t testing.TB, pyodideDir string) *cdnFixture {
 		{name: "sandchat_bad", version: "1.0", files: map[string]string{
 			"sandchat_bad/__init__.py": "X = 1\n"}},
 	}
+	// The CDN serves something else than the lock names for sandchat-bad.
+	return serveCDN(t, pyodideDir, specs, map[string]string{"sandchat-bad": strings.Repeat("0", 64)})
+}
+
+// serveCDN builds the wheels of specs, lists them in a lock file (with the sha256 of
+// sums where given) and serves them on 127.0.0.1.
+func serveCDN(t testing.TB, pyodideDir string, specs []testWheel, sums map[string]string) *cdnFixture {
+	t.Helper()
 	wheels := map[string][]byte{}
 	for _, w := range specs {
-		wheels[w.fileName()] = w.build(t)
+		if len(w.files) > 0 {
+			wheels[w.fileName()] = w.build(t)
+		}
 	}
 	dir := readableTempDir(t)
-	// The CDN serves something else than the lock names for sandchat-bad.
-	writeLock(t, pyodideDir, dir, wheels, specs, map[string]string{"sandchat-bad": strings.Repeat("0", 64)})
+	writeLock(t, pyodideDir, dir, wheels, specs, sums)
 	c := &cdnFixture{lockDir: dir}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/pyodide/")

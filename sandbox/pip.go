@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -69,7 +68,6 @@ type pipRequest struct {
 type pipPlan struct {
 	wheels []pipWheel // to fetch and install, dependencies first
 	lock   []string   // Pyodide distribution packages to load instead
-	pinned []string
 }
 
 type indexEntry struct {
@@ -98,15 +96,19 @@ type indexDoc struct {
 }
 
 // pipError is a refusal the user sees as is.
-type pipError struct{ msg string }
+type pipError struct {
+	msg   string
+	bound bool // at one of the package bounds (pkgview.go)
+}
 
 func (e *pipError) Error() string { return e.msg }
 
-func pipErrorf(format string, a ...any) error { return &pipError{fmt.Sprintf(format, a...)} }
+func pipErrorf(format string, a ...any) error { return &pipError{msg: fmt.Sprintf(format, a...)} }
 
-// install resolves req and brings every wheel it needs into the cache, pinned until
-// plan.pinned is released. have names the projects the session already installed.
-func (f *packageFetcher) install(ctx context.Context, req pipRequest, have map[string]bool) (*pipPlan, error) {
+// install resolves req and gives every wheel it needs to the load r (in the cache,
+// pinned, and in the session's view). have names the projects the session already
+// installed.
+func (f *packageFetcher) install(ctx context.Context, r *pkgRun, req pipRequest, have map[string]bool) (*pipPlan, error) {
 	cfg := f.cfg
 	if cfg.PipOff {
 		return nil, pipErrorf("installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported")
@@ -114,6 +116,9 @@ func (f *packageFetcher) install(ctx context.Context, req pipRequest, have map[s
 	if len(req.Requirements) == 0 || len(req.Requirements) > maxRequirements {
 		return nil, pipErrorf("micropip.install takes 1 to %d requirements", maxRequirements)
 	}
+	r.mu.Lock()
+	r.indexLeft = cfg.PipMaxIndexRequests
+	r.mu.Unlock()
 	plan := &pipPlan{}
 	var errs []string
 	fail := func(err error) bool {
@@ -158,9 +163,11 @@ func (f *packageFetcher) install(ctx context.Context, req pipRequest, have map[s
 			fail(pipErrorf("an install may fetch at most %d packages (dependencies included)", cfg.PipMaxPackages))
 			break
 		}
-		w, deps, size, err := f.resolve(ctx, it.req)
+		w, deps, size, err := f.resolve(ctx, r, it.req)
 		if err != nil {
-			fail(err)
+			if fail(err) || isBound(err) {
+				break
+			}
 			continue
 		}
 		if bytes += size; bytes > cfg.PipMaxBytes {
@@ -175,15 +182,13 @@ func (f *packageFetcher) install(ctx context.Context, req pipRequest, have map[s
 		}
 	}
 	if len(errs) > 0 {
-		return nil, &pipError{strings.Join(errs, "; ")}
+		return nil, &pipError{msg: strings.Join(errs, "; ")}
 	}
 	// Every wheel is fetched before any is installed: an install is all or nothing.
 	for _, w := range plan.wheels {
-		if err := f.fetchWheel(ctx, w, cfg.PipMaxBytes); err != nil {
-			f.release(plan.pinned)
+		if err := f.fetchWheel(ctx, r, w, cfg.PipMaxBytes); err != nil {
 			return nil, err
 		}
-		plan.pinned = append(plan.pinned, w.rel())
 	}
 	// Dependencies are installed before what needs them.
 	slices.Reverse(plan.wheels)
@@ -220,8 +225,8 @@ func (f *packageFetcher) hostAllowed(u *url.URL) bool {
 }
 
 // resolve picks the newest version that satisfies r and has a pure-Python wheel.
-func (f *packageFetcher) resolve(ctx context.Context, r parsedReq) (pipWheel, []parsedReq, int64, error) {
-	doc, err := f.indexDoc(ctx, r.name)
+func (f *packageFetcher) resolve(ctx context.Context, run *pkgRun, r parsedReq) (pipWheel, []parsedReq, int64, error) {
+	doc, err := f.indexDoc(ctx, run, r.name)
 	if err != nil {
 		return pipWheel{}, nil, 0, err
 	}
@@ -263,7 +268,7 @@ func (f *packageFetcher) resolve(ctx context.Context, r parsedReq) (pipWheel, []
 		requires := doc.Info.RequiresDist
 		if v != doc.Info.Version {
 			// The project document describes its latest version only.
-			if vd, err := f.indexDocAt(ctx, r.name, v); err == nil {
+			if vd, err := f.indexDocAt(ctx, run, r.name, v); err == nil {
 				requires = vd.Info.RequiresDist
 			}
 		}
@@ -309,23 +314,26 @@ func pureWheel(file string) bool {
 	return false
 }
 
-func (f *packageFetcher) indexDoc(ctx context.Context, name string) (*indexDoc, error) {
-	return f.cachedIndex(ctx, url.PathEscape(normalize(name))+"/json")
+func (f *packageFetcher) indexDoc(ctx context.Context, r *pkgRun, name string) (*indexDoc, error) {
+	return f.cachedIndex(ctx, r, url.PathEscape(normalize(name))+"/json")
 }
 
-func (f *packageFetcher) indexDocAt(ctx context.Context, name, version string) (*indexDoc, error) {
-	return f.cachedIndex(ctx, url.PathEscape(normalize(name))+"/"+url.PathEscape(version)+"/json")
+func (f *packageFetcher) indexDocAt(ctx context.Context, r *pkgRun, name, version string) (*indexDoc, error) {
+	return f.cachedIndex(ctx, r, url.PathEscape(normalize(name))+"/"+url.PathEscape(version)+"/json")
 }
 
 // cachedIndex asks the index, keeping answers a few minutes: sessions installing the
-// same package in a row ask once.
-func (f *packageFetcher) cachedIndex(ctx context.Context, rel string) (*indexDoc, error) {
+// same package in a row ask once. Each question asked counts against r's bounds.
+func (f *packageFetcher) cachedIndex(ctx context.Context, r *pkgRun, rel string) (*indexDoc, error) {
 	f.indexMu.Lock()
 	if e, ok := f.index[rel]; ok && time.Since(e.at) < indexTTL {
 		f.indexMu.Unlock()
 		return e.doc, e.err
 	}
 	f.indexMu.Unlock()
+	if err := r.indexAsked(); err != nil {
+		return nil, err
+	}
 	base := strings.TrimSuffix(f.cfg.PipIndex, "/") + "/"
 	raw, err := f.download(ctx, base+rel, maxIndexBytes)
 	var doc *indexDoc
@@ -354,17 +362,20 @@ func (f *packageFetcher) cachedIndex(ctx context.Context, rel string) (*indexDoc
 	return doc, err
 }
 
-// fetchWheel brings w into the cache, checked against its sha256, and pins it.
-func (f *packageFetcher) fetchWheel(ctx context.Context, w pipWheel, limit int64) error {
+// fetchWheel brings w into the cache, checked against its sha256, and gives it to r.
+func (f *packageFetcher) fetchWheel(ctx context.Context, r *pkgRun, w pipWheel, limit int64) error {
 	if !hexSHA256.MatchString(w.SHA256) || !wheelName.MatchString(w.File) {
 		return pipErrorf("%s: bad wheel record", w.Name)
 	}
-	if f.use(w.rel()) {
-		return nil
+	if size, ok := f.use(w.rel()); ok {
+		return r.giveCached(w.rel(), size)
 	}
 	u, err := url.Parse(w.URL)
 	if err != nil || !f.hostAllowed(u) {
 		return pipErrorf("%s refused: %s is not an allowed package host", w.File, hostOf(w.URL))
+	}
+	if err := r.fetched(); err != nil {
+		return err
 	}
 	data, err := f.download(ctx, w.URL, min(limit, maxWheelBytes))
 	if err != nil {
@@ -374,7 +385,10 @@ func (f *packageFetcher) fetchWheel(ctx context.Context, w pipWheel, limit int64
 	if got := hex.EncodeToString(sum[:]); got != w.SHA256 {
 		return pipErrorf("%s refused: its sha256 %s does not match the index's %s", w.File, got, w.SHA256)
 	}
-	return f.admit(w.rel(), data)
+	if err := f.admit(w.rel(), data); err != nil {
+		return err
+	}
+	return r.giveCached(w.rel(), int64(len(data)))
 }
 
 func hostOf(raw string) string {
@@ -660,14 +674,14 @@ func evalMarker(m string, env map[string]string) (bool, error) {
 
 // ---- the engine's side of a session's install request ----
 
-// pipServer answers the install requests of one run (or attach) of a session.
+// pipServer answers the install requests of one run of a session; what they fetch is
+// part of the run's load.
 type pipServer struct {
-	e        *Engine
-	lv       *live
-	ctx      context.Context
-	busy     chan struct{}
-	pinned   []string
-	releases []func()
+	e    *Engine
+	lv   *live
+	ctx  context.Context
+	busy chan struct{}
+	run  *pkgRun
 }
 
 type pipInstallMsg struct {
@@ -684,8 +698,8 @@ type pipDone struct {
 	Error  string          `json:"error,omitempty"`
 }
 
-func (e *Engine) newPipServer(ctx context.Context, lv *live) *pipServer {
-	return &pipServer{e: e, lv: lv, ctx: ctx, busy: make(chan struct{}, 1)}
+func (e *Engine) newPipServer(ctx context.Context, lv *live, run *pkgRun) *pipServer {
+	return &pipServer{e: e, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
 }
 
 func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
@@ -697,7 +711,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 		out.Error = "another micropip.install is in progress in this session"
 		return out
 	}
-	if s.e.fetch == nil {
+	if s.e.fetch == nil || s.run == nil {
 		out.Error = "installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported"
 		if !s.e.cfg.PipOff {
 			out.Error = "installing packages is unavailable: the server's package cache could not be set up"
@@ -719,17 +733,13 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 	ctx, cancel := context.WithTimeout(s.ctx, pipRequestTimeout)
 	defer cancel()
 	var lockNotes []string
-	plan, err := e.fetch.install(ctx, req, have)
+	plan, err := e.fetch.install(ctx, s.run, req, have)
 	if err == nil && len(plan.lock) > 0 {
-		// Pinned until the run ends: the Worker loads them after this answer.
-		var release func()
-		lockNotes, release = e.fetch.ensure(ctx, "", plan.lock)
-		e.mu.Lock()
-		s.releases = append(s.releases, release)
-		e.mu.Unlock()
+		// Given to the run until it ends: the Worker loads them after this answer.
+		lockNotes = s.run.ensure(ctx, "", plan.lock)
 	}
 	if err == nil && len(lockNotes) > 0 {
-		err = &pipError{strings.Join(lockNotes, "; ")}
+		err = &pipError{msg: strings.Join(lockNotes, "; ")}
 	}
 	if err != nil {
 		var pe *pipError
@@ -742,44 +752,28 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 		return out
 	}
 	e.mu.Lock()
-	s.pinned = append(s.pinned, plan.pinned...)
 	s.lv.pip = append(s.lv.pip, plan.wheels...)
 	e.mu.Unlock()
 	for _, w := range plan.wheels {
-		out.Wheels = append(out.Wheels, pipInstallMsg{Name: w.Name, Version: w.Version, Path: path.Join(e.fetch.dir, "pip", w.SHA256, w.File)})
+		out.Wheels = append(out.Wheels, pipInstallMsg{Name: w.Name, Version: w.Version, Path: s.run.path(w.rel())})
 	}
 	out.Lock = plan.lock
 	return out
 }
 
-// done releases the cache files this server's installs pinned.
-func (s *pipServer) done() {
-	s.e.mu.Lock()
-	pinned, releases := s.pinned, s.releases
-	s.pinned, s.releases = nil, nil
-	s.e.mu.Unlock()
-	for _, release := range releases {
-		release()
-	}
-	if s.e.fetch != nil {
-		s.e.fetch.release(pinned)
-	}
-}
-
-// restorePip brings a saved session's wheels back into the cache (fetched again and
-// checked against their recorded sha256 when evicted), pinned until release.
-func (e *Engine) restorePip(ctx context.Context, wheels []pipWheel) ([]pipInstallMsg, []string, func()) {
+// restorePip gives a saved session's wheels to the load r (fetched again and checked
+// against their recorded sha256 when evicted).
+func (e *Engine) restorePip(ctx context.Context, r *pkgRun, wheels []pipWheel) ([]pipInstallMsg, []string) {
 	var out []pipInstallMsg
-	var notes, pinned []string
+	var notes []string
 	for _, w := range wheels {
-		if err := e.fetch.fetchWheel(ctx, w, maxWheelBytes); err != nil {
+		if err := e.fetch.fetchWheel(ctx, r, w, maxWheelBytes); err != nil {
 			notes = append(notes, fmt.Sprintf("[sandbox] installed package %s could not be restored: %v", w.Name, err))
 			continue
 		}
-		pinned = append(pinned, w.rel())
-		out = append(out, pipInstallMsg{Name: w.Name, Version: w.Version, Path: path.Join(e.fetch.dir, "pip", w.SHA256, w.File)})
+		out = append(out, pipInstallMsg{Name: w.Name, Version: w.Version, Path: r.path(w.rel())})
 	}
-	return out, notes, func() { e.fetch.release(pinned) }
+	return out, notes
 }
 
 func preloadCode(mods []string) string {

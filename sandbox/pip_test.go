@@ -253,7 +253,8 @@ func TestCacheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	plan, err := f.install(ctx, pipRequest{Requirements: []string{"sandchat-pipmain"}, Deps: true}, nil)
+	load := f.begin(nil)
+	plan, err := f.install(ctx, load, pipRequest{Requirements: []string{"sandchat-pipmain"}, Deps: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestCacheBound(t *testing.T) {
 	if f.cacheBytes() != both {
 		t.Fatalf("a pinned wheel was evicted: %d of %d bytes left", f.cacheBytes(), both)
 	}
-	f.release(plan.pinned)
+	load.done()
 	if f.cacheBytes() > f.max {
 		t.Fatalf("cache holds %d bytes over its bound %d", f.cacheBytes(), f.max)
 	}
@@ -295,7 +296,7 @@ func TestCacheBound(t *testing.T) {
 	// Over the per-install byte limit: refused before anything is fetched.
 	cfg.PipMaxBytes = 1
 	h, _ := newPackageFetcher(cfg)
-	_, err = h.install(ctx, pipRequest{Requirements: []string{"sandchat-pipdep"}}, nil)
+	_, err = h.install(ctx, h.begin(nil), pipRequest{Requirements: []string{"sandchat-pipdep"}}, nil)
 	var pe *pipError
 	if !errors.As(err, &pe) || !strings.Contains(pe.msg, "at most") {
 		t.Fatalf("byte limit: %v", err)

@@ -36,7 +36,8 @@ type proc struct {
 	cg       *cgroup // nil without cgroup isolation
 	req      *os.File
 	maxFrame int
-	tmp      string // DENO_DIR of a process without a private /tmp
+	tmp      string   // DENO_DIR of a process without a private /tmp
+	pkgs     *pkgView // its view of the package cache; nil without a fetcher
 
 	callMu sync.Mutex // one call at a time
 	wmu    sync.Mutex // frame writes
@@ -109,7 +110,12 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 			}
 		}
 	}
-	cmd := j.command()
+	if e.fetch != nil {
+		if p.pkgs, err = e.fetch.openView(id, j.mode != IsolationProcess); err != nil {
+			return nil, err
+		}
+	}
+	cmd := j.command(p.pkgs.hostDir())
 	if j.mode == IsolationProcess {
 		if p.tmp, err = os.MkdirTemp(e.cacheDir, "deno-"); err != nil {
 			return nil, err
@@ -144,6 +150,7 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 	}
 	var o blobs
 	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
+	p.pkgs.configure(&prime.Config, e.cfg.PackageCacheDir)
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
@@ -186,6 +193,7 @@ func (p *proc) cleanup() {
 	if p.tmp != "" {
 		_ = os.RemoveAll(p.tmp)
 	}
+	p.pkgs.close()
 }
 
 // read takes frames from the process. Anything but the reply to the call in flight or

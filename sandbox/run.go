@@ -202,19 +202,18 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
+	pk := e.packages(p)
+	defer pk.done()
 	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
-		notes, release := e.fetch.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)
-		defer release()
-		a.notes = append(a.notes, notes...)
+		a.notes = append(a.notes, pk.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 	}
 	at.Pip = []pipInstallMsg{}
 	if st != nil && len(st.Pip) > 0 {
 		if e.fetch == nil {
 			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
 		} else {
-			wheels, notes, release := e.restorePip(actx, st.Pip)
-			defer release()
+			wheels, notes := e.restorePip(actx, pk, st.Pip)
 			at.Pip, a.notes = wheels, append(a.notes, notes...)
 		}
 	}
@@ -345,16 +344,16 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
+	// What the run loads from the package cache is its own until it ends.
+	pk := e.packages(p)
+	defer pk.done()
 	if e.fetch != nil {
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
-		more, release := e.fetch.ensure(fctx, preloadCode(req.Preload)+req.Code, nil)
+		notes = append(notes, pk.ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
-		defer release()
-		notes = append(notes, more...)
 	}
-	pip := e.newPipServer(ctx, lv)
+	pip := e.newPipServer(ctx, lv, pk)
 	p.setPip(pip.handle)
-	defer pip.done()
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
