@@ -20,7 +20,8 @@ const module = "github.com/sandchat/sandchat"
 // only cmd wires adapters in. A package not listed may import none of the project.
 var layers = map[string][]string{
 	"":                         nil,
-	"sandbox":                  {""},
+	"sandbox":                  {"", "sandbox/internal/admit"},
+	"sandbox/internal/admit":   nil,
 	"conversations":            {""},
 	"toolkits":                 {"", "conversations", "sandbox"},
 	"agents":                   {"", "conversations", "toolkits"},
