@@ -69,7 +69,10 @@ type Config struct {
 	NetworkAllow []string // host or host:port; empty means no network
 
 	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
-	PackageCDN string // optional base URL of the Pyodide distribution: the engine fetches wheels from it
+	// PackageCDN is the base URL of the Pyodide distribution the engine fetches wheels
+	// from: CDNOfficial (the default) stands for the official one of the pinned Pyodide,
+	// CDNOff or "" for none (only what PackageDir holds loads).
+	PackageCDN string
 	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
 	// file's sha256, and kept across restarts; each session reads only its own view of it,
 	// holding the wheels its current run loads.
@@ -143,6 +146,7 @@ func DefaultConfig() Config {
 		CheckpointDelay:      2 * time.Second,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
+		PackageCDN:           CDNOfficial,
 		PackageCacheMaxBytes: 2 << 30,
 		PipIndex:             "https://pypi.org/pypi/",
 		PipAllow:             []string{"*"},
@@ -237,10 +241,10 @@ func (c Config) Validate() error {
 			bad("sandbox network allowlist entry %q: %v", h, err)
 		}
 	}
-	if c.PackageCDN != "" {
+	if c.PackageCDN != "" && c.PackageCDN != CDNOfficial && c.PackageCDN != CDNOff {
 		u, err := url.Parse(c.PackageCDN)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			bad("sandbox package CDN must be an http(s) URL, got %q", c.PackageCDN)
+			bad("sandbox package CDN must be %q, %q or an http(s) URL, got %q", CDNOfficial, CDNOff, c.PackageCDN)
 		}
 	}
 	if c.PackageCacheMaxBytes < 16<<20 {
@@ -305,9 +309,17 @@ func validHost(h string) error {
 	return nil
 }
 
+// Package sources: the official distribution of the pinned Pyodide, or none.
+const (
+	CDNOfficial = "official"
+	CDNOff      = "off"
+	officialCDN = "https://cdn.jsdelivr.net/pyodide/v%s/full/"
+)
+
 // Locate fills DenoPath, RuntimeDir and PyodideDir when they are empty, looking for
 // sandbox/runtime next to the executable and above the working directory, so both an
-// installed binary and `go test` find an `npm ci`-ed runtime without configuration.
+// installed binary and `go test` find an `npm ci`-ed runtime without configuration;
+// and it turns PackageCDN's words into a URL (or none).
 // Whatever it cannot find stays empty; Start then reports why.
 func Locate(c Config) Config {
 	if c.RuntimeDir == "" {
@@ -323,6 +335,15 @@ func Locate(c Config) Config {
 	}
 	if c.PackageDir == "" {
 		c.PackageDir = c.PyodideDir
+	}
+	switch c.PackageCDN {
+	case CDNOff:
+		c.PackageCDN = ""
+	case CDNOfficial:
+		c.PackageCDN = ""
+		if v := pyodideVersion(c.PyodideDir); v != "" {
+			c.PackageCDN = fmt.Sprintf(officialCDN, v)
+		}
 	}
 	if c.PackageCacheDir == "" && (c.PackageCDN != "" || !c.PipOff) {
 		c.PackageCacheDir = filepath.Join(os.TempDir(), "sandchat-packages")

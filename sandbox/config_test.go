@@ -171,3 +171,21 @@ func TestNumpySource(t *testing.T) {
 		})
 	}
 }
+
+// TestPackageSourceDefault: with no setting, packages come from the official
+// distribution of the pinned Pyodide; "off" keeps to the package dir.
+func TestPackageSourceDefault(t *testing.T) {
+	c := Locate(DefaultConfig())
+	requireRuntime(t, c)
+	if want := "https://cdn.jsdelivr.net/pyodide/v" + pyodideVersion(c.PyodideDir) + "/full/"; c.PackageCDN != want {
+		t.Fatalf("default package source %q, want %q", c.PackageCDN, want)
+	}
+	off := DefaultConfig()
+	off.PackageCDN = CDNOff
+	if err := off.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := Locate(off).PackageCDN; got != "" {
+		t.Fatalf("off: %q", got)
+	}
+}

@@ -128,7 +128,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
-		if e.fetch, err = newPackageFetcher(cfg); err != nil {
+		if e.fetch, err = newPackageFetcher(cfg, e.log); err != nil {
 			if cfg.PackageCDN != "" {
 				e.unavailable("the package source cannot be set up: " + err.Error())
 				return nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,9 +29,10 @@ import (
 // loads, survives restarts and is bounded in files and bytes; a session reads only its
 // own view of it, holding what its current load asked for (pkgview.go).
 type packageFetcher struct {
-	cdn    string // with a trailing slash; empty: lock-file wheels are not fetched
-	mirror string // PackageDir: its wheels win over the CDN
-	dir    string // the cache directory: pyodide-lock.json + verified wheels
+	log    *slog.Logger // what users are not shown: hosts and errors of package sources
+	cdn    string       // with a trailing slash; empty: lock-file wheels are not fetched
+	mirror string       // PackageDir: its wheels win over the CDN
+	dir    string       // the cache directory: pyodide-lock.json + verified wheels
 	client *http.Client
 	cfg    Config
 
@@ -68,8 +70,8 @@ type lockPackage struct {
 // maxWheelBytes bounds one download: the largest Pyodide packages are tens of MB.
 const maxWheelBytes = 512 << 20
 
-func newPackageFetcher(cfg Config) (*packageFetcher, error) {
-	f := &packageFetcher{mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes, maxFile: cfg.PackageCacheMaxFiles,
+func newPackageFetcher(cfg Config, log *slog.Logger) (*packageFetcher, error) {
+	f := &packageFetcher{log: log, mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes, maxFile: cfg.PackageCacheMaxFiles,
 		pkgs: map[string]lockPackage{}, imports: map[string]string{}, entries: map[string]*cacheEntry{}, index: map[string]indexEntry{}}
 	if cfg.PackageCDN != "" {
 		f.cdn = strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
@@ -349,7 +351,7 @@ func (f *packageFetcher) download(ctx context.Context, rawURL string, limit int6
 	f.requests.Add(1)
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("the package source %s is unreachable (%v)", src, shortNetErr(err))
+		return nil, &sourceError{fmt.Sprintf("the package source %s is unreachable (%v)", src, shortNetErr(err))}
 	}
 	defer resp.Body.Close()
 	file := path.Base(u.Path)
@@ -364,6 +366,27 @@ func (f *packageFetcher) download(ctx context.Context, rawURL string, limit int6
 		return nil, fmt.Errorf("%s is over the %d MiB limit", file, limit>>20)
 	}
 	return data, nil
+}
+
+// sourceError is a package source that could not be reached at all.
+type sourceError struct{ msg string }
+
+func (e *sourceError) Error() string { return e.msg }
+
+// unserved tells a package the source could not serve (unreachable, or an HTTP error)
+// from one refused for a reason the user can act on (a bound, a checksum).
+func unserved(err error) bool {
+	var se *sourceError
+	var he *httpStatusError
+	return errors.As(err, &se) || errors.As(err, &he)
+}
+
+// unservedNote is the one line a run shows for the packages its source could not
+// serve: no host, no error chain (the server's log has them), and the settings that
+// fix it.
+func unservedNote(names []string) string {
+	return fmt.Sprintf("[sandbox] not available on this server: %s. The package source cannot be reached; an operator sets "+
+		"SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror).", strings.Join(names, ", "))
 }
 
 type httpStatusError struct {

@@ -61,6 +61,8 @@ func testConfig(prefix string) Config {
 	c.Grace = time.Second
 	c.RedisPrefix = prefix
 	c.QueueDepth = 32
+	// Tests reach no internet: packages come from what they serve themselves.
+	c.PackageCDN = CDNOff
 	return Locate(c)
 }
 

@@ -248,7 +248,8 @@ func TestCacheBound(t *testing.T) {
 	idx := newPipIndex(t)
 	cfg := DefaultConfig()
 	cfg.PackageDir, cfg.PackageCacheDir, cfg.PipIndex, cfg.PipHosts = t.TempDir(), t.TempDir(), idx.url(), nil
-	f, err := newPackageFetcher(cfg)
+	cfg.PackageCDN = ""
+	f, err := newPackageFetcher(cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestCacheBound(t *testing.T) {
 		t.Fatalf("eviction kept %s rather than %s", main.File, dep.File)
 	}
 	// A restarted server sees the same account.
-	g, err := newPackageFetcher(cfg)
+	g, err := newPackageFetcher(cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,7 @@ func TestCacheBound(t *testing.T) {
 	}
 	// Over the per-install byte limit: refused before anything is fetched.
 	cfg.PipMaxBytes = 1
-	h, _ := newPackageFetcher(cfg)
+	h, _ := newPackageFetcher(cfg, testLogger(t))
 	_, err = h.install(ctx, h.begin(nil), pipRequest{Requirements: []string{"sandchat-pipdep"}}, nil)
 	var pe *pipError
 	if !errors.As(err, &pe) || !strings.Contains(pe.msg, "at most") {

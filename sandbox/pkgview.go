@@ -149,9 +149,28 @@ func (r *pkgRun) ensure(ctx context.Context, code string, names []string) (notes
 	}
 	f := r.v.f
 	need := f.needed(code, names)
+	var missing []string
+	defer func() {
+		if len(missing) > 0 {
+			notes = append(notes, unservedNote(missing))
+		}
+	}()
 	for i, n := range need {
 		err := f.fetch(ctx, r, f.pkgs[n])
 		if err == nil {
+			continue
+		}
+		if unserved(err) {
+			f.log.Warn("package not served", "package", f.pkgs[n].Name, "err", err)
+			missing = append(missing, f.pkgs[n].Name)
+			var se *sourceError
+			if errors.As(err, &se) {
+				// Unreachable: the others would wait for it too.
+				for _, rest := range need[i+1:] {
+					missing = append(missing, f.pkgs[rest].Name)
+				}
+				break
+			}
 			continue
 		}
 		notes = append(notes, fmt.Sprintf("[sandbox] package %s could not be loaded: %v", f.pkgs[n].Name, err))

@@ -109,6 +109,8 @@ func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 		// No pool: processes a test never takes would cost CPU (see sandbox's testConfig).
 		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax, c.Sandbox.Engine.WarmSpares = 0, 0, 0
 		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
+		// Tests reach no internet: packages come from what they serve themselves.
+		c.Sandbox.Engine.PackageCDN = sandbox.CDNOff
 	}
 	e.copyBase(baseSeed, e.redisPrefix)
 	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)

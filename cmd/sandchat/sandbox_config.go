@@ -44,7 +44,7 @@ var sandboxSettings = func() []setting {
 			into: text(func(c *Config) *string { return &engine(c).PyodideDir })},
 		{env: "SANDBOX_PACKAGE_DIR", help: "mirror of the Pyodide distribution (pyodide-lock.json + wheels) imports are loaded from",
 			into: text(func(c *Config) *string { return &engine(c).PackageDir })},
-		{env: "SANDBOX_PACKAGE_CDN", help: "base URL of the Pyodide distribution; the server fetches wheels missing from the package dir, sha256-verified",
+		{env: "SANDBOX_PACKAGE_CDN", def: def.PackageCDN, help: "where the server fetches wheels missing from the package dir, sha256-verified against the lock: official (the pinned Pyodide's own distribution), off, or the base URL of a mirror",
 			into: text(func(c *Config) *string { return &engine(c).PackageCDN })},
 		{env: "SANDBOX_PACKAGE_CACHE_DIR", help: "where wheels fetched from the CDN are kept, shared by all sessions; default <tmp>/sandchat-packages",
 			into: text(func(c *Config) *string { return &engine(c).PackageCacheDir })},

@@ -608,7 +608,11 @@ async function run(m: any) {
     error = { type: "SandboxError", message: String((e as Error)?.message ?? e), traceback: "" };
   }
   if (error?.type === "ModuleNotFoundError" && loadErrors.length) {
-    const why = ` Loading it from the package mirror failed: ${loadErrors.join("; ").slice(0, 500)}`;
+    // The load's own errors name server paths and hosts: they go to the server's log;
+    // Python, the model and the user get what the module is and what fixes it.
+    console.error(`package load failed: ${loadErrors.join("; ").slice(0, 2000)}`);
+    const why = " It is part of Pyodide's distribution, which this server cannot serve: an operator sets " +
+      "SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror).";
     error.message += why;
     error.traceback = error.traceback.trimEnd() + why + "\n";
   }
