@@ -3,6 +3,7 @@ package toolkits
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -115,7 +116,9 @@ func (s *Sandbox) SessionKey(convID int64, agentID *int64) string {
 // run (503) instead of running it unrecorded; after the run its outcome is written
 // with retries. A run whose session state advanced is never reported as failed: if
 // its outcome cannot be written yet, the caller gets the result with a notice, and the
-// write goes on in the background.
+// write goes on in the background. A run the engine answers without having saved its
+// state is recorded failed and answered 503: replay never applies what the caller was
+// told failed.
 func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if s.Engine == nil {
 		return Run{}, errNoEngine
@@ -144,18 +147,27 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
 	if err != nil {
+		// A result comes with the context's error when the run was interrupted, and
+		// then the session keeps what the run did; with any other error the code ran
+		// but the engine could not save its state and went back to the last one saved.
+		notKept := res.Status != "" && (ctx.Err() == nil || !errors.Is(err, ctx.Err()))
 		reason := sandchat.ErrorMessage(err)
 		switch {
+		case notKept:
+			// Recorded failed, with what it printed, so no replay applies it; the
+			// files it wrote went with its state.
+			ex.Outcome = outcome(res)
+			ex.Outcome.Artifacts, ex.Outcome.Displays = nil, nil
+			reason, err = errNotKept.Message, errNotKept
+		case res.Status != "":
+			// The engine still reports what the run did (interrupted code keeps its
+			// state): record that, not a failure.
+			ex.Outcome, reason = outcome(res), ""
 		case ctx.Err() != nil:
 			reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
 		case s.closing.Load():
 			reason = "The server shut down during the run, which was cut off; run it again."
 			err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
-		}
-		if res.Status != "" {
-			// The engine still reports what the run did (interrupted code keeps its
-			// state): record that, not a failure.
-			ex.Outcome, reason = outcome(res), ""
 		}
 		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
 			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
@@ -271,6 +283,10 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 	}
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
 }
+
+// errNotKept answers a run that ran but whose session state the engine could not save.
+var errNotKept = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The code ran, but its session state could not be saved, so its effects were not kept: the session continues from the last state that was saved. Run it again."}
 
 var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")
 

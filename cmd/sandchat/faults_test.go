@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -325,6 +326,64 @@ func TestFaults(t *testing.T) {
 		_ = rdb.FlushAll(ctx).Err()
 		if r := alice.run(conv, "print(counter)"); r.Stdout != "5\n" {
 			t.Fatalf("after reset and FLUSHALL: %q, want 5", r.Stdout)
+		}
+	})
+
+	t.Run("Redis dies mid-run: a run answered 503 is not kept, nor replayed", func(t *testing.T) {
+		n := f.sandboxNode(t)
+		alice := n.as(t, alice.token)
+		conv := alice.createConversation(coder.ID)
+		alice.run(conv, "x = 2")
+		path := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
+		type answer struct {
+			status int
+			body   []byte
+		}
+		got := make(chan answer, 1)
+		go func() {
+			resp, raw := alice.rawDo("POST", path, map[string]any{"code": "import time\ntime.sleep(4)\nx += 100"})
+			got <- answer{resp.StatusCode, raw}
+		}()
+		db := f.pg.conn(t)
+		eventually(t, 10*time.Second, "the run recorded as pending", func() bool {
+			var n int
+			_ = db.QueryRow(ctx, `select count(*) from executions where conversation_id = $1 and status = 'pending'`, conv).Scan(&n)
+			return n == 1
+		})
+		time.Sleep(time.Second) // the code is sleeping in the warm interpreter
+		f.redis.kill()
+		a := <-got
+		f.redis.start()
+		if a.status != 503 {
+			t.Fatalf("run whose state could not be saved: %d %s, want 503", a.status, a.body)
+		}
+		var p problemJSON
+		_ = json.Unmarshal(a.body, &p)
+		t.Logf("answered %d: %s", a.status, p.Detail)
+		var failed int64
+		if err := db.QueryRow(ctx, `select max(id) from executions where conversation_id = $1`, conv).Scan(&failed); err != nil {
+			t.Fatal(err)
+		}
+		var r runJSON
+		eventually(t, 30*time.Second, "a run after Redis came back", func() bool {
+			resp, raw := alice.rawDo("POST", path, map[string]any{"code": "x"})
+			return resp.StatusCode == 200 && json.Unmarshal(raw, &r) == nil
+		})
+		if x := r.Result; x == nil || *x != "2" {
+			t.Fatalf("after Redis came back: %s %v (restored from %s), want x = 2: the run answered 503 must not be applied",
+				r.Status, *cmp.Or(x, new(string)), r.Session.RestoredFrom)
+		}
+		var stored struct {
+			Status string
+			Error  struct{ Message string }
+		}
+		alice.must(200, "GET", fmt.Sprintf("%s/%d", path, failed), nil, &stored)
+		if stored.Status != "failed" || !strings.Contains(stored.Error.Message, "not kept") {
+			t.Fatalf("run answered 503 recorded %+v, want failed, saying its effects were not kept", stored)
+		}
+		alice.run(conv, "x += 100") // the caller's retry
+		if x := alice.eval(conv, "x"); x != "102" {
+			t.Fatalf("x = %s after the retry, want 102", x)
 		}
 	})
 
