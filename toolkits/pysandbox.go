@@ -146,6 +146,11 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	wctx := context.WithoutCancel(ctx)
 	res, err := s.Engine.Execute(ctx, key, sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
+	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The code ended as it was being stopped, and its state was saved: it succeeded,
+		// and is answered so, as its record says.
+		err = nil
+	}
 	if err != nil {
 		// A result comes with the context's error when the run was interrupted, and
 		// then the session keeps what the run did; with any other error the code ran

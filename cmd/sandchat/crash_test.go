@@ -61,14 +61,14 @@ type serverProcess struct {
 }
 
 // startServer builds the binary, makes alice through the CLI and runs serve, with the
-// openai provider at llmURL, until it answers /healthz. The process is killed (resumed
-// first, if the test paused it) when the test ends, and its output logged if the test
-// failed.
-func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess {
+// openai provider at llmURL and then the SANDCHAT_* settings of env, until it answers
+// /healthz. The process is killed (resumed first, if the test paused it) when the test
+// ends, and its output logged if the test failed.
+func startServer(t *testing.T, e *testEnv, llmURL, llmKey string, env ...string) *serverProcess {
 	t.Helper()
 	bin := buildSandchat(t)
 	s := &serverProcess{addr: freeAddr(t), logs: &testenv.Buffer{}, exited: make(chan struct{})}
-	env := append(os.Environ(),
+	env = append(append(os.Environ(),
 		"SANDCHAT_ADDR="+s.addr,
 		"SANDCHAT_DATABASE_URL="+e.databaseURL,
 		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
@@ -79,7 +79,7 @@ func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess
 		"SANDCHAT_LLM_API_KEY="+llmKey,
 		"SANDCHAT_LLM_MAX_RETRIES=0",
 		"SANDCHAT_LOG_LEVEL=warn",
-	)
+	), env...)
 	var stdout, stderr bytes.Buffer
 	create := exec.Command(bin, "user", "create", "--name", "alice")
 	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
