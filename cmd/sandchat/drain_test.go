@@ -76,6 +76,9 @@ func TestDrain(t *testing.T) {
 	// A run of 10 s with a shutdown timeout of 3 s.
 	for _, c := range []struct{ name, code string }{
 		{"code that stops when interrupted", "import time\nfor _ in range(100):\n    time.sleep(0.1)"},
+		// One time.sleep does not see the interrupt; the engine kills it after its grace
+		// of 3 s, past the deadline.
+		{"code that ignores the interrupt", "import time\ntime.sleep(10)"},
 	} {
 		t.Run("a run past the shutdown timeout is answered 503 with Retry-After/"+c.name, func(t *testing.T) {
 			runAtShutdown(t, c.code)

@@ -468,8 +468,12 @@ func (m *Main) close() error {
 	drain, stopDrain := context.WithDeadline(ctx, deadline.Add(-m.stopMargin(timeout)))
 	defer stopDrain()
 	if m.sandbox != nil {
-		// Runs the engine fails once the drain is over were cut off by the shutdown.
+		// Runs the engine fails once the drain is over were cut off by the shutdown;
+		// those it still holds just before the deadline are answered without it.
 		defer context.AfterFunc(drain, m.sandbox.Shutdown)()
+		lastCall, stopLast := context.WithDeadline(ctx, deadline.Add(-min(timeout/6, 500*time.Millisecond)))
+		defer stopLast()
+		defer context.AfterFunc(lastCall, m.sandbox.CutOff)()
 	}
 	var errs []error
 	// Turns and requests drain side by side; the heartbeats that keep this node's
@@ -490,6 +494,10 @@ func (m *Main) close() error {
 	if m.cancel != nil {
 		m.cancel()
 	}
+	if m.Engine != nil {
+		// Stops the runs it still holds, whose callers were answered already.
+		errs = append(errs, m.Engine.Close())
+	}
 	if m.sandbox != nil {
 		// Outcomes of runs still being written get a last chance before the pool goes.
 		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -501,9 +509,6 @@ func (m *Main) close() error {
 	}
 	if m.Hub != nil {
 		errs = append(errs, m.Hub.Close())
-	}
-	if m.Engine != nil {
-		errs = append(errs, m.Engine.Close())
 	}
 	if m.Redis != nil {
 		errs = append(errs, m.Redis.Close())
