@@ -136,6 +136,11 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if s.Engine == nil {
 		return Run{}, errNoEngine
 	}
+	select {
+	case <-s.cutCh():
+		return Run{}, errCutOff
+	default:
+	}
 	if s.Limiter != nil {
 		if err := s.Limiter.Allow(ctx, "executions"); err != nil {
 			return Run{}, err
@@ -213,7 +218,12 @@ func (s *Sandbox) call(ctx context.Context, key string, req sandbox.Request) (r 
 	case r = <-done:
 		return r, nil
 	case <-s.cutCh():
-		return engineReply{}, done
+		select {
+		case r = <-done:
+			return r, nil
+		default:
+			return engineReply{}, done
+		}
 	}
 }
 
@@ -351,6 +361,10 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
 }
 
+// errCutOff refuses a run that would start as the shutdown's deadline comes.
+var errCutOff = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The server is shutting down; run the code again."}
+
 // errNotKept answers a run that ran but whose session state the engine could not save.
 var errNotKept = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
 	Message: "The code ran, but its session state could not be saved, so its effects were not kept: the session continues from the last state that was saved. Run it again."}
@@ -395,9 +409,9 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Ex
 	}()
 }
 
-// Wait returns when the background writes of run outcomes are done, or when ctx ends:
-// then they give up (the store is about to close) and the logs name the runs left
-// pending.
+// Wait returns when the background writes of run outcomes are done (those of runs cut
+// off too, once the engine has let go of them), or when ctx ends: then they give up
+// (the store is about to close) and the logs name the runs left pending.
 func (s *Sandbox) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { s.background.Wait(); close(done) }()
