@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
@@ -19,34 +18,11 @@ func TestDrain(t *testing.T) {
 	t.Parallel()
 
 	t.Run("a turn that ends within the shutdown timeout completes", func(t *testing.T) {
-		// A model that takes 6 s to answer, well within the default 15 s.
-		asked := make(chan struct{}, 1)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "text/event-stream")
-			send := func(delta map[string]any, finish any) {
-				b, _ := json.Marshal(map[string]any{"id": "chatcmpl-drain", "object": "chat.completion.chunk", "created": time.Now().Unix(),
-					"model": "m", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
-				fmt.Fprintf(w, "data: %s\n\n", b)
-				w.(http.Flusher).Flush()
-			}
-			send(map[string]any{"role": "assistant", "content": "Thinking"}, nil)
-			select {
-			case asked <- struct{}{}:
-			default:
-			}
-			select {
-			case <-time.After(6 * time.Second):
-			case <-r.Context().Done():
-				return
-			}
-			send(map[string]any{"content": ", done."}, nil)
-			send(map[string]any{}, "stop")
-			fmt.Fprint(w, "data: [DONE]\n\n")
-		}))
-		defer srv.Close()
+		// A model that answers 6 s after it is asked, well within the default 15 s.
+		release := make(chan struct{})
+		llm, asked := heldModel(t, release)
 		e := newEnv(t)
-		serve := startServer(t, e, srv.URL, "sk-drain")
+		serve := startServer(t, e, llm, "sk-drain")
 		// The rest of the deployment: a node that fails the turns of nodes it sees stop.
 		other := e.node()
 		alice := other.as(t, serve.token)
@@ -57,6 +33,7 @@ func TestDrain(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the model was not asked")
 		}
+		time.AfterFunc(6*time.Second, func() { close(release) })
 		if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -555,32 +554,7 @@ func TestZombieTurn(t *testing.T) {
 	// A model whose answer is held back until the test releases it: the paused server
 	// gets it when it wakes up, and then tries to store it.
 	release := make(chan struct{})
-	asked := make(chan struct{}, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		flusher := w.(http.Flusher)
-		send := func(delta map[string]any, finish any) {
-			b, _ := json.Marshal(map[string]any{"id": "chatcmpl-zombie", "object": "chat.completion.chunk", "created": time.Now().Unix(),
-				"model": "m", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
-			fmt.Fprintf(w, "data: %s\n\n", b)
-			flusher.Flush()
-		}
-		send(map[string]any{"role": "assistant", "content": "Once upon a time"}, nil)
-		select {
-		case asked <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		send(map[string]any{"content": ", the end."}, nil)
-		send(map[string]any{}, "stop")
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	}))
-	defer srv.Close()
+	llm, asked := heldModel(t, release)
 	defer func() {
 		select {
 		case <-release:
@@ -589,7 +563,7 @@ func TestZombieTurn(t *testing.T) {
 		}
 	}()
 	e := newEnv(t)
-	serve := startServer(t, e, srv.URL, "sk-zombie")
+	serve := startServer(t, e, llm, "sk-zombie")
 	alice := &client{t: t, base: "http://" + serve.addr, token: serve.token}
 	conv := alice.createConversation(0)
 	turn := alice.post(conv, "Tell me a long story.")
