@@ -38,7 +38,7 @@ func (r *Runner) beat(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	r.mu.Unlock()
-	lost, err := r.store.Heartbeat(ctx, r.nodeID, ids)
+	lost, cancelled, err := r.store.Heartbeat(ctx, r.nodeID, ids)
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("turn heartbeat", "err", err)
 	}
@@ -47,6 +47,11 @@ func (r *Runner) beat(ctx context.Context) {
 		if t := r.running[id]; t != nil {
 			r.log.Warn("turn ended elsewhere; stopping it here", "turn_id", id)
 			t.cancel(errFenced)
+		}
+	}
+	for _, id := range cancelled {
+		if t := r.running[id]; t != nil {
+			t.cancel(errCancelled)
 		}
 	}
 	r.mu.Unlock()

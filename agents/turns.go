@@ -39,8 +39,11 @@ type TurnStore interface {
 	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error)
 	StartHandoff(ctx context.Context, f conversations.Fence, convID, from, to int64, path []string, task string) (int64, conversations.Event, error)
 	FinishHandoff(ctx context.Context, f conversations.Fence, convID, id int64, path []string, status, result string) (conversations.Event, error)
-	// Heartbeat renews this node's turns and returns the ones it no longer runs.
-	Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost []int64, err error)
+	// Heartbeat renews this node's turns and returns the ones it no longer runs and
+	// the ones whose cancel was requested.
+	Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost, cancelled []int64, err error)
+	// RequestCancel records a cancel on a running turn; false when it no longer runs.
+	RequestCancel(ctx context.Context, convID, turnID int64) (bool, error)
 	QuietNodes(ctx context.Context, quietAfter time.Duration) ([]string, error)
 	FailStaleTurns(ctx context.Context, staleAfter, quietAfter time.Duration, deadNodes []string, reason string) ([]conversations.Event, error)
 }
@@ -239,11 +242,27 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	if t.Status != conversations.TurnRunning {
 		return sandchat.Errorf(sandchat.ECONFLICT, "The turn already ended (%s).", t.Status)
 	}
+	if running, err := r.store.RequestCancel(ctx, convID, turnID); err != nil {
+		return err
+	} else if !running {
+		return sandchat.Errorf(sandchat.ECONFLICT, "The turn already ended.")
+	}
 	if r.CancelLocal(turnID) {
 		return nil
 	}
-	return r.cancels.PublishCancel(ctx, turnID)
+	// The fast way to the node running the turn. Pub/sub drops what is published while
+	// that node's subscription is away; its heartbeat then finds the request.
+	pctx, cancel := context.WithTimeout(ctx, cancelPublishTimeout)
+	defer cancel()
+	if err := r.cancels.PublishCancel(pctx, turnID); err != nil {
+		r.log.Warn("publish cancel; the runner's heartbeat will see it", "turn_id", turnID, "err", err)
+	}
+	return nil
 }
+
+// cancelPublishTimeout bounds the fast path of a cancel when Redis is unreachable: the
+// request is recorded already.
+const cancelPublishTimeout = 500 * time.Millisecond
 
 // CancelLocal cancels the turn if this node runs it.
 func (r *Runner) CancelLocal(turnID int64) bool {

@@ -41,7 +41,10 @@ type StoredFile struct {
 // DataFile is an upload as a run sees it under /data.
 type DataFile struct {
 	Name string
-	Data []byte
+	// Version changes whenever the content does (a re-upload replaces it in place).
+	Version string
+	Size    int64
+	Data    []byte // nil when the caller already holds this version
 }
 
 // Execution is the audit record of one run of the conversation's Python: who ran what

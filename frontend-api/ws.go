@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -17,8 +18,9 @@ import (
 
 // WSConfig bounds what one socket may cost.
 type WSConfig struct {
-	// QueueBytes is how much may wait to be written to one client; past it the client is
-	// too slow and is disconnected, so it never holds back the others.
+	// QueueBytes is how much may wait to be written to one client, in the queue or unsent
+	// in the kernel; past it the client is too slow and is disconnected, so it never holds
+	// back the others.
 	QueueBytes       int
 	WriteTimeout     time.Duration
 	PingInterval     time.Duration
@@ -91,9 +93,12 @@ type client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	queue     []outItem
-	queued    int
+	mu     sync.Mutex
+	queue  []outItem
+	queued int
+	// unsent is what the kernel had not yet sent to the client when last asked: with
+	// queued, how far the client is behind.
+	unsent    int
 	closeCode int
 	closeMsg  string
 	wake      chan struct{}
@@ -118,10 +123,12 @@ func (cl *client) enqueue(it outItem) {
 	if cl.closeCode != 0 {
 		return
 	}
-	if cl.queued+len(it.payload) > cl.hub.cfg.QueueBytes {
-		cl.closeCode, cl.closeMsg = closeSlow, "client too slow, reconnect with since"
-		cl.hub.metrics.slowClosed.Inc()
-		cl.cancel()
+	over := func() bool { return cl.queued+cl.unsent+len(it.payload) > cl.hub.cfg.QueueBytes }
+	if over() && cl.conn != nil {
+		cl.unsent = unsent(cl.conn.NetConn()) // the writer's figure may be stale
+	}
+	if over() {
+		cl.tooSlowLocked()
 		// The writer may be stuck in a write to a client that stopped reading: give
 		// that write a second, then the writer says 1013 and closes the connection.
 		if conn := cl.conn; conn != nil {
@@ -135,6 +142,50 @@ func (cl *client) enqueue(it outItem) {
 	case cl.wake <- struct{}{}:
 	default:
 	}
+}
+
+// tooSlowLocked closes the socket with 1013, once; cl.mu is held.
+func (cl *client) tooSlowLocked() {
+	if cl.closeCode != 0 {
+		return
+	}
+	cl.closeCode, cl.closeMsg = closeSlow, "client too slow, reconnect with since"
+	cl.hub.metrics.slowClosed.Inc()
+	cl.cancel()
+}
+
+// wrote records what the kernel holds for the client after a write, and closes the
+// socket when that and the queue together pass the bound.
+func (cl *client) wrote() {
+	n := unsent(cl.conn.NetConn())
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.unsent = n
+	if cl.queued+n > cl.hub.cfg.QueueBytes {
+		cl.tooSlowLocked()
+	}
+}
+
+// writeFailed ends the socket after a failed write; one that ran out of time failed
+// because the client stopped reading.
+func (cl *client) writeFailed(err error) {
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		cl.mu.Lock()
+		cl.tooSlowLocked()
+		cl.mu.Unlock()
+	}
+	cl.cancel()
+}
+
+// extendRead moves the read deadline PongWait ahead while the socket is open. Once it
+// is closing, the closing deadline stands, however much the client still sends.
+func (cl *client) extendRead() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.ctx.Err() != nil {
+		return nil
+	}
+	return cl.conn.SetReadDeadline(time.Now().Add(cl.hub.cfg.PongWait))
 }
 
 func (cl *client) shutdown(code int, msg string) {
@@ -218,6 +269,15 @@ func (cl *client) run() {
 	cl.readLoop()
 	cl.cancel()
 	<-writerDone
+	cl.mu.Lock()
+	slow := cl.closeCode == closeSlow
+	cl.mu.Unlock()
+	if slow && unsent(cl.conn.NetConn()) > 0 {
+		// The client did not catch up within the grace: it would never read its 1013
+		// behind the backlog, and a plain close would leave the kernel holding the
+		// socket and the backlog for minutes.
+		abort(cl.conn.NetConn())
+	}
 }
 
 type clientFrame struct {
@@ -229,14 +289,17 @@ type clientFrame struct {
 func (cl *client) readLoop() {
 	conn, cfg := cl.conn, cl.hub.cfg
 	conn.SetReadLimit(cfg.ReadLimit)
-	_ = conn.SetReadDeadline(time.Now().Add(cfg.PongWait))
-	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(cfg.PongWait)) })
+	_ = cl.extendRead()
+	conn.SetPongHandler(func(string) error { return cl.extendRead() })
 	for {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
 			return
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(cfg.PongWait))
+		if cl.ctx.Err() != nil {
+			continue // closing: only the client's close is awaited
+		}
+		_ = cl.extendRead()
 		var f clientFrame
 		if err := json.Unmarshal(data, &f); err != nil {
 			cl.errorFrame(0, sandchat.Errorf(sandchat.EINVALID, "Frames are JSON objects with a type."))
@@ -332,11 +395,13 @@ func (cl *client) writeLoop() {
 			if err == nil {
 				deadline = deadline.Add(closeGrace)
 			}
+			cl.mu.Lock()
 			_ = cl.conn.NetConn().SetReadDeadline(deadline)
+			cl.mu.Unlock()
 			return
 		case <-ping.C:
 			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
-				cl.cancel()
+				cl.writeFailed(err)
 			}
 		case <-cl.wake:
 			cl.mu.Lock()
@@ -348,7 +413,7 @@ func (cl *client) writeLoop() {
 					break
 				}
 				if err := cl.handle(it); err != nil {
-					cl.cancel()
+					cl.writeFailed(err)
 					break
 				}
 			}
@@ -361,7 +426,11 @@ func (cl *client) write(payload []byte) error {
 		return err // closing: the close frame goes next, nothing else
 	}
 	_ = cl.conn.SetWriteDeadline(time.Now().Add(cl.hub.cfg.WriteTimeout))
-	return cl.conn.WriteMessage(websocket.TextMessage, payload)
+	if err := cl.conn.WriteMessage(websocket.TextMessage, payload); err != nil {
+		return err
+	}
+	cl.wrote()
+	return nil
 }
 
 // handle writes one item. Conversation events pass only while the conversation is

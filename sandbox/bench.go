@@ -215,21 +215,31 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		return nil, err
 	}
 	rows = append(rows, crowd...)
+	neighbour, err := neighbourRow(ctx, e, n, log)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, neighbour)
 
 	fmt.Fprintln(log, "measuring:", benchColdRestore, "and", benchDelta)
 	samples = samples[:0]
 	var sizes []float64
 	for i := range n {
 		key := fmt.Sprintf("bench:cold:%d", i)
-		r, err := must(key, "x = 1\ndef f(a):\n    return a + x\nclass K:\n    pass\nk = K()")
+		if _, err := must(key, "x = 1\ndef f(a):\n    return a + x\nclass K:\n    pass\nk = K()"); err != nil {
+			return nil, err
+		}
+		// Evicted as the engine evicts: the heap is checkpointed, then the process goes.
+		e.mu.Lock()
+		lv := e.live[key]
+		e.forgetLocked(lv)
+		e.mu.Unlock()
+		e.retire(lv, "bench")
+		info, err := e.Session(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		sizes = append(sizes, float64(r.Session.StateBytes)/1000)
-		e.mu.Lock()
-		lv := e.live[key]
-		e.mu.Unlock()
-		e.dropLive(key, lv, "bench")
+		sizes = append(sizes, float64(info.StateBytes)/1000)
 		if err := waitPool(ctx, e); err != nil {
 			return nil, err
 		}

@@ -16,6 +16,24 @@ import (
 // shutdown). A session whose process died in between comes back from the last heap plus
 // the cells logged since it.
 
+// errHeapTooLarge is a checkpoint put off: the heap would pass the session's state
+// limit now. The session stays durable by its log.
+var errHeapTooLarge = errors.New("the heap is over the session's state limit")
+
+// expectedCheckpointErr is a checkpoint that could not be taken for an ordinary reason:
+// the process died, another run moved the session on, or the heap is over the limit.
+// The session's log has every run either way.
+func expectedCheckpointErr(err error) bool {
+	return errors.Is(err, errProcGone) || errors.Is(err, errFenced) || errors.Is(err, errHeapTooLarge)
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // retireTimeout bounds the checkpoint an evicted session gets before its process goes;
 // shutdownCheckpointTimeout, all of them at shutdown together.
 const (
@@ -39,7 +57,7 @@ func (e *Engine) scheduleCheckpoint(lv *live) {
 		err := e.checkpointLive(ctx, lv)
 		switch {
 		case err == nil, e.ctx.Err() != nil:
-		case errors.Is(err, errProcGone), errors.Is(err, errFenced):
+		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
 			e.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
 		default:
@@ -68,7 +86,7 @@ func (e *Engine) retire(lv *live, why string) {
 	e.mu.Unlock()
 	if dirty {
 		ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-		if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) {
+		if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
 			e.log.Warn("sandbox checkpoint before eviction failed; the session comes back by its log", "session", lv.key, "err", err)
 		}
 		cancel()
@@ -115,7 +133,7 @@ func (e *Engine) checkpointAll(lvs []*live) {
 		e.mu.Unlock()
 		if ok {
 			wg.Go(func() {
-				if err := e.checkpoint(ctx, lv, "", version); err != nil && !errors.Is(err, errFenced) {
+				if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
 					e.log.Warn("sandbox checkpoint at shutdown failed; the session comes back by its log", "session", lv.key, "err", err)
 				}
 			})
@@ -157,7 +175,7 @@ func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
 // checkpoint takes lv's heap and saves it as the state of version; token is the lease
 // held, or "" for a session no run can reach.
 func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version int64) error {
-	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint"}, nil)
+	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint", MaxBytes: e.cfg.MaxStateBytes}, nil)
 	if err != nil {
 		return err
 	}
@@ -171,6 +189,11 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 		return fmt.Errorf("checkpoint reply: %w", err)
 	}
 	mode, header, delta := modeSnapshot, f.bytes(r.Header), f.bytes(r.Delta)
+	if r.TooLarge {
+		// Not now: the log keeps the session, and a later checkpoint (after the user
+		// frees memory) may fit.
+		return fmt.Errorf("%w: %s", errHeapTooLarge, ptrString(r.SnapshotError))
+	}
 	if header == nil || delta == nil {
 		// User code holds JS objects, or compiled extensions are loaded: the session
 		// persists as its cells from now on.
@@ -180,11 +203,8 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 		}
 	}
 	_, err = e.st.checkpoint(ctx, lv.key, token, version, lv.base, e.rt.build, mode, header, delta, e.cfg.MaxStateBytes)
-	var full *errStateFull
-	if errors.As(err, &full) && mode == modeSnapshot {
-		e.log.Info("session switches to replay persistence", "session", lv.key, "reason", full.Error()+" as a heap")
-		mode = modeReplay
-		_, err = e.st.checkpoint(ctx, lv.key, token, version, lv.base, e.rt.build, mode, nil, nil, e.cfg.MaxStateBytes)
+	if full := (*errStateFull)(nil); errors.As(err, &full) {
+		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
 	}
 	if err != nil {
 		return err

@@ -79,11 +79,17 @@ func TestCheckpoint(t *testing.T) {
 // killLive stops key's process without a checkpoint, as a crash would.
 func killLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
+	e.dropLive(key, liveOf(t, e, key), "killed by the test")
+}
+
+// liveOf is key's live session; the test fails when there is none.
+func liveOf(t testing.TB, e *Engine, key string) *live {
+	t.Helper()
 	e.mu.Lock()
 	lv := e.live[key]
 	e.mu.Unlock()
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
-	e.dropLive(key, lv, "killed by the test")
+	return lv
 }

@@ -16,13 +16,7 @@ func TestRunAfterProcessDeath(t *testing.T) {
 		t.Run(fmt.Sprint(delay), func(t *testing.T) {
 			key := keyOf(fmt.Sprint(delay))
 			mustSucceed(t, e, key, "x = 41")
-			e.mu.Lock()
-			lv := e.live[key]
-			e.mu.Unlock()
-			if lv == nil {
-				t.Fatal("no live session after a run")
-			}
-			killAll(t, lv.p)
+			killAll(t, liveOf(t, e, key).p)
 			time.Sleep(delay)
 			res := mustSucceed(t, e, key, "x + 1")
 			if got := resultOf(res); got != "42" {

@@ -21,8 +21,9 @@ import (
 // errProcGone is returned for a call in flight when its session process exits.
 var errProcGone = errors.New("sandbox session process exited")
 
-// procError is an operation the process refused or its interpreter failed.
-type procError struct{ msg string }
+// procError is an operation the process refused or its interpreter failed. kind names
+// a refusal the engine acts on ("replay": a replayed cell outlived its time limit).
+type procError struct{ msg, kind string }
 
 func (e *procError) Error() string { return "sandbox process: " + e.msg }
 
@@ -281,6 +282,7 @@ func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
 		var r struct {
 			OK    bool            `json:"ok"`
 			Error json.RawMessage `json:"error"` // a refusal's reason; a run's Python error is an object
+			Kind  string          `json:"kind"`
 		}
 		if err := json.Unmarshal(f.raw, &r); err != nil {
 			p.kill("protocol: unreadable reply")
@@ -292,7 +294,7 @@ func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
 				// Not a plain reason: say what came, bounded, rather than nothing.
 				msg = "the process refused the request: " + truncUTF8(string(r.Error), 300)
 			}
-			return f, &procError{msg: msg}
+			return f, &procError{msg: msg, kind: r.Kind}
 		}
 		return f, nil
 	case <-p.done:

@@ -41,7 +41,7 @@ func (e *Engine) check(key string, req *Request) error {
 			return err
 		}
 		names[f.Name] = true
-		total += int64(len(f.Data))
+		total += max(f.Size, int64(len(f.Data)))
 	}
 	for _, f := range req.Data {
 		for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
@@ -127,7 +127,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}}
+	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
+		GraceMS: e.cfg.Grace.Milliseconds()}
 	var o blobs
 	var p *proc
 	mode := modeSnapshot
@@ -151,7 +152,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if len(cells) > 0 {
 				// Redis lost the session, but its runs are on record: bring it back by
 				// running them again.
-				a.info.RestoredFrom, a.replayed, at.Cells = FromReplay, cells, cells
+				a.info.RestoredFrom, a.replayed = FromReplay, cells
+				at.Cells, at.CellTimeouts = e.splitCells(cells)
 			}
 		}
 		if p, err = e.readyProc(wait, ctx); err != nil {
@@ -177,7 +179,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			} else {
 				// The heap as last checkpointed, then the runs logged since.
 				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
-				at.Cells = nonNil(st.Tail)
+				at.Cells, at.CellTimeouts = e.splitCells(st.Tail)
 			}
 		}
 		if p == nil {
@@ -191,7 +193,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if err != nil {
 				return nil, e.redisErr(ctx, err)
 			}
-			at.Cells, at.Reseed = cells, true
+			at.Cells, at.CellTimeouts = e.splitCells(cells)
+			at.Reseed = true
 			if p, err = e.readyProc(wait, ctx); err != nil {
 				return nil, err
 			}
@@ -218,12 +221,20 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	at.Data = []dataFile{}
 	if len(at.Cells) > 0 {
 		for _, f := range req.Data {
+			if f.Data == nil {
+				p.close("attach needs /data")
+				return nil, ErrDataStale
+			}
 			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
 		}
 	}
 	f, err := p.call(actx, at, &o)
 	if err != nil {
 		p.close("attach failed")
+		if pe := (*procError)(nil); errors.As(err, &pe) && pe.kind == "replay" {
+			return nil, sandchat.Errorf(sandchat.ECONFLICT,
+				"The session could not be restored: %s. Reset the session to start over.", pe.msg)
+		}
 		return nil, e.procErr(err, p, 0)
 	}
 	var r attachReply
@@ -330,9 +341,9 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	p := lv.p
 	defer e.release(lv)
 	var o blobs
-	data := make([]dataFile, 0, len(req.Data))
-	for _, f := range req.Data {
-		data = append(data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+	data, versions, err := e.dataFor(lv, req.Data, &o)
+	if err != nil {
+		return Result{}, err
 	}
 	if e.fetch != nil {
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
@@ -346,7 +357,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	defer pip.done()
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
-		Replay: lv.mode == modeReplay, Data: data, Preload: nonNil(req.Preload)}
+		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	if req.OnOutput != nil {
 		p.setOutput(req.OnOutput)
 		defer p.setOutput(nil)
@@ -418,6 +429,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		}
 		return Result{}, rep.err
 	}
+	// The process mounted /data as sent, whatever the code then did.
+	e.mu.Lock()
+	lv.data = versions
+	e.mu.Unlock()
 	var r runReply
 	if err := json.Unmarshal(rep.f.raw, &r); err == nil {
 		err = r.check(e.cfg, rep.f)
@@ -516,7 +531,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	save := saveReq{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), req.Code),
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
 		Cap: e.cfg.MaxStateBytes,
 	}
 	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)
@@ -597,4 +612,35 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		}
 		return nil
 	})
+}
+
+// A cell in the session's log is its code, or, when it ran under a time limit other than
+// the default, a NUL byte and JSON of both: Python source cannot hold a NUL byte, so no
+// code that ran reads as the second form. A replay gives each cell its own limit again.
+type loggedCell struct {
+	Code      string `json:"code"`
+	TimeoutMS int64  `json:"timeout_ms"`
+}
+
+func (e *Engine) logCell(code string, timeout time.Duration) string {
+	if timeout == 0 || timeout == e.cfg.Timeout {
+		return code
+	}
+	b, _ := json.Marshal(loggedCell{Code: code, TimeoutMS: timeout.Milliseconds()})
+	return "\x00" + string(b)
+}
+
+// splitCells decodes logged cells into their code and time limits in milliseconds.
+func (e *Engine) splitCells(cells []string) (codes []string, timeouts []int64) {
+	codes, timeouts = make([]string, 0, len(cells)), make([]int64, 0, len(cells))
+	for _, c := range cells {
+		lc := loggedCell{Code: c, TimeoutMS: e.cfg.Timeout.Milliseconds()}
+		if strings.HasPrefix(c, "\x00") {
+			if json.Unmarshal([]byte(c[1:]), &lc) != nil || lc.TimeoutMS <= 0 {
+				lc = loggedCell{Code: "", TimeoutMS: e.cfg.Timeout.Milliseconds()}
+			}
+		}
+		codes, timeouts = append(codes, lc.Code), append(timeouts, lc.TimeoutMS)
+	}
+	return codes, timeouts
 }

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -29,10 +31,55 @@ type live struct {
 	tainted     bool
 	checkpoint  *time.Timer
 	gone        chan struct{} // closed once retired (checkpointed after eviction, then stopped)
+
+	// data is /data as the process holds it, name → version (guarded by Engine.mu).
+	data map[string]string
 }
 
 func newLive(key string, p *proc, base, mode string) *live {
 	return &live{key: key, p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+}
+
+// DataVersions tells which version of each file under /data the warm process of key
+// on this node holds, or nil: a caller may then leave those files' Data out.
+func (e *Engine) DataVersions(key string) map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lv := e.live[key]
+	if lv == nil || lv.data == nil {
+		return nil
+	}
+	out := make(map[string]string, len(lv.data))
+	for n, v := range lv.data {
+		out[n] = v
+	}
+	return out
+}
+
+// dataFor is what a run must send of files for /data: the versions of all, the bytes
+// of those the process does not hold. ErrDataStale when one of those came without them.
+func (e *Engine) dataFor(lv *live, files []File, o *blobs) ([]dataFile, map[string]string, error) {
+	e.mu.Lock()
+	held := lv.data
+	e.mu.Unlock()
+	versions := make(map[string]string, len(files))
+	out := make([]dataFile, 0, len(files))
+	for _, f := range files {
+		v := f.Version
+		if v == "" {
+			sum := sha256.Sum256(f.Data)
+			v = hex.EncodeToString(sum[:])
+		}
+		versions[f.Name] = v
+		if held != nil && held[f.Name] == v {
+			continue
+		}
+		if f.Data == nil {
+			return nil, nil, ErrDataStale
+		}
+		out = append(out, dataFile{Name: f.Name, Data: o.add(f.Data)})
+	}
+	return out, versions, nil
 }
 
 // dirty tells whether the saved heap lags this interpreter and a checkpoint can catch it

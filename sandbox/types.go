@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -29,11 +30,21 @@ type Request struct {
 	Preload []string
 }
 
-// File is a named blob handed to Python.
+// File is a named blob handed to Python. Version names its content (anything that
+// changes when the content does; empty: the engine hashes Data). A File with a Version
+// and no Data stands for the content the session's process already holds at that
+// version (DataVersions): uploads that did not change are not sent again.
 type File struct {
-	Name string
-	Data []byte
+	Name    string
+	Version string
+	Size    int64 // of the content, when Data is left out
+	Data    []byte
 }
+
+// ErrDataStale is returned, before any code runs, when a File came without its Data but
+// the session's process does not hold that version (it was restored or moved since the
+// caller asked): send the request again with the data.
+var ErrDataStale = errors.New("sandbox: the session's process does not hold that version of /data; send the files")
 
 // Run statuses.
 const (

@@ -20,6 +20,8 @@ type fakeEngine struct {
 	release chan struct{}
 }
 
+func (e *fakeEngine) DataVersions(string) map[string]string { return nil }
+
 func (e *fakeEngine) Execute(ctx context.Context, _ string, _ sandbox.Request) (sandbox.Result, error) {
 	if e.release != nil {
 		<-e.release
@@ -34,7 +36,7 @@ type fakeRecords struct {
 	finished map[int64]string // status, or "failed: reason"
 }
 
-func (s *fakeRecords) DataFiles(context.Context, int64) ([]conversations.DataFile, error) {
+func (s *fakeRecords) DataFiles(context.Context, int64, map[string]string) ([]conversations.DataFile, error) {
 	return nil, nil
 }
 

@@ -24,6 +24,8 @@ type Engine interface {
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
 	Reset(ctx context.Context, key string) error
+	// DataVersions is what the session's warm process holds of /data, or nil.
+	DataVersions(key string) map[string]string
 }
 
 // ExecutionStore records runs with their artifacts and hands the conversation's
@@ -39,8 +41,9 @@ type ExecutionStore interface {
 	SessionRuns(ctx context.Context, convID int64, key string) ([]conversations.SessionRun, error)
 	// RecordReset notes a reset of the session.
 	RecordReset(ctx context.Context, convID int64, key string) error
-	// DataFiles returns the conversation's uploads, for /data.
-	DataFiles(ctx context.Context, convID int64) ([]conversations.DataFile, error)
+	// DataFiles returns the conversation's uploads, for /data, with the bytes of those
+	// whose version is not the one have names.
+	DataFiles(ctx context.Context, convID int64, have map[string]string) ([]conversations.DataFile, error)
 }
 
 // Limiter admits or refuses an action of the user in ctx (per-user rate limits).
@@ -112,6 +115,20 @@ type Run struct {
 	Notice string `json:"notice,omitempty"`
 }
 
+// dataFiles is the conversation's uploads as the engine takes them: bytes only for the
+// versions have does not name.
+func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]string) ([]sandbox.File, error) {
+	uploads, err := s.Store.DataFiles(ctx, convID, have)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]sandbox.File, len(uploads))
+	for i, f := range uploads {
+		data[i] = sandbox.File{Name: f.Name, Version: f.Version, Size: f.Size, Data: f.Data}
+	}
+	return data, nil
+}
+
 // SessionKey is the interpreter a run uses: the conversation's, or with per-agent
 // sessions, the agent's within it.
 func (s *Sandbox) SessionKey(convID int64, agentID *int64) string {
@@ -146,15 +163,12 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			return Run{}, err
 		}
 	}
-	uploads, err := s.Store.DataFiles(ctx, req.ConversationID)
+	key := s.SessionKey(req.ConversationID, req.AgentID)
+	// Uploads travel once: only those the session's warm process does not hold.
+	data, err := s.dataFiles(ctx, req.ConversationID, s.Engine.DataVersions(key))
 	if err != nil {
 		return Run{}, err
 	}
-	data := make([]sandbox.File, len(uploads))
-	for i, f := range uploads {
-		data[i] = sandbox.File{Name: f.Name, Data: f.Data}
-	}
-	key := s.SessionKey(req.ConversationID, req.AgentID)
 	ex := conversations.Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
 	id, err := s.Store.BeginExecution(ctx, ex)
 	if err != nil {
@@ -162,8 +176,18 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	r, later := s.call(ctx, key, sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
-		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }})
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
+		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }}
+	r, later := s.call(func() (sandbox.Result, error) {
+		res, err := s.Engine.Execute(ctx, key, sreq)
+		if errors.Is(err, sandbox.ErrDataStale) {
+			// The process moved on since we asked (evicted, restored): no code ran; send all.
+			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err == nil {
+				res, err = s.Engine.Execute(ctx, key, sreq)
+			}
+		}
+		return res, err
+	})
 	if later != nil {
 		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, <-later) })
 		return Run{}, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
@@ -205,13 +229,13 @@ type engineReply struct {
 	err error
 }
 
-// call runs req on the engine. Once the shutdown cuts runs off (CutOff), a run the
+// call runs a run on the engine. Once the shutdown cuts runs off (CutOff), a run the
 // engine still holds (code ignoring its interrupt) is not waited for: later delivers
 // its outcome when the engine lets go of it.
-func (s *Sandbox) call(ctx context.Context, key string, req sandbox.Request) (r engineReply, later <-chan engineReply) {
+func (s *Sandbox) call(run func() (sandbox.Result, error)) (r engineReply, later <-chan engineReply) {
 	done := make(chan engineReply, 1)
 	go func() {
-		res, err := s.Engine.Execute(ctx, key, req)
+		res, err := run()
 		done <- engineReply{res, err}
 	}()
 	select {
@@ -274,7 +298,7 @@ func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversatio
 func dataList(data []sandbox.File) []string {
 	out := make([]string, 0, len(data))
 	for _, f := range data {
-		out = append(out, fmt.Sprintf("/data/%s (%d bytes)", f.Name, len(f.Data)))
+		out = append(out, fmt.Sprintf("/data/%s (%d bytes)", f.Name, max(f.Size, int64(len(f.Data)))))
 	}
 	return out
 }

@@ -9,10 +9,14 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
 
 	"github.com/sandchat/sandchat/sandbox"
 )
@@ -558,7 +562,8 @@ func TestSlowClient(t *testing.T) {
 	// The slow socket is closed: with "try again later" once its buffered frames are read
 	// when the server's stuck write ended between frames, or abruptly when its write
 	// deadline cut a frame in half (TCP cannot deliver the close frame after half a
-	// frame). Either way it ends, and does not linger open.
+	// frame) or the server reset what the client never read. Either way it ends, and
+	// does not linger open.
 	_ = slow.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	for {
 		_, _, err := slow.conn.ReadMessage()
@@ -569,11 +574,129 @@ func TestSlowClient(t *testing.T) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("the slow socket was never closed: %v", err)
 		}
-		if !websocket.IsCloseError(err, websocket.CloseTryAgainLater, websocket.CloseAbnormalClosure) {
-			t.Fatalf("slow client ended with %v, want close 1013 or an abrupt close", err)
+		if !closedAsSlow(err) {
+			t.Fatalf("slow client ended with %v, want close 1013, an abrupt close or a reset", err)
 		}
 		break
 	}
+}
+
+// TestStalledSocket is a client whose application stops reading while the server has
+// more for it than the queue bound. Its small receive buffer fills at once; what the
+// server writes after that piles up in the server's own kernel buffer, which Linux grows
+// to megabytes, so a writer that never blocks must still see that the client fell
+// behind. Silent or sending the protocol's pings, the socket is closed within seconds,
+// counted, and torn down: reading at last, the client finds the connection gone.
+func TestStalledSocket(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ping bool
+	}{{"silent", false}, {"pinging", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			m := e.node(func(c *Config, _ *Main) { c.WSQueueBytes = 64 << 10 })
+			alice, aliceID := m.user(t, "alice", false)
+			conn := alice.stalledSocket(4 << 10)
+			if tc.ping {
+				every(t, 100*time.Millisecond, func() error { return conn.WriteJSON(map[string]any{"type": "ping"}) })
+			}
+			eventually(t, 5*time.Second, "socket registered", func() bool { return m.Hub.Clients() == 1 })
+
+			// 2 MB in small frames, paced so the server's writer keeps up with them.
+			pad := strings.Repeat("x", 1000)
+			start := time.Now()
+			for i := range 2000 {
+				payload, _ := json.Marshal(map[string]any{"type": "toast", "data": map[string]any{"i": i, "pad": pad}})
+				if err := m.Redis.Publish(context.Background(), e.redisPrefix+fmt.Sprintf("events:user:%d", aliceID), payload).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if i%20 == 19 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			took := eventually(t, 5*time.Second, "the stalled socket closed", func() bool { return m.Hub.Clients() == 0 })
+			t.Logf("closed %s after the first frame was published, %s after the last", time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond))
+			if n := counterValue(t, m, "sandchat_ws_slow_disconnects_total"); n != 1 {
+				t.Fatalf("sandchat_ws_slow_disconnects_total %v, want 1", n)
+			}
+			// Let go for real: the server's kernel holds neither the socket nor the
+			// megabytes the client never read, so the client's end is reset.
+			eventually(t, 2*time.Second, "the server resets the connection", func() bool { return tcpState(t, conn.NetConn()) == tcpClose })
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				_, _, err := conn.ReadMessage()
+				if err == nil {
+					continue
+				}
+				if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+					t.Fatalf("the server still holds the connection: %v", err)
+				}
+				if !closedAsSlow(err) {
+					t.Fatalf("stalled client ended with %v, want close 1013, an abrupt close or a reset", err)
+				}
+				t.Logf("the stalled client saw: %v", err)
+				break
+			}
+		})
+	}
+}
+
+// closedAsSlow tells how a client that fell behind may see its socket end: 1013 when it
+// read its way to the close frame, else an abrupt close or a reset (the server drops
+// what the client did not read in time).
+func closedAsSlow(err error) bool {
+	return websocket.IsCloseError(err, websocket.CloseTryAgainLater, websocket.CloseAbnormalClosure) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// stalledSocket dials with a receive buffer of rcvbuf bytes and never reads unless the
+// test does.
+func (c *client) stalledSocket(rcvbuf int) *websocket.Conn {
+	c.t.Helper()
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: testenv.ReceiveBuffer(rcvbuf)}).DialContext}
+	conn, _, err := d.Dial(strings.Replace(c.base, "http://", "ws://", 1)+"/api/v1/ws", http.Header{"Authorization": {"Bearer " + c.token}})
+	if err != nil {
+		c.t.Fatalf("dial: %v", err)
+	}
+	c.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// tcpClose is Linux's TCP_CLOSE: a connection that is gone, here because it was reset.
+const tcpClose = 7
+
+// tcpState is the state of a TCP connection as the kernel sees it.
+func tcpState(t *testing.T, conn net.Conn) uint8 {
+	t.Helper()
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	if cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+// counterValue reads a counter from the node's metrics registry.
+func counterValue(t *testing.T, m *Main, name string) float64 {
+	t.Helper()
+	families, err := m.HTTP.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 func TestHealth(t *testing.T) {

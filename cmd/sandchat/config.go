@@ -33,8 +33,9 @@ type Config struct {
 	// AdminTokenFile, when set, makes serve print a working admin token at start: the
 	// one in the file if it still authenticates, else a new admin's, written there.
 	AdminTokenFile string
-	// WSQueueBytes bounds what may wait to be written to one WebSocket; a client that
-	// falls further behind is disconnected and reconnects with since.
+	// WSQueueBytes bounds what may wait to be written to one WebSocket (queued, or unsent
+	// in the kernel); a client that falls further behind is disconnected and reconnects
+	// with since.
 	WSQueueBytes int
 	// Per-user limits per minute; 0 disables one.
 	RateMessages   int

@@ -384,6 +384,9 @@ func (e *scriptedEngine) Reset(ctx context.Context, key string) error {
 	return sandchat.RedisError(e.rdb.Del(ctx, e.prefix+key).Err())
 }
 
+// DataVersions: the scripted engine keeps no /data, so every run gets every upload.
+func (e *scriptedEngine) DataVersions(string) map[string]string { return nil }
+
 var _ toolkits.Engine = (*scriptedEngine)(nil)
 
 // faultEnv is one Postgres cluster, one Redis and the scripted engine the fault cases

@@ -393,18 +393,10 @@ func TestFaults(t *testing.T) {
 
 		// A client that stops reading but keeps pinging.
 		stalled := bob.socket()
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-					_ = stalled.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
-				}
-			}
-		}()
+		every(t, 100*time.Millisecond, func() error {
+			_ = stalled.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+			return nil
+		})
 		eventually(t, 5*time.Second, "socket registered", func() bool { return m.Hub.Clients() == 1 })
 		pad := strings.Repeat("x", 64<<10)
 		rdb := f.redis.client(t)
@@ -623,4 +615,58 @@ func TestZombieTurn(t *testing.T) {
 	if status != "failed" {
 		t.Fatalf("lost turn is %s after its server resumed", status)
 	}
+}
+
+// TestCancelWithoutRedis cancels, on one node, a turn another node runs, while Redis is
+// down and just after it restarted. The cancel's fast path is Redis pub/sub, which
+// drops what is published while the runner's subscription is away; the turn still ends
+// cancelled within a few seconds, as fast as the runner's heartbeat at worst.
+func TestCancelWithoutRedis(t *testing.T) {
+	t.Parallel()
+	f := newFaultEnv(t)
+	runner := f.node(t)
+	other := f.node(t)
+	alice, _ := runner.user(t, "alice", false)
+	coder := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	elsewhere := other.as(t, alice.token)
+	cancel := func(conv, turn int64) int {
+		return elsewhere.do("POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+	}
+	// cancelled waits for the turn to end and says how long after sent it did.
+	cancelled := func(conv, turn int64, sent time.Time, within time.Duration) time.Duration {
+		t.Helper()
+		if tj := alice.awaitTurn(conv, turn, within); tj.Status != "cancelled" {
+			t.Fatalf("turn %+v, want cancelled", tj)
+		}
+		return time.Since(sent)
+	}
+
+	t.Run("Redis down", func(t *testing.T) {
+		conv := alice.createConversation(coder.ID)
+		turn := alice.post(conv, "Run it:\n"+py("block down"))
+		f.engine.waitStarted(t, "down")
+		f.redis.kill()
+		defer f.redis.start()
+		sent := time.Now()
+		if code := cancel(conv, turn); code != 202 {
+			t.Fatalf("cancel during the Redis outage: %d, want 202", code)
+		}
+		t.Logf("cancel answered in %s", time.Since(sent).Round(time.Millisecond))
+		// Ending a turn publishes its last events, each retried while Redis is down.
+		t.Logf("turn cancelled %s after the cancel was sent", cancelled(conv, turn, sent, 20*time.Second).Round(time.Millisecond))
+	})
+
+	t.Run("just after a Redis restart", func(t *testing.T) {
+		conv := alice.createConversation(coder.ID)
+		turn := alice.post(conv, "Run it:\n"+py("block restart"))
+		f.engine.waitStarted(t, "restart")
+		f.redis.kill()
+		time.Sleep(2 * time.Second)
+		f.redis.start()
+		sent := time.Now()
+		if code := cancel(conv, turn); code != 202 {
+			t.Fatalf("cancel after Redis restarted: %d, want 202", code)
+		}
+		t.Logf("turn cancelled %s after the cancel was sent", cancelled(conv, turn, sent, 3*time.Second).Round(time.Millisecond))
+	})
 }

@@ -146,6 +146,24 @@ func eventually(t *testing.T, within time.Duration, what string, fn func() bool)
 	return took
 }
 
+// every calls fn every interval, in the background, until the test ends or fn fails.
+func every(t *testing.T, interval time.Duration, fn func() error) {
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+				if fn() != nil {
+					return
+				}
+			}
+		}
+	}()
+}
+
 // poll calls fn every 50 ms until it returns true or within has passed.
 func poll(within time.Duration, fn func() bool) (took time.Duration, ok bool) {
 	start := time.Now()

@@ -232,17 +232,31 @@ func nullText(s string) *string {
 	return &s
 }
 
-// DataFiles returns the newest upload of each name; no permission check, since the
-// caller is running code for a conversation it was authorized on.
-func (s *Store) DataFiles(ctx context.Context, convID int64) ([]conversations.DataFile, error) {
-	rows, err := s.db.Query(ctx, `select distinct on (name) name, data from files
-		where conversation_id = $1 and source = 'upload' order by name, id desc`, convID)
+// DataFiles returns the newest upload of each name with its version, and its bytes
+// unless have (name → version) says the caller holds that version already; no
+// permission check, since the caller is running code for a conversation it was
+// authorized on.
+func (s *Store) DataFiles(ctx context.Context, convID int64, have map[string]string) ([]conversations.DataFile, error) {
+	names := make([]string, 0, len(have))
+	versions := make([]string, 0, len(have))
+	for n, v := range have {
+		names, versions = append(names, n), append(versions, v)
+	}
+	// An upload's version is its row and the time it was last written: replacing the
+	// file rewrites both. Bytes are read only for versions the caller does not hold.
+	rows, err := s.db.Query(ctx, `with f as (
+			select distinct on (name) name, size, data,
+				id::text || '.' || floor(extract(epoch from created_at) * 1000000)::bigint::text as version
+			from files where conversation_id = $1 and source = 'upload' order by name, id desc)
+		select f.name, f.version, f.size, case when h.version is distinct from f.version then f.data end
+		from f left join unnest($2::text[], $3::text[]) as h(name, version) on h.name = f.name
+		order by f.name`, convID, names, versions)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.DataFile, error) {
 		var f conversations.DataFile
-		return f, r.Scan(&f.Name, &f.Data)
+		return f, r.Scan(&f.Name, &f.Version, &f.Size, &f.Data)
 	})
 }
 

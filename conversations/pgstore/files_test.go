@@ -45,7 +45,7 @@ func setupFiles(t *testing.T) filesBundle {
 
 func (b filesBundle) dataFiles(t *testing.T) map[string]string {
 	t.Helper()
-	files, err := b.store.DataFiles(context.Background(), b.conv)
+	files, err := b.store.DataFiles(context.Background(), b.conv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,5 +242,44 @@ func TestFilesDisplaysBounded(t *testing.T) {
 	}
 	if len(got) != 5 || got[0].HTML != big || got[0].Truncated || !got[4].Truncated || got[4].HTML != "" || !strings.HasPrefix(got[4].Text, "ttt") {
 		t.Fatalf("items kept: %d, first truncated %v, last truncated %v", len(got), got[0].Truncated, got[4].Truncated)
+	}
+}
+
+// TestFilesDataVersions: a run's caller gets the bytes of an upload only when it does
+// not hold that version already; replacing a file gives it a new version.
+func TestFilesDataVersions(t *testing.T) {
+	b := setupFiles(t)
+	ctx := context.Background()
+	for _, name := range []string{"a.txt", "b.txt"} {
+		if _, _, err := b.store.UploadFile(b.alice, b.conv, name, "", []byte(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byName := func(have map[string]string) map[string]conversations.DataFile {
+		t.Helper()
+		files, err := b.store.DataFiles(ctx, b.conv, have)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]conversations.DataFile{}
+		for _, f := range files {
+			out[f.Name] = f
+		}
+		return out
+	}
+	first := byName(nil)
+	if len(first) != 2 || string(first["a.txt"].Data) != "a.txt" || first["a.txt"].Version == "" || first["b.txt"].Size != 5 {
+		t.Fatalf("first listing: %+v", first)
+	}
+	held := map[string]string{"a.txt": first["a.txt"].Version, "b.txt": first["b.txt"].Version}
+	if again := byName(held); again["a.txt"].Data != nil || again["b.txt"].Data != nil || again["a.txt"].Version != held["a.txt"] {
+		t.Fatalf("nothing changed, yet bytes came: %+v", again)
+	}
+	if _, _, err := b.store.UploadFile(b.alice, b.conv, "a.txt", "", []byte("new a")); err != nil {
+		t.Fatal(err)
+	}
+	after := byName(held)
+	if string(after["a.txt"].Data) != "new a" || after["a.txt"].Version == held["a.txt"] || after["b.txt"].Data != nil {
+		t.Fatalf("after replacing a.txt: %+v", after)
 	}
 }

@@ -226,25 +226,46 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 }
 
 // Heartbeat renews this node's running turns and returns those it no longer runs
-// (failed by another node, e.g. while this one was paused): their runners must stop.
-func (s *Store) Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost []int64, err error) {
+// (failed by another node, e.g. while this one was paused): their runners must stop;
+// and those whose cancel was requested.
+func (s *Store) Heartbeat(ctx context.Context, nodeID string, turnIDs []int64) (lost, cancelled []int64, err error) {
 	if len(turnIDs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	rows, err := s.db.Query(ctx, `update turns set heartbeat_at = now() where id = any($1) and node_id = $2 and status = 'running' returning id`, turnIDs, nodeID)
+	rows, err := s.db.Query(ctx, `update turns set heartbeat_at = now() where id = any($1) and node_id = $2 and status = 'running'
+		returning id, cancel_requested_at is not null`, turnIDs, nodeID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	renewed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, err
+	var renewed []int64
+	var id int64
+	var cancel bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
+		renewed = append(renewed, id)
+		if cancel {
+			cancelled = append(cancelled, id)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
 	for _, id := range turnIDs {
 		if !slices.Contains(renewed, id) {
 			lost = append(lost, id)
 		}
 	}
-	return lost, nil
+	return lost, cancelled, nil
+}
+
+// RequestCancel records a cancel on a running turn, for the heartbeat of the node that
+// runs it; false when the turn no longer runs.
+func (s *Store) RequestCancel(ctx context.Context, convID, turnID int64) (bool, error) {
+	tag, err := s.db.Exec(ctx, `update turns set cancel_requested_at = now()
+		where id = $1 and conversation_id = $2 and status = 'running'`, turnID, convID)
+	if err != nil {
+		return false, pgdb.PgError(err, "RequestCancel")
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // QuietNodes returns the nodes with running turns not renewed for quietAfter: the ones

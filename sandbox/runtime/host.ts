@@ -24,6 +24,9 @@ const interrupt = new SharedArrayBuffer(2);
 let outBytes = 0;
 let displayBytes = 0, displayCount = 0, displayDropped = 0;
 let pipInFlight = false;
+// The replay of an attach: each cell gets its time limit, then an interrupt, then the
+// grace; a cell that outlives both ends the process, and the engine is told which.
+const replay = { id: 0, limits: [] as number[], grace: 0, cell: -1, stopped: -1, timers: [] as number[] };
 
 type Pending = { expect: string; resolve: (v: any) => void; reject: (e: Error) => void };
 let pending: Pending | null = null;
@@ -109,6 +112,25 @@ function onWorker(m: any) {
     return;
   }
   if (!p) return;
+  if (m.op === "replaying") {
+    if (p.expect !== "attached" || !Number.isInteger(m.index) || m.index < 0 || m.index >= replay.limits.length) return;
+    replay.timers.forEach(clearTimeout);
+    const i = m.index, limit = replay.limits[i];
+    replay.cell = i;
+    replay.timers = [
+      setTimeout(() => {
+        replay.stopped = i;
+        const a = new Uint8Array(interrupt);
+        a[1] = 1;
+        a[0] = 2; // SIGINT
+      }, limit),
+      setTimeout(async () => {
+        await reply(replay.id, { ok: false, kind: "replay", error: `replay of cell ${i + 1} did not stop within its time limit (${limit / 1000} s) and the ${replay.grace / 1000} s grace after it` });
+        die(`replay of cell ${i + 1} did not stop`);
+      }, limit + replay.grace),
+    ];
+    return;
+  }
   if (m.op === "out") {
     if (p.expect !== "done" || typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
     outBytes += m.chunk.length;
@@ -211,8 +233,23 @@ async function handle(m: any) {
         return;
       }
       case "attach": {
-        const r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells: m.cells ?? [], data: m.data ?? [] }, "attached");
-        await reply(id, { ok: true, error: typeof r.error === "string" ? r.error.slice(0, 4000) : null });
+        const cells = Array.isArray(m.cells) ? m.cells : [];
+        Object.assign(replay, {
+          id, cell: -1, stopped: -1, grace: Number(m.graceMs) || 0,
+          limits: cells.map((_: unknown, i: number) => Number(m.cellTimeouts?.[i]) || 30000),
+        });
+        let r: any;
+        try {
+          r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells, data: m.data ?? [] }, "attached");
+        } finally {
+          replay.timers.forEach(clearTimeout);
+          new Uint8Array(interrupt).fill(0);
+        }
+        let error = typeof r.error === "string" ? r.error.slice(0, 4000) : null;
+        if (error && replay.stopped >= 0 && replay.stopped === replay.cell) {
+          error = `replay of cell ${replay.stopped + 1} was stopped at its time limit (${replay.limits[replay.stopped] / 1000} s)`;
+        }
+        await reply(id, { ok: true, error });
         return;
       }
       case "run": {
@@ -223,7 +260,8 @@ async function handle(m: any) {
         const cfg = config!;
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
-          maxFiles: cfg.maxFiles, persist: !!m.persist, replay: !!m.replay, data: m.data ?? [],
+          maxFiles: cfg.maxFiles, data: m.data ?? [],
+          dataVersions: m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : null,
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
         }, "done");
@@ -237,21 +275,19 @@ async function handle(m: any) {
           stdout: r.stdout, stderr: r.stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
           changed: r.changed.map((f: any) => ({ path: f.path, size: f.size, data: f.data })), omitted: r.omitted,
           deleted: r.deleted.map(String), packages: r.packages.map(String),
-          header: r.header instanceof Uint8Array ? r.header : null,
-          delta: r.delta instanceof Uint8Array ? r.delta : null,
-          snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
           displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
         });
         return;
       }
       case "checkpoint": {
         // The heap as it is between runs: the engine saves it off the runs' path.
-        const r = await call({ op: "checkpoint" }, "checkpointed");
+        const r = await call({ op: "checkpoint", maxBytes: typeof m.maxBytes === "number" ? m.maxBytes : config!.memory }, "checkpointed");
         await reply(id, {
           ok: true,
           header: r.header instanceof Uint8Array ? r.header : null,
           delta: r.delta instanceof Uint8Array ? r.delta : null,
           snapshotError: typeof r.snapshotError === "string" ? r.snapshotError.slice(0, 1000) : null,
+          tooLarge: r.tooLarge === true,
         });
         return;
       }

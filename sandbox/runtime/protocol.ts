@@ -16,8 +16,12 @@ export type Request =
   | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob; warmup?: boolean }
   | { id: number; op: "boot"; preload: string[] }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
-  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[]; data: DataFile[] }
-  | { id: number; op: "run"; code: string; filename: string; persist: boolean; replay: boolean; data: DataFile[]; preload: string[] }
+  /** cellTimeouts: each replayed cell's limit (ms), then graceMs before the process is stopped. */
+  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[]; cellTimeouts: number[]; graceMs: number; data: DataFile[] }
+  /** data: only files the process does not hold; dataVersions: all of /data, name → version. */
+  | { id: number; op: "run"; code: string; filename: string; data: DataFile[]; dataVersions: Record<string, string>; preload: string[] }
+  /** The heap between runs, as a delta against the base, unless it passes maxBytes. */
+  | { id: number; op: "checkpoint"; maxBytes: number }
   /** The engine's answer to a Pip request: wheels to install from the package cache. */
   | { id: 0; op: "pipDone"; seq: number; wheels: PipWheel[]; lock: string[]; error?: string }
   | { id: 0; op: "interrupt" }

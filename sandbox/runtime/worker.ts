@@ -464,7 +464,11 @@ function macrotask(): Promise<void> {
   });
 }
 
-function liveDelta(): { header: Uint8Array; delta: Uint8Array } {
+// DeltaTooLarge is a heap whose delta would pass the session's state limit: it is not
+// built at all, so a checkpoint never needs memory the session was not granted.
+class DeltaTooLarge extends Error {}
+
+function liveDelta(maxBytes = Infinity): { header: Uint8Array; delta: Uint8Array } {
   if (base[HEADER_FIXED] !== 0x7b /* { */ && base[HEADER_FIXED] !== 0x5b /* [ */) {
     return diff(py.makeMemorySnapshot()); // a layout we do not know: take the slow path
   }
@@ -478,10 +482,10 @@ function liveDelta(): { header: Uint8Array; delta: Uint8Array } {
   u[2] = written;
   u[3] = 0;
   const h8 = py._module.HEAP8;
-  return { header, delta: diffHeap(new Uint8Array(h8.buffer, h8.byteOffset, h8.length)) };
+  return { header, delta: diffHeap(new Uint8Array(h8.buffer, h8.byteOffset, h8.length), maxBytes) };
 }
 
-function diffHeap(heap: Uint8Array): Uint8Array {
+function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
   const bheap = base.subarray(heapOffset(base));
   const n = Math.ceil(heap.length / PAGE);
   const changed: number[] = [];
@@ -510,6 +514,9 @@ function diffHeap(heap: Uint8Array): Uint8Array {
         break;
       }
     }
+  }
+  if (changed.length * PAGE > maxBytes) {
+    throw new DeltaTooLarge(`the heap differs from the base by ${(changed.length * PAGE / 1048576).toFixed(1)} MiB, over the session's ${(maxBytes / 1048576).toFixed(1)} MiB state limit`);
   }
   const out = new Uint8Array(12 + changed.length * 4 + changed.length * PAGE);
   const dv = new DataView(out.buffer);
@@ -645,7 +652,7 @@ if "/data" not in sys.path:
 importlib.invalidate_caches()
 for _name, _mod in list(sys.modules.items()):
     _file = str(getattr(_mod, "__file__", None) or "")
-    if _file.startswith("/data/") and (changed is None or _file[len("/data/"):] in set(changed)):
+    if _file.startswith("/data/") and (every or _file[len("/data/"):] in set(changed)):
         del sys.modules[_name]
 `;
 
@@ -667,23 +674,71 @@ async function mountData(data: { name: string; data: Uint8Array }[]) {
     const h = new Uint8Array(await crypto.subtle.digest("SHA-256", f.data));
     hashes.set(f.name, Array.from(h, (b) => b.toString(16).padStart(2, "0")).join(""));
   }
-  // Unknown history (null) only matters for a restored heap: a base interpreter has
-  // imported nothing from /data, and running the sync there would cost the first run
-  // a pass over sys.modules and a larger first state.
-  let changed: string[] | null = heapRestored ? null : [];
+  resync(hashes);
+}
+
+// resync makes /data importable and drops the modules imported from files that changed
+// or went away since the last mount (now: name → version). A restored heap's history is
+// unknown, so every module from /data counts as changed; a base interpreter's is empty.
+function resync(now: Map<string, string>) {
+  let changed: string[] | null = heapRestored && dataHashes === null ? null : [];
   if (dataHashes !== null) {
-    changed = [...dataHashes.keys()].filter((name) => hashes.get(name) !== dataHashes!.get(name));
-    changed.push(...[...hashes.keys()].filter((name) => !dataHashes!.has(name)));
+    changed = [...dataHashes.keys()].filter((name) => now.get(name) !== dataHashes!.get(name));
+    changed.push(...[...now.keys()].filter((name) => !dataHashes!.has(name)));
+  } else if (changed !== null) {
+    changed = [...now.keys()];
   }
   if (changed === null || changed.length > 0) {
-    const ns = py.toPy({ changed });
+    const ns = py.toPy({ every: changed === null, changed: changed ?? [] });
     try {
       py.runPython(DATA_SYNC, { globals: ns, filename: "<sandchat>" });
     } finally {
       ns.destroy();
     }
   }
-  dataHashes = hashes;
+  dataHashes = now;
+}
+
+// syncData brings /data to the engine's listing (name → version) sending only the files
+// that are new or changed; the others are here already, as the last sync left them. A
+// run whose uploads did not change costs no copy, no hash and no file system work.
+async function syncData(data: { name: string; data: Uint8Array }[], versions: Record<string, string>) {
+  const want = new Map(Object.entries(versions));
+  const same = dataHashes !== null && want.size === dataHashes.size && [...want].every(([n, v]) => dataHashes!.get(n) === v);
+  if (data.length === 0 && (same || (dataHashes === null && want.size === 0 && !heapRestored))) return;
+  const FS = py.FS;
+  try {
+    setDirModes(DATADIR, 0o755);
+  } catch {
+    FS.mkdir(DATADIR);
+  }
+  const incoming = new Set(data.map((f) => f.name));
+  const held = new Map<string, string>();
+  walk(DATADIR, held);
+  for (const p of held.keys()) {
+    const name = p.slice(DATADIR.length + 1);
+    if (!want.has(name) || incoming.has(name)) FS.unlink(p);
+  }
+  pruneDirs(DATADIR);
+  for (const f of data) {
+    writeFile(DATADIR + "/" + f.name, f.data);
+    FS.chmod(DATADIR + "/" + f.name, 0o444);
+  }
+  setDirModes(DATADIR, 0o555);
+  resync(want);
+}
+
+// pruneDirs removes the directories under dir that hold no file.
+function pruneDirs(dir: string): boolean {
+  const FS = py.FS;
+  let empty = true;
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    const p = dir + "/" + name;
+    if (FS.isDir(FS.lstat(p).mode) && pruneDirs(p)) FS.rmdir(p);
+    else empty = false;
+  }
+  return empty;
 }
 
 // Powers a session must not have. Permissions already deny processes, env, FFI and
@@ -836,8 +891,9 @@ async function run(m: any) {
   const lap = (name: string) => (timings[name] = performance.now() - t0);
   runId = m.run;
   outLimit = m.maxOutput;
-  if (m.data?.length || dataMounted) await mountData(m.data ?? []);
-  dataMounted = (m.data?.length ?? 0) > 0;
+  if (m.dataVersions && typeof m.dataVersions === "object") await syncData(m.data ?? [], m.dataVersions);
+  else if (m.data?.length || dataMounted) await mountData(m.data ?? []);
+  dataMounted = (m.data?.length ?? 0) > 0 || Object.keys(m.dataVersions ?? {}).length > 0;
   const before = files;
   const startMs = Date.now();
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
@@ -922,14 +978,6 @@ async function run(m: any) {
     changed, omitted, deleted, packages, timings, displaysDropped: displays.dropped,
   };
   compiledLoaded = compiled;
-  if (m.persist && status === "success") {
-    if (m.replay) {
-      reply.snapshot = null;
-    } else {
-      Object.assign(reply, await heapState());
-      lap("snapshot");
-    }
-  }
   post(reply);
 }
 
@@ -938,8 +986,8 @@ async function run(m: any) {
 let compiledLoaded: string[] = [];
 
 // heapState is the session's heap as a delta against the base, or why it cannot be one.
-// The engine asks for it with a run (persist) or later, between runs (checkpoint).
-async function heapState(): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string }> {
+// The engine asks for it between runs (checkpoint), off the runs' path.
+async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; delta?: Uint8Array; snapshotError?: string; tooLarge?: boolean }> {
   if (compiledLoaded.length) {
     // Pyodide cannot restore a heap that loaded compiled extensions: the session
     // persists as packages plus replay of its successful cells.
@@ -950,9 +998,10 @@ async function heapState(): Promise<{ header?: Uint8Array; delta?: Uint8Array; s
     // few ticks later: wait for them only when the first try fails.
     if (attempt > 0) await macrotask();
     try {
-      return liveDelta();
+      return liveDelta(maxBytes);
     } catch (e) {
       // Still failing: user code holds JS objects, which a snapshot cannot carry.
+      if (e instanceof DeltaTooLarge) return { snapshotError: e.message, tooLarge: true };
       if (attempt >= 3) return { snapshotError: String((e as Error)?.message ?? e) };
     }
   }
@@ -1098,6 +1147,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         for (const [i, cell] of (m.cells ?? []).entries()) {
           if (failed) break;
           await py.loadPackagesFromImports(cell, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
+          post({ op: "replaying", index: i }); // its time limit starts now
           const e = await quietRun(cell, `<replay-${i + 1}>`);
           if (e) failed = `replay of cell ${i + 1} failed: ${e}`;
         }
@@ -1114,7 +1164,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         await run(m);
         return;
       case "checkpoint":
-        post({ op: "checkpointed", ...(await heapState()) });
+        post({ op: "checkpointed", ...(await heapState(typeof m.maxBytes === "number" ? m.maxBytes : Infinity)) });
         return;
       case "pipDone": {
         const resolve = pipWaiting.get(m.seq);

@@ -68,3 +68,43 @@ func crowdRows(ctx context.Context, e *Engine, log io.Writer) ([]BenchRow, error
 		row(benchCrowdBusy, "%", pct(busy), 0),
 	}, nil
 }
+
+const benchNeighbour = "warm run beside two sessions spinning (Python, a JS worker thread)"
+
+// neighbourRow times a session's warm durable run while two other sessions burn CPU,
+// one in a Python loop and one in a node:worker_threads Worker: each session process
+// is a kernel autogroup of its own, which keeps the neighbour's runs quick on a node
+// whose cores the spinners would otherwise take.
+func neighbourRow(ctx context.Context, e *Engine, n int, log io.Writer) (BenchRow, error) {
+	fmt.Fprintln(log, "measuring:", benchNeighbour)
+	spin := map[string]string{
+		"bench:spin:py": "while True:\n    pass",
+		"bench:spin:js": "import js, time\njs.eval(\"(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()\")\ntime.sleep(60)",
+	}
+	spinCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for key, code := range spin {
+		wg.Go(func() { _, _ = e.Execute(spinCtx, key, Request{Code: code, Timeout: 2 * time.Minute}) })
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+		for key := range spin {
+			_ = e.Reset(context.WithoutCancel(ctx), key)
+		}
+	}()
+	if r, err := e.Execute(ctx, "bench:neighbour", Request{Code: "x = 0"}); err != nil || r.Status != StatusSuccess {
+		return BenchRow{}, fmt.Errorf("neighbour: %v %s", err, r.Status)
+	}
+	time.Sleep(time.Second) // the spinners are up
+	var samples []float64
+	for range max(n, 20) {
+		t0 := time.Now()
+		if r, err := e.Execute(ctx, "bench:neighbour", Request{Code: "x += 1"}); err != nil || r.Status != StatusSuccess {
+			return BenchRow{}, fmt.Errorf("neighbour: %v %s", err, r.Status)
+		}
+		samples = append(samples, ms(time.Since(t0)))
+	}
+	_ = e.Reset(ctx, "bench:neighbour")
+	return row(benchNeighbour, "ms", samples, 30), nil
+}
