@@ -52,7 +52,7 @@ type Problem struct {
 // errorHandler is the one place errors become responses. Application errors show their
 // message; anything else is logged here, once, and the client sees a generic message.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
-	err = lastResort(err)
+	err = lastResort(c, err)
 	code, msg := sandchat.ErrorCode(err), sandchat.ErrorMessage(err)
 	var fe *fiber.Error
 	if errors.As(err, &fe) {
@@ -87,10 +87,14 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 }
 
 // lastResort keeps a known failure from becoming a 500 when an adapter let a driver
-// error through untranslated: a connection failure or a deadline is a 503 to retry.
-func lastResort(err error) error {
+// error through untranslated: a connection failure or a deadline is a 503 to retry, and
+// so is whatever a request stopped by the shutdown ended with.
+func lastResort(c *fiber.Ctx, err error) error {
 	if sandchat.ErrorCode(err) != sandchat.EINTERNAL {
 		return err
+	}
+	if errors.Is(context.Cause(c.UserContext()), errShutdown) {
+		return errors.Join(shutdownProblem, err)
 	}
 	var fe *fiber.Error
 	if errors.As(err, &fe) {

@@ -74,7 +74,7 @@ func (m *metrics) middleware(c *fiber.Ctx) error {
 		if fe, ok := err.(*fiber.Error); ok {
 			status = fe.Code
 		} else {
-			status = codeStatus[codeOf(lastResort(err))]
+			status = codeStatus[codeOf(lastResort(c, err))]
 		}
 	}
 	// Labels outlive the request: Prometheus keeps them as map keys. Fiber's strings

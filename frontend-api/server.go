@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -110,7 +111,19 @@ type Server struct {
 	files         FileStore
 	turns         TurnService
 	messages      MessageStore
+
+	// base is the parent of every request's context: shutdown ends it, with
+	// errShutdown, for the requests still running when the drain is over.
+	base         context.Context
+	stopRequests context.CancelCauseFunc
 }
+
+// errShutdown is why a request was stopped by the shutdown; the client gets
+// shutdownProblem.
+var errShutdown = errors.New("the server shut down during the request")
+
+var shutdownProblem = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The server is shutting down and stopped this request before it finished; send it again."}
 
 // headerTimeout bounds the wait for a request's headers.
 const headerTimeout = 5 * time.Second
@@ -147,6 +160,7 @@ func New(d Deps) (*Server, error) {
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
 		files: d.Files, turns: d.Turns, messages: d.Messages,
 	}
+	s.base, s.stopRequests = context.WithCancelCause(context.Background())
 	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
 	s.app = fiber.New(fiber.Config{
 		ErrorHandler:          s.errorHandler,
@@ -221,7 +235,7 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if strings.HasSuffix(c.Path(), "/sandbox/executions") {
 		timeout = s.cfg.ExecutionTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(s.base, timeout)
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()
@@ -247,9 +261,13 @@ func DefaultOrigins(addr string) []string {
 }
 
 // Shutdown stops accepting, tells WebSocket clients to reconnect elsewhere and waits
-// for in-flight requests until ctx ends.
-func (s *Server) Shutdown(ctx context.Context) error {
+// for in-flight requests until ctx ends. Requests still running when drain ends are
+// stopped: their context ends, so they answer 503 with Retry-After while there is
+// time to, instead of having their connection cut when the process exits.
+func (s *Server) Shutdown(drain, ctx context.Context) error {
 	s.hub.CloseAll()
+	stop := context.AfterFunc(drain, func() { s.stopRequests(errShutdown) })
+	defer stop()
 	return s.app.ShutdownWithContext(ctx)
 }
 

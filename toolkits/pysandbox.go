@@ -69,11 +69,24 @@ type Sandbox struct {
 	background sync.WaitGroup
 	closing    atomic.Bool
 	abandoned  atomic.Bool // the process is going away: background writes give up
+	cutOnce    sync.Once
+	cut        chan struct{}
+	cutClose   sync.Once
 }
 
 // Shutdown marks the server as stopping: a run the engine fails from now on was cut
 // off by the shutdown, and is reported so rather than as an engine failure.
 func (s *Sandbox) Shutdown() { s.closing.Store(true) }
+
+// CutOff answers at once the runs the engine still holds, as the shutdown's deadline
+// comes: their callers get a 503 instead of a connection cut when the process exits.
+// Their outcomes are recorded when the engine lets go of them (see Wait).
+func (s *Sandbox) CutOff() { s.cutClose.Do(func() { close(s.cutCh()) }) }
+
+func (s *Sandbox) cutCh() chan struct{} {
+	s.cutOnce.Do(func() { s.cut = make(chan struct{}) })
+	return s.cut
+}
 
 // RunRequest is one run. AgentID is the agent whose settings allow it (nil for a
 // conversation without one); TurnID ties it to an assistant turn.
@@ -133,10 +146,17 @@ func (s *Sandbox) SessionKey(convID int64, agentID *int64) string {
 // run (503) instead of running it unrecorded; after the run its outcome is written
 // with retries. A run whose session state advanced is never reported as failed: if
 // its outcome cannot be written yet, the caller gets the result with a notice, and the
-// write goes on in the background.
+// write goes on in the background. A run the engine answers without having saved its
+// state is recorded failed and answered 503: replay never applies what the caller was
+// told failed.
 func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if s.Engine == nil {
 		return Run{}, errNoEngine
+	}
+	select {
+	case <-s.cutCh():
+		return Run{}, errCutOff
+	default:
 	}
 	if s.Limiter != nil {
 		if err := s.Limiter.Allow(ctx, "executions"); err != nil {
@@ -158,31 +178,30 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	wctx := context.WithoutCancel(ctx)
 	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
 		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }}
-	res, err := s.Engine.Execute(ctx, key, sreq)
-	if errors.Is(err, sandbox.ErrDataStale) {
-		// The process moved on since we asked (evicted, restored): no code ran; send all.
-		if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err == nil {
-			res, err = s.Engine.Execute(ctx, key, sreq)
+	r, later := s.call(func() (sandbox.Result, error) {
+		res, err := s.Engine.Execute(ctx, key, sreq)
+		if errors.Is(err, sandbox.ErrDataStale) {
+			// The process moved on since we asked (evicted, restored): no code ran; send all.
+			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err == nil {
+				res, err = s.Engine.Execute(ctx, key, sreq)
+			}
 		}
+		return res, err
+	})
+	if later != nil {
+		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, <-later) })
+		return Run{}, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
+			"The server shut down before the run finished, and stops it now; check its outcome (GET /api/v1/conversations/%d/sandbox/executions/%d) before running it again.",
+			req.ConversationID, id)}
+	}
+	res, err := r.res, r.err
+	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The code ended as it was being stopped, and its state was saved: it succeeded,
+		// and is answered so, as its record says.
+		err = nil
 	}
 	if err != nil {
-		reason := sandchat.ErrorMessage(err)
-		switch {
-		case ctx.Err() != nil:
-			reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
-		case s.closing.Load():
-			reason = "The server shut down during the run, which was cut off; run it again."
-			err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
-		}
-		if res.Status != "" {
-			// The engine still reports what the run did (interrupted code keeps its
-			// state): record that, not a failure.
-			ex.Outcome, reason = outcome(res), ""
-		}
-		if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
-			s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
-		}
-		return Run{}, err
+		return Run{}, s.failed(ctx, wctx, id, ex, res, err)
 	}
 	ex.Outcome = outcome(withDisplayImages(res))
 	files, err := s.finish(wctx, id, ex, "")
@@ -202,6 +221,78 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		files = []conversations.FileRef{}
 	}
 	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
+}
+
+// engineReply is what the engine answered to a run.
+type engineReply struct {
+	res sandbox.Result
+	err error
+}
+
+// call runs a run on the engine. Once the shutdown cuts runs off (CutOff), a run the
+// engine still holds (code ignoring its interrupt) is not waited for: later delivers
+// its outcome when the engine lets go of it.
+func (s *Sandbox) call(run func() (sandbox.Result, error)) (r engineReply, later <-chan engineReply) {
+	done := make(chan engineReply, 1)
+	go func() {
+		res, err := run()
+		done <- engineReply{res, err}
+	}()
+	select {
+	case r = <-done:
+		return r, nil
+	case <-s.cutCh():
+		select {
+		case r = <-done:
+			return r, nil
+		default:
+			return engineReply{}, done
+		}
+	}
+}
+
+// failed records a run the engine did not complete, and returns the error for its
+// caller.
+func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.Execution, res sandbox.Result, err error) error {
+	// A result comes with the context's error when the run was interrupted, and then
+	// the session keeps what the run did; with any other error the code ran but the
+	// engine could not save its state and went back to the last one saved.
+	notKept := res.Status != "" && (ctx.Err() == nil || !errors.Is(err, ctx.Err()))
+	reason := sandchat.ErrorMessage(err)
+	switch {
+	case notKept:
+		// Recorded failed, with what it printed, so no replay applies it; the files it
+		// wrote went with its state.
+		ex.Outcome = outcome(res)
+		ex.Outcome.Artifacts, ex.Outcome.Displays = nil, nil
+		reason, err = errNotKept.Message, errNotKept
+	case res.Status != "":
+		// The engine still reports what the run did (interrupted code keeps its
+		// state): record that, not a failure.
+		ex.Outcome, reason = outcome(res), ""
+	case ctx.Err() != nil:
+		reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
+	case s.closing.Load():
+		reason = "The server shut down during the run, which was cut off; run it again."
+		err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
+	}
+	if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
+		s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
+	}
+	return err
+}
+
+// recordLate records the outcome of a run whose caller was answered before the engine
+// let go of it.
+func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, r engineReply) {
+	if r.err != nil {
+		_ = s.failed(ctx, wctx, id, ex, r.res, r.err)
+		return
+	}
+	ex.Outcome = outcome(withDisplayImages(r.res))
+	if _, err := s.finish(wctx, id, ex, ""); err != nil {
+		s.log().WarnContext(ctx, "record run", "execution_id", id, "err", err)
+	}
 }
 
 func dataList(data []sandbox.File) []string {
@@ -294,6 +385,14 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
 }
 
+// errCutOff refuses a run that would start as the shutdown's deadline comes.
+var errCutOff = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The server is shutting down; run the code again."}
+
+// errNotKept answers a run that ran but whose session state the engine could not save.
+var errNotKept = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The code ran, but its session state could not be saved, so its effects were not kept: the session continues from the last state that was saved. Run it again."}
+
 var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false).")
 
 // finishWait is how long the outcome of a run is retried while the caller waits: a
@@ -334,9 +433,9 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Ex
 	}()
 }
 
-// Wait returns when the background writes of run outcomes are done, or when ctx ends:
-// then they give up (the store is about to close) and the logs name the runs left
-// pending.
+// Wait returns when the background writes of run outcomes are done (those of runs cut
+// off too, once the engine has let go of them), or when ctx ends: then they give up
+// (the store is about to close) and the logs name the runs left pending.
 func (s *Sandbox) Wait(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { s.background.Wait(); close(done) }()

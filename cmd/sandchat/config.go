@@ -189,7 +189,7 @@ var serveSettings = []setting{
 		into: text(func(c *Config) *string { return &c.AdminTokenFile })},
 	{env: "EVENT_RETENTION", def: "24h", help: "replay history kept per conversation", serve: true,
 		into: durationIn(time.Minute, 365*24*time.Hour, func(c *Config) *time.Duration { return &c.EventRetention })},
-	{env: "SHUTDOWN_TIMEOUT", def: "15s", help: "how long running turns get to finish at shutdown", serve: true,
+	{env: "SHUTDOWN_TIMEOUT", def: "15s", help: "how long running turns and requests get to finish at shutdown", serve: true,
 		into: durationIn(time.Second, time.Hour, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{env: "TURN_STALE_AFTER", def: "30s", help: "a running turn its node stopped renewing this long ago is failed", serve: true,
 		into: durationIn(5*time.Second, 24*time.Hour, func(c *Config) *time.Duration { return &c.TurnStaleAfter })},

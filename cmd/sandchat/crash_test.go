@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,14 +64,14 @@ type serverProcess struct {
 }
 
 // startServer builds the binary, makes alice through the CLI and runs serve, with the
-// openai provider at llmURL, until it answers /healthz. The process is killed (resumed
-// first, if the test paused it) when the test ends, and its output logged if the test
-// failed.
-func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess {
+// openai provider at llmURL and then the SANDCHAT_* settings of env, until it answers
+// /healthz. The process is killed (resumed first, if the test paused it) when the test
+// ends, and its output logged if the test failed.
+func startServer(t *testing.T, e *testEnv, llmURL, llmKey string, env ...string) *serverProcess {
 	t.Helper()
 	bin := buildSandchat(t)
 	s := &serverProcess{addr: freeAddr(t), logs: &testenv.Buffer{}, exited: make(chan struct{})}
-	env := append(os.Environ(),
+	env = append(append(os.Environ(),
 		"SANDCHAT_ADDR="+s.addr,
 		"SANDCHAT_DATABASE_URL="+e.databaseURL,
 		"SANDCHAT_REDIS_URL="+testenv.RedisURL(),
@@ -79,7 +82,7 @@ func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess
 		"SANDCHAT_LLM_API_KEY="+llmKey,
 		"SANDCHAT_LLM_MAX_RETRIES=0",
 		"SANDCHAT_LOG_LEVEL=warn",
-	)
+	), env...)
 	var stdout, stderr bytes.Buffer
 	create := exec.Command(bin, "user", "create", "--name", "alice")
 	create.Env, create.Stdout, create.Stderr = env, &stdout, &stderr
@@ -119,6 +122,39 @@ func startServer(t *testing.T, e *testEnv, llmURL, llmKey string) *serverProcess
 		return err == nil
 	})
 	return s
+}
+
+// heldModel is an OpenAI-compatible endpoint whose answer is held back: it streams its
+// first words, says so on asked, and finishes only once release is closed (or the
+// client goes away).
+func heldModel(t *testing.T, release <-chan struct{}) (url string, asked <-chan struct{}) {
+	ask := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		flusher := w.(http.Flusher)
+		send := func(delta map[string]any, finish any) {
+			b, _ := json.Marshal(map[string]any{"id": "chatcmpl-held", "object": "chat.completion.chunk", "created": time.Now().Unix(),
+				"model": "m", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+			flusher.Flush()
+		}
+		send(map[string]any{"role": "assistant", "content": "Once upon a time"}, nil)
+		select {
+		case ask <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		send(map[string]any{"content": ", the end."}, nil)
+		send(map[string]any{}, "stop")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, ask
 }
 
 // TestCrashMidTurn kills a server with SIGKILL while its turn waits on the model; the

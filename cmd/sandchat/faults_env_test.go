@@ -427,3 +427,12 @@ func (f *faultEnv) node(t *testing.T, mutate ...func(*Config, *Main)) *Main {
 	t.Cleanup(func() { m.Close() })
 	return m
 }
+
+// sandboxNode runs a node with the real engine, its sessions in the suite's Redis: a
+// kill of Redis takes them as the crash of a cache node would.
+func (f *faultEnv) sandboxNode(t *testing.T) *Main {
+	t.Helper()
+	m := f.node(t, withEngine("faults:"))
+	awaitEngine(t, m)
+	return m
+}

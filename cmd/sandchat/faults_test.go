@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,6 +328,64 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("Redis dies mid-run: a run answered 503 is not kept, nor replayed", func(t *testing.T) {
+		n := f.sandboxNode(t)
+		alice := n.as(t, alice.token)
+		conv := alice.createConversation(coder.ID)
+		alice.run(conv, "x = 2")
+		path := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
+		type answer struct {
+			status int
+			body   []byte
+		}
+		got := make(chan answer, 1)
+		go func() {
+			resp, raw := alice.rawDo("POST", path, map[string]any{"code": "import time\ntime.sleep(4)\nx += 100"})
+			got <- answer{resp.StatusCode, raw}
+		}()
+		db := f.pg.conn(t)
+		eventually(t, 10*time.Second, "the run recorded as pending", func() bool {
+			var n int
+			_ = db.QueryRow(ctx, `select count(*) from executions where conversation_id = $1 and status = 'pending'`, conv).Scan(&n)
+			return n == 1
+		})
+		time.Sleep(time.Second) // the code is sleeping in the warm interpreter
+		f.redis.kill()
+		a := <-got
+		f.redis.start()
+		if a.status != 503 {
+			t.Fatalf("run whose state could not be saved: %d %s, want 503", a.status, a.body)
+		}
+		var p problemJSON
+		_ = json.Unmarshal(a.body, &p)
+		t.Logf("answered %d: %s", a.status, p.Detail)
+		var failed int64
+		if err := db.QueryRow(ctx, `select max(id) from executions where conversation_id = $1`, conv).Scan(&failed); err != nil {
+			t.Fatal(err)
+		}
+		var r runJSON
+		eventually(t, 30*time.Second, "a run after Redis came back", func() bool {
+			resp, raw := alice.rawDo("POST", path, map[string]any{"code": "x"})
+			return resp.StatusCode == 200 && json.Unmarshal(raw, &r) == nil
+		})
+		if x := r.Result; x == nil || *x != "2" {
+			t.Fatalf("after Redis came back: %s %v (restored from %s), want x = 2: the run answered 503 must not be applied",
+				r.Status, *cmp.Or(x, new(string)), r.Session.RestoredFrom)
+		}
+		var stored struct {
+			Status string
+			Error  struct{ Message string }
+		}
+		alice.must(200, "GET", fmt.Sprintf("%s/%d", path, failed), nil, &stored)
+		if stored.Status != "failed" || !strings.Contains(stored.Error.Message, "not kept") {
+			t.Fatalf("run answered 503 recorded %+v, want failed, saying its effects were not kept", stored)
+		}
+		alice.run(conv, "x += 100") // the caller's retry
+		if x := alice.eval(conv, "x"); x != "102" {
+			t.Fatalf("x = %s after the retry, want 102", x)
+		}
+	})
+
 	t.Run("WebSockets: stalled socket closed at once, removed member cut off, small frames", func(t *testing.T) {
 		m := f.node(t, func(c *Config, _ *Main) { c.WSQueueBytes = 256 << 10 })
 		alice := m.as(t, alice.token)
@@ -488,32 +546,7 @@ func TestZombieTurn(t *testing.T) {
 	// A model whose answer is held back until the test releases it: the paused server
 	// gets it when it wakes up, and then tries to store it.
 	release := make(chan struct{})
-	asked := make(chan struct{}, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		flusher := w.(http.Flusher)
-		send := func(delta map[string]any, finish any) {
-			b, _ := json.Marshal(map[string]any{"id": "chatcmpl-zombie", "object": "chat.completion.chunk", "created": time.Now().Unix(),
-				"model": "m", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
-			fmt.Fprintf(w, "data: %s\n\n", b)
-			flusher.Flush()
-		}
-		send(map[string]any{"role": "assistant", "content": "Once upon a time"}, nil)
-		select {
-		case asked <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		send(map[string]any{"content": ", the end."}, nil)
-		send(map[string]any{}, "stop")
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	}))
-	defer srv.Close()
+	llm, asked := heldModel(t, release)
 	defer func() {
 		select {
 		case <-release:
@@ -522,7 +555,7 @@ func TestZombieTurn(t *testing.T) {
 		}
 	}()
 	e := newEnv(t)
-	serve := startServer(t, e, srv.URL, "sk-zombie")
+	serve := startServer(t, e, llm, "sk-zombie")
 	alice := &client{t: t, base: "http://" + serve.addr, token: serve.token}
 	conv := alice.createConversation(0)
 	turn := alice.post(conv, "Tell me a long story.")

@@ -441,11 +441,20 @@ func (m *Main) pruneEvents(ctx context.Context) {
 	}
 }
 
-// Close shuts down gracefully: sockets are told to reconnect, in-flight requests get
-// until the shutdown timeout, then the pools close.
+// Close shuts down gracefully: sockets are told to reconnect, new requests and turns
+// are refused, and those in flight get until the shutdown timeout, then the pools
+// close.
 func (m *Main) Close() error {
 	m.closeOnce.Do(func() { m.closeErr = m.close() })
 	return m.closeErr
+}
+
+// stopMargin is how long before the shutdown deadline the requests and turns still
+// running are stopped, so they can answer (503 with Retry-After, a failed turn) and
+// be recorded before the pools close: the time the engine gives code to stop, and a
+// little for the writes, within a third of the timeout.
+func (m *Main) stopMargin(timeout time.Duration) time.Duration {
+	return min(timeout/3, m.Config.Sandbox.Engine.Grace+2*time.Second)
 }
 
 func (m *Main) close() error {
@@ -455,25 +464,39 @@ func (m *Main) close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
+	drain, stopDrain := context.WithDeadline(ctx, deadline.Add(-m.stopMargin(timeout)))
+	defer stopDrain()
+	if m.sandbox != nil {
+		// Runs the engine fails once the drain is over were cut off by the shutdown;
+		// those it still holds just before the deadline are answered without it.
+		defer context.AfterFunc(drain, m.sandbox.Shutdown)()
+		lastCall, stopLast := context.WithDeadline(ctx, deadline.Add(-min(timeout/6, 500*time.Millisecond)))
+		defer stopLast()
+		defer context.AfterFunc(lastCall, m.sandbox.CutOff)()
+	}
 	var errs []error
-	if m.cancel != nil {
-		m.cancel()
+	// Turns and requests drain side by side; the heartbeats that keep this node's
+	// turns its own (m.cancel) go on until both are done.
+	var turns sync.WaitGroup
+	if m.Runner != nil {
+		turns.Go(func() { m.Runner.Shutdown(drain) })
 	}
 	if m.HTTP != nil && m.ln != nil {
-		// Reaching the deadline with requests still running is what the deadline is
-		// for, not a failure of the shutdown: those requests are cut off and said so.
-		if err := m.HTTP.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := m.HTTP.Shutdown(drain, ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			errs = append(errs, err)
 		} else if err != nil {
-			m.Log.Warn("shutdown deadline reached; cutting off the requests still running", "timeout", timeout)
+			m.Log.Warn("shutdown deadline reached with requests still running", "timeout", timeout)
 		}
 		<-m.served
 	}
-	if m.sandbox != nil {
-		m.sandbox.Shutdown() // runs cut off from now on are reported as such
+	turns.Wait()
+	if m.cancel != nil {
+		m.cancel()
 	}
-	if m.Runner != nil {
-		m.Runner.Shutdown(ctx) // running turns reach their end, or are failed at the deadline
+	if m.Engine != nil {
+		// Stops the runs it still holds, whose callers were answered already.
+		errs = append(errs, m.Engine.Close())
 	}
 	if m.sandbox != nil {
 		// Outcomes of runs still being written get a last chance before the pool goes.
@@ -486,9 +509,6 @@ func (m *Main) close() error {
 	}
 	if m.Hub != nil {
 		errs = append(errs, m.Hub.Close())
-	}
-	if m.Engine != nil {
-		errs = append(errs, m.Engine.Close())
 	}
 	if m.Redis != nil {
 		errs = append(errs, m.Redis.Close())

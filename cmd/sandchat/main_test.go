@@ -103,27 +103,38 @@ func (e *testEnv) node(mutate ...func(*Config, *Main)) *Main {
 // machine, and waits for the engine to finish booting. mutate adjusts its config.
 func (e *testEnv) sandboxNode(mutate ...func(*Config, *Main)) *Main {
 	e.t.Helper()
-	withSandbox := func(c *Config, _ *Main) {
+	e.copyBase(baseSeed, e.redisPrefix)
+	m := e.node(append([]func(*Config, *Main){withEngine(e.redisPrefix)}, mutate...)...)
+	awaitEngine(e.t, m)
+	e.copyBase(e.redisPrefix, baseSeed)
+	return m
+}
+
+// withEngine gives a node the real engine, keeping its sessions under prefix.
+func withEngine(prefix string) func(*Config, *Main) {
+	return func(c *Config, m *Main) {
 		c.Sandbox.Enabled = true
 		c.Sandbox.Engine = sandbox.DefaultConfig()
 		// No pool: processes a test never takes would cost CPU (see sandbox's testConfig).
 		c.Sandbox.Engine.WarmPool, c.Sandbox.Engine.WarmPoolMax, c.Sandbox.Engine.WarmSpares = 0, 0, 0
-		c.Sandbox.Engine.RedisPrefix = e.redisPrefix
+		c.Sandbox.Engine.RedisPrefix = prefix
 		// Tests reach no internet: packages come from what they serve themselves.
 		c.Sandbox.Engine.PackageCDN = sandbox.CDNOff
+		m.Probes, m.SandboxEngine = nil, nil
 	}
-	e.copyBase(baseSeed, e.redisPrefix)
-	m := e.node(append([]func(*Config, *Main){withSandbox}, mutate...)...)
+}
+
+// awaitEngine waits for m's engine to finish booting.
+func awaitEngine(t *testing.T, m *Main) {
+	t.Helper()
 	var reason string
 	if _, ok := poll(90*time.Second, func() bool {
 		var ok bool
 		ok, reason = m.Engine.Available()
 		return ok
 	}); !ok {
-		e.t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
+		t.Fatalf("sandbox did not start: %s (run `make services` to install the runtime)", reason)
 	}
-	e.copyBase(e.redisPrefix, baseSeed)
-	return m
 }
 
 // eventually polls fn until it returns true or the time is up; it returns how long it
