@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -204,7 +205,7 @@ func (p *proc) read(r *os.File) {
 	for {
 		f, err := readFrame(br, p.maxFrame)
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) && err.Error() != "EOF" && p.alive() {
+			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && p.alive() {
 				p.kill("protocol: " + err.Error())
 			}
 			return
