@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +39,7 @@ type proc struct {
 	req      *os.File
 	maxFrame int
 	tmp      string // DENO_DIR of a process without a private /tmp
+	base     []byte // the base snapshot it was primed with (the engine's copy, shared)
 
 	callMu sync.Mutex // one call at a time
 	wmu    sync.Mutex // frame writes
@@ -56,13 +60,15 @@ type proc struct {
 }
 
 // startProc starts a session process and primes it: Deno up, Pyodide imported and its
-// wasm compiled, the base heap handed over (a private copy: nothing is shared with other
-// processes). base is nil for the process that boots a new base.
+// wasm compiled, the base snapshot handed over. The process keeps the base only until
+// its interpreter is loaded from it, then a hash per heap block; the XOR of a session's
+// heap against the base is done here, against the engine's one copy (xorBase). base is
+// nil for the process that boots a new base.
 func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool) (_ *proc, err error) {
 	j := e.jail
 	id := "s" + newToken()[:12]
 	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
-		reply: make(chan frame, 1), started: time.Now()}
+		reply: make(chan frame, 1), started: time.Now(), base: base}
 	p.console = &consoleLog{log: p.log}
 	defer func() {
 		if err != nil {
@@ -136,11 +142,50 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool) (_ *pr
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	var o blobs
+	if base != nil {
+		// Room before the base in the frame the process reads: a restore writes the
+		// session's snapshot header there and loads the snapshot in place.
+		o.add(baseSlack[:])
+	}
 	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
 	return p, nil
+}
+
+// baseSlack is sent before the base snapshot (runtime/worker.ts, undiff): more than a
+// session's snapshot header needs.
+var baseSlack [1 << 20]byte
+
+// xorBase turns a heap delta between the forms the process and the store keep: the
+// process sends and takes the changed heap blocks as they are, the store keeps them
+// XOR-ed with the base's (mostly zeros, so they compress well). The same XOR goes both
+// ways. Layout (runtime/worker.ts, diffHeap): u32 heap length, u32 block count, u32
+// block size, u32 block indexes, the blocks; little-endian. A delta that does not hold
+// together is returned as it is: the restore that reads it fails.
+func (p *proc) xorBase(delta []byte) []byte {
+	if len(delta) < 12 || len(p.base) < 8 {
+		return delta
+	}
+	le := binary.LittleEndian
+	count, size := int64(le.Uint32(delta[4:])), int64(le.Uint32(delta[8:]))
+	ho := int64(le.Uint32(p.base[4:]))
+	if size == 0 || ho > int64(len(p.base)) || 12+count*(4+size) != int64(len(delta)) {
+		return delta
+	}
+	heap := p.base[ho:]
+	out := slices.Clone(delta)
+	blocks := out[12+4*count:]
+	for k := range count {
+		start := int64(le.Uint32(out[12+4*k:])) * size
+		if start >= int64(len(heap)) {
+			continue
+		}
+		b := blocks[k*size : (k+1)*size]
+		subtle.XORBytes(b, b, heap[start:min(start+size, int64(len(heap)))])
+	}
+	return out
 }
 
 func (p *proc) wait() {

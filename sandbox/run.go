@@ -273,7 +273,7 @@ func (e *Engine) restoreProc(ctx context.Context, st *state) (*proc, error) {
 	var o blobs
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
-	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(st.Delta)}, &o); err != nil {
+	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(p.xorBase(st.Delta))}, &o); err != nil {
 		p.close("restore failed")
 		if errors.Is(err, errProcGone) {
 			// The heap itself took the process down (over the memory cap, say).
@@ -488,7 +488,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	mode := lv.mode
 	var header, delta []byte
 	if mode == modeSnapshot {
-		header, delta = f.bytes(r.Header), f.bytes(r.Delta)
+		header, delta = f.bytes(r.Header), lv.p.xorBase(f.bytes(r.Delta))
 		if header == nil || delta == nil {
 			mode = modeReplay
 			if r.SnapshotError != nil {
