@@ -471,19 +471,27 @@ func (p *proc) memory() int64 {
 }
 
 // rss is the resident memory of the session's processes.
-func (p *proc) rss() int64 {
+func (p *proc) rss() int64 { return p.sumProc("status", "VmRSS:") }
+
+// pss is the proportional set size of the session's processes: their private memory
+// plus their share of what they map with others (the Deno binary), i.e. what one more
+// session costs the machine, where RSS counts the shared pages in full in each.
+func (p *proc) pss() int64 { return p.sumProc("smaps_rollup", "Pss:") }
+
+// sumProc adds up a "name: N kB" field of /proc/PID/file over the session's processes.
+func (p *proc) sumProc(file, field string) int64 {
 	pids := []int{p.cmd.Process.Pid}
 	if p.cg != nil {
 		pids = p.cg.pids()
 	}
 	var total int64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 				kb, _ := strconv.ParseInt(f[1], 10, 64)
 				total += kb << 10
 			}
