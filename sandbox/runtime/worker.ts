@@ -781,6 +781,9 @@ let reseeded = false;
 
 async function prime(m: any) {
   pyodideModule ??= await import(m.pyodideURL + "pyodide.mjs");
+  // Pyodide's Emscripten module (1.2 MB of JavaScript): imported here, a spare has it
+  // parsed before a restore needs it (the loader imports the same URL).
+  await import(m.pyodideURL + "pyodide.asm.mjs");
 }
 
 async function load(m: any, snapshot?: Uint8Array) {
