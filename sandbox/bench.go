@@ -84,6 +84,8 @@ const (
 	benchColdRestore = "cold restore from Redis + run"
 	benchDelta       = "state of a small session (zstd heap delta)"
 	benchRSS         = "RSS per live session process"
+	benchPSS         = "PSS per idle live session process"
+	benchSparePSS    = "PSS per spare process (waiting for a restore)"
 	benchFresh       = "fresh Deno + Pyodide per run (no state kept)"
 )
 
@@ -252,19 +254,36 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 	}
 	rows = append(rows, row(benchColdRestore, "ms", samples, 400), row(benchDelta, "KB", sizes, 200))
 
-	fmt.Fprintln(log, "measuring:", benchRSS)
-	var mem []float64
+	fmt.Fprintln(log, "measuring:", benchRSS, "and", benchPSS)
+	var mem, pss, spare []float64
+	var procs []*proc
 	for i := range 4 {
 		key := fmt.Sprintf("bench:rss:%d", i)
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
 		e.mu.Lock()
-		lv := e.live[key]
+		procs = append(procs, e.live[key].p)
 		e.mu.Unlock()
-		mem = append(mem, float64(lv.p.rss())/1e6)
 	}
-	rows = append(rows, row(benchRSS, "MB", mem, 200))
+	// Idle: the runs have answered and the processes have settled (and been frozen).
+	time.Sleep(time.Second)
+	for _, p := range procs {
+		mem = append(mem, float64(p.rss())/1e6)
+		pss = append(pss, float64(p.pss())/(1<<20))
+	}
+	if err := waitPool(ctx, e); err != nil {
+		return nil, err
+	}
+	e.pool.mu.Lock()
+	for _, p := range e.pool.spares {
+		spare = append(spare, float64(p.pss())/(1<<20))
+	}
+	e.pool.mu.Unlock()
+	rows = append(rows, row(benchRSS, "MB", mem, 200), row(benchPSS, "MiB", pss, 120))
+	if len(spare) > 0 {
+		rows = append(rows, row(benchSparePSS, "MiB", spare, 0))
+	}
 
 	fmt.Fprintln(log, "measuring:", benchFresh)
 	samples = samples[:0]

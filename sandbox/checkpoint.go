@@ -188,7 +188,9 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 		lv.p.kill("protocol: checkpoint reply refused")
 		return fmt.Errorf("checkpoint reply: %w", err)
 	}
-	mode, header, delta := modeSnapshot, f.bytes(r.Header), f.bytes(r.Delta)
+	// The process sends the changed blocks as they are; the store keeps them XOR-ed
+	// with the base (mostly zeros, so they compress well).
+	mode, header, delta := modeSnapshot, f.bytes(r.Header), lv.p.xorBase(f.bytes(r.Delta))
 	if r.TooLarge {
 		// Not now: the log keeps the session, and a later checkpoint (after the user
 		// frees memory) may fit.

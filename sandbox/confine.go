@@ -26,6 +26,9 @@ const (
 	IsolationProcess = "process"
 )
 
+// mallocMmapThreshold is glibc's MALLOC_MMAP_THRESHOLD_ in session processes (bytes).
+const mallocMmapThreshold = "4194304"
+
 // sessionTasks bounds the processes and threads of one session process (Deno runs about
 // 20); a session cannot exhaust the machine's PIDs.
 const sessionTasks = 128
@@ -127,7 +130,9 @@ func (j *jail) denoArgs(pkgs string) []string {
 		"--unstable-worker-options", "--quiet",
 		"--allow-read=" + strings.Join(reads, ","),
 		"--allow-write=/dev/fd/4",
-		"--v8-flags=--max-old-space-size=" + strconv.FormatInt(min(cfg.MemoryBytes>>20, 1024), 10),
+		// A 1 MiB young generation (V8 grows it to 16 MiB per isolate, and keeps it) is
+		// plenty for the little JavaScript a session runs; the interpreter's heap is wasm.
+		"--v8-flags=--max-semi-space-size=1,--max-old-space-size=" + strconv.FormatInt(min(cfg.MemoryBytes>>20, 1024), 10),
 	}
 	if nets := netAllow(cfg); len(nets) > 0 {
 		args = append(args, "--allow-net="+strings.Join(nets, ","))
@@ -148,7 +153,12 @@ func (j *jail) bwrapArgs(pkgs string) []string {
 		"--setenv", "DENO_NO_UPDATE_CHECK", "1", "--setenv", "DENO_NO_PROMPT", "1", "--setenv", "PATH", "/nonexistent",
 		// glibc gives each thread of Deno its own malloc arena (64 MiB chunks): two keep a
 		// session process ~35 MiB smaller (one is smaller still, but triples a save's time).
-		"--setenv", "MALLOC_ARENA_MAX", "2",
+		// A fixed mmap threshold: buffers of 4 MiB and more (snapshots, the wasm file,
+		// large frames) get their own mappings, returned to the kernel when freed; glibc
+		// would otherwise raise the threshold to 32 MiB and keep freed buffers in its
+		// arenas. Lower (128 KiB) costs a restore ~9 000 more page faults for no smaller
+		// process: V8's compile zones then come fresh from the kernel every time.
+		"--setenv", "MALLOC_ARENA_MAX", "2", "--setenv", "MALLOC_MMAP_THRESHOLD_", mallocMmapThreshold,
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.Itoa(64 << 20), "--tmpfs", "/tmp", "--chdir", "/tmp",
 	}
 	if len(netAllow(j.cfg)) == 0 {
@@ -194,7 +204,7 @@ func (j *jail) command(pkgs string) *exec.Cmd {
 	// A task that outlived the kill must not keep Wait on the console pipe for ever.
 	cmd.WaitDelay = time.Second
 	cmd.Dir = "/"
-	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1", "MALLOC_ARENA_MAX=2"}
+	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1", "MALLOC_ARENA_MAX=2", "MALLOC_MMAP_THRESHOLD_=" + mallocMmapThreshold}
 	return cmd
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +42,7 @@ type proc struct {
 	maxFrame int
 	tmp      string   // DENO_DIR of a process without a private /tmp
 	pkgs     *pkgView // its view of the package cache; nil without a fetcher
+	base     []byte   // the base snapshot it was primed with (the engine's copy, shared)
 
 	callMu sync.Mutex // one call at a time
 	wmu    sync.Mutex // frame writes
@@ -60,14 +64,16 @@ type proc struct {
 }
 
 // startProc starts a session process and primes it: Deno up, Pyodide imported and its
-// wasm compiled, the base heap handed over (a private copy: nothing is shared with other
-// processes). base is nil for the process that boots a new base. s is the process's
-// slot under the node's bound (admission.go); it is given back when the process is gone.
+// wasm compiled, the base snapshot handed over. The process keeps the base only until
+// its interpreter is loaded from it, then a hash per heap block; the XOR of a session's
+// heap against the base is done here, against the engine's one copy (xorBase). base is
+// nil for the process that boots a new base. s is the process's slot under the node's
+// bound (admission.go); it is given back when the process is gone.
 func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (_ *proc, err error) {
 	j := e.jail
 	id := "s" + newToken()[:12]
 	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
-		reply: make(chan frame, 1), started: time.Now(), slot: s}
+		reply: make(chan frame, 1), started: time.Now(), slot: s, base: base}
 	p.console = &consoleLog{log: p.log}
 	defer func() {
 		if err != nil {
@@ -150,12 +156,51 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	var o blobs
+	if base != nil {
+		// Room before the base in the frame the process reads: a restore writes the
+		// session's snapshot header there and loads the snapshot in place.
+		o.add(baseSlack[:])
+	}
 	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
 	p.pkgs.configure(&prime.Config, e.cfg.PackageCacheDir)
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
 	return p, nil
+}
+
+// baseSlack is sent before the base snapshot (runtime/worker.ts, undiff): more than a
+// session's snapshot header needs.
+var baseSlack [1 << 20]byte
+
+// xorBase turns a heap delta between the forms the process and the store keep: the
+// process sends and takes the changed heap blocks as they are, the store keeps them
+// XOR-ed with the base's (mostly zeros, so they compress well). The same XOR goes both
+// ways. Layout (runtime/worker.ts, diffHeap): u32 heap length, u32 block count, u32
+// block size, u32 block indexes, the blocks; little-endian. A delta that does not hold
+// together is returned as it is: the restore that reads it fails.
+func (p *proc) xorBase(delta []byte) []byte {
+	if len(delta) < 12 || len(p.base) < 8 {
+		return delta
+	}
+	le := binary.LittleEndian
+	count, size := int64(le.Uint32(delta[4:])), int64(le.Uint32(delta[8:]))
+	ho := int64(le.Uint32(p.base[4:]))
+	if size == 0 || ho > int64(len(p.base)) || 12+count*(4+size) != int64(len(delta)) {
+		return delta
+	}
+	heap := p.base[ho:]
+	out := slices.Clone(delta)
+	blocks := out[12+4*count:]
+	for k := range count {
+		start := int64(le.Uint32(out[12+4*k:])) * size
+		if start >= int64(len(heap)) {
+			continue
+		}
+		b := blocks[k*size : (k+1)*size]
+		subtle.XORBytes(b, b, heap[start:min(start+size, int64(len(heap)))])
+	}
+	return out
 }
 
 func (p *proc) wait() {
@@ -449,19 +494,27 @@ func (p *proc) memory() int64 {
 }
 
 // rss is the resident memory of the session's processes.
-func (p *proc) rss() int64 {
+func (p *proc) rss() int64 { return p.sumProc("status", "VmRSS:") }
+
+// pss is the proportional set size of the session's processes: their private memory
+// plus their share of what they map with others (the Deno binary), i.e. what one more
+// session costs the machine, where RSS counts the shared pages in full in each.
+func (p *proc) pss() int64 { return p.sumProc("smaps_rollup", "Pss:") }
+
+// sumProc adds up a "name: N kB" field of /proc/PID/file over the session's processes.
+func (p *proc) sumProc(file, field string) int64 {
 	pids := []int{p.cmd.Process.Pid}
 	if p.cg != nil {
 		pids = p.cg.pids()
 	}
 	var total int64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 				kb, _ := strconv.ParseInt(f[1], 10, 64)
 				total += kb << 10
 			}

@@ -84,6 +84,11 @@ func writeFrame(w io.Writer, msg any, o *blobs) error {
 	if o != nil {
 		bins, n = o.bins, o.n
 	}
+	// Padding after the JSON starts the binary part 16-aligned in the body the process
+	// reads, so a snapshot in it can be used where it lies.
+	for (4+len(js))%16 != 0 {
+		js = append(js, ' ')
+	}
 	hdr := make([]byte, 8)
 	binary.BigEndian.PutUint32(hdr[:4], uint32(4+len(js)+n))
 	binary.BigEndian.PutUint32(hdr[4:], uint32(len(js)))

@@ -299,7 +299,7 @@ func (e *Engine) restoreProc(wait, ctx context.Context, st *state) (*proc, error
 	var o blobs
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
-	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(st.Delta)}, &o); err != nil {
+	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(p.xorBase(st.Delta))}, &o); err != nil {
 		p.close("restore failed")
 		if errors.Is(err, errProcGone) {
 			// The heap itself took the process down (over the memory cap, say).

@@ -84,7 +84,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	n := 0
 	cfg, rdb, _, err := sandboxCommand("bench [flags]",
-		"Measures the sandbox engine: warm runs, new conversations, cold restores, state size, RSS, and a fresh Deno + Pyodide per run for comparison.",
+		"Measures the sandbox engine: warm runs, new conversations, cold restores, state size, RSS and PSS of session processes, and a fresh Deno + Pyodide per run for comparison.",
 		args, stderr, func(fs *flag.FlagSet) { fs.IntVar(&n, "n", 30, "samples per measurement") })
 	if err != nil {
 		return err

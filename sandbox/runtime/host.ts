@@ -19,7 +19,6 @@ let config: RuntimeConfig | null = null;
 let worker: Worker | null = null;
 let wasm: WebAssembly.Module | undefined;
 let wasmSize = 0;
-let base: Uint8Array | undefined;
 const interrupt = new SharedArrayBuffer(2);
 let outBytes = 0;
 let displayBytes = 0, displayCount = 0, displayDropped = 0;
@@ -54,26 +53,38 @@ function newWorker(cfg: RuntimeConfig): Worker {
 
 // warmUp restores the base interpreter once in a throwaway Worker: V8 compiles Pyodide's
 // wasm lazily, and the compiled code belongs to the module, which the session's Worker
-// shares. A spare pays this while it waits, not the restore that takes it (~0.3 s).
-function warmUp(cfg: RuntimeConfig, snapshot: Uint8Array): Promise<void> {
+// shares. A spare pays this while it waits, not the restore that takes it (~0.3 s). The
+// base moves to that Worker and back (transferred, never copied).
+function warmUp(cfg: RuntimeConfig, snapshot: Uint8Array): Promise<Uint8Array> {
   const w = newWorker(cfg);
-  return new Promise<void>((resolve, reject) => {
+  return new Promise<Uint8Array>((resolve, reject) => {
     w.onmessage = ({ data: m }) => {
       if (m?.op === "primed") {
         w.postMessage({
           op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
           lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
-          interrupt: new SharedArrayBuffer(2), warm: true,
+          interrupt: new SharedArrayBuffer(2), warm: true, returnBase: true,
         });
-      } else if (m?.op === "ready") resolve();
+      } else if (m?.op === "ready" && m.base instanceof Uint8Array) resolve(m.base);
       else reject(new Error("warm-up failed"));
     };
     w.onerror = (e) => {
       e.preventDefault();
       reject(new Error(`warm-up: ${e.message}`));
     };
-    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot.buffer }, [snapshot.buffer]);
+    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot }, [snapshot.buffer as ArrayBuffer]);
   }).finally(() => w.terminate());
+}
+
+// compileWasm compiles Pyodide's wasm once for every Worker of this process. V8 keeps a
+// copy of the bytes with the module: the ones read here are freed at once (detached),
+// not left for a collection this mostly idle isolate would seldom make.
+async function compileWasm(path: string): Promise<WebAssembly.Module> {
+  const bytes = await Deno.readFile(path);
+  wasmSize = bytes.byteLength;
+  const mod = await WebAssembly.compile(bytes);
+  bytes.buffer.transfer(0);
+  return mod;
 }
 
 function startWorker(cfg: RuntimeConfig) {
@@ -197,16 +208,14 @@ async function handle(m: any) {
         // Everything a session needs before its heap is known: the Worker started,
         // Pyodide's module imported, its wasm compiled, the base heap laid out.
         config = m.config as RuntimeConfig;
-        const bytes = await Deno.readFile(config.pyodideDir + "pyodide.asm.wasm");
-        wasmSize = bytes.byteLength;
-        wasm = await WebAssembly.compile(bytes);
-        base = m.base instanceof Uint8Array ? m.base : undefined;
-        if (m.warmup && base) await warmUp(config, base.slice());
+        wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm");
+        // The base snapshot is a view of the frame it came in, which has room before it
+        // for a session's header (readFrames, sandbox/proc.go): it moves to the Worker
+        // with its frame (transferred, not copied).
+        let base: Uint8Array | undefined = m.base instanceof Uint8Array ? m.base : undefined;
+        if (m.warmup && base) base = await warmUp(config, base);
         startWorker(config);
-        // The base heap moves to the Worker (transferred, not copied): this process's
-        // private copy, which nothing else shares.
-        const msg = { op: "prime", pyodideURL: config.pyodideURL, base: base?.buffer };
-        await call(msg, "primed", base ? [base.buffer] : []);
+        await call({ op: "prime", pyodideURL: config.pyodideURL, base }, "primed", base ? [base.buffer as ArrayBuffer] : []);
         base = undefined;
         await reply(id, { ok: true, deno: Deno.version.deno });
         return;
@@ -228,7 +237,7 @@ async function handle(m: any) {
           op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
           lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
           interrupt, header: m.header, delta: m.delta, warm: !!m.warm,
-        }, "ready");
+        }, "ready", [...new Set([m.header, m.delta].filter((b) => b instanceof Uint8Array).map((b) => b.buffer as ArrayBuffer))]);
         wasm = undefined;
         await reply(id, { ok: true, timings: r.timings && typeof r.timings === "object" ? r.timings : null });
         return;

@@ -73,10 +73,16 @@ function pack(v: any, blobs: Uint8Array[], off: { n: number }): any {
   return v;
 }
 
+// A blob that is most of its frame (a base snapshot, a session's heap) comes as a view
+// of the frame, so it costs no copy and can be handed to the Worker as it is; smaller
+// ones are copied, so that none of them keeps a large frame alive.
 function unpack(v: any, bin: Uint8Array): any {
   if (Array.isArray(v)) return v.map((x) => unpack(x, bin));
   if (v && typeof v === "object") {
-    if (Array.isArray(v.$b) && Object.keys(v).length === 1) return bin.slice(v.$b[0], v.$b[0] + v.$b[1]);
+    if (Array.isArray(v.$b) && Object.keys(v).length === 1) {
+      const b = bin.subarray(v.$b[0], v.$b[0] + v.$b[1]);
+      return 2 * b.length >= bin.length ? b : b.slice();
+    }
     const o: any = {};
     for (const [k, x] of Object.entries(v)) o[k] = unpack(x, bin);
     return o;
@@ -120,44 +126,40 @@ export class FrameWriter {
   }
 }
 
-/** Reads the engine's frames. Chunks are joined only once a whole frame is there:
- * joining on every read would copy a large frame (a session's heap) quadratically. */
+/** Reads the engine's frames. A frame's body is read straight into one buffer of its
+ * size: a large frame (a base snapshot) is neither gathered from chunks nor copied. */
 export async function* readFrames(file: Deno.FsFile, maxFrame: number): AsyncGenerator<any> {
-  const reader = file.readable.getReader();
-  const chunks: Uint8Array[] = [];
-  let have = 0;
-  const take = (n: number): Uint8Array => {
-    const out = new Uint8Array(n);
-    let o = 0;
-    while (o < n) {
-      const c = chunks[0];
-      const k = Math.min(c.length, n - o);
-      out.set(c.subarray(0, k), o);
-      o += k;
-      if (k === c.length) chunks.shift();
-      else chunks[0] = c.subarray(k);
+  const buf = new Uint8Array(64 << 10);
+  let start = 0, end = 0;
+  const more = async (): Promise<boolean> => {
+    if (start === end) start = end = 0;
+    if (end === buf.length) {
+      buf.copyWithin(0, start, end);
+      end -= start;
+      start = 0;
     }
-    have -= n;
-    return out;
+    const n = await file.read(buf.subarray(end));
+    if (n === null) return false;
+    end += n;
+    return true;
   };
   for (;;) {
-    while (have >= 4) {
-      const len = take(4);
-      const n = new DataView(len.buffer).getUint32(0);
-      if (n < 4 || n > maxFrame) throw new Error(`bad frame length ${n}`);
-      chunks.unshift(len);
-      have += 4;
-      if (have < 4 + n) break;
-      take(4);
-      const body = take(n);
-      const jl = new DataView(body.buffer).getUint32(0);
-      if (jl > n - 4) throw new Error(`bad json length ${jl}`);
-      yield unpack(JSON.parse(dec.decode(body.subarray(4, 4 + jl))), body.subarray(4 + jl));
+    while (end - start < 4) if (!await more()) return;
+    const n = new DataView(buf.buffer, start, 4).getUint32(0);
+    if (n < 4 || n > maxFrame) throw new Error(`bad frame length ${n}`);
+    start += 4;
+    const body = new Uint8Array(n);
+    let o = Math.min(n, end - start);
+    body.set(buf.subarray(start, start + o));
+    start += o;
+    while (o < n) {
+      const k = await file.read(body.subarray(o));
+      if (k === null) return;
+      o += k;
     }
-    const { value, done } = await reader.read();
-    if (done) return;
-    chunks.push(value);
-    have += value.length;
+    const jl = new DataView(body.buffer).getUint32(0);
+    if (jl > n - 4) throw new Error(`bad json length ${jl}`);
+    yield unpack(JSON.parse(dec.decode(body.subarray(4, 4 + jl))), body.subarray(4 + jl));
   }
 }
 

@@ -107,16 +107,57 @@ function forgetMicropip() {
     py._api._import_name_to_package_name?.delete?.("micropip");
   } catch { /* an older layout */ }
 }
-let base: Uint8Array; // the base snapshot, this process's private copy
 let files = new Map<string, string>(); // path -> "mtime:size" of the working dir after the last run
 
 function heapOffset(s: Uint8Array): number {
   return new DataView(s.buffer, s.byteOffset, s.byteLength).getUint32(4, true);
 }
 
-// The session's state travels as the heap XOR the base heap, as a list of differing
-// blocks; the Go side compresses it. Layout: u32 heap length, u32 block count, u32 block
-// size, u32 block indexes, then the XOR-ed blocks.
+// What this process keeps of the base snapshot once its interpreter is loaded: the
+// fixed part of its header and a hash of every block of its heap, ~1 MB instead of the
+// base's ~31 MB. The engine keeps the base itself (one copy for all sessions) and XORs
+// the blocks sent here against it before it stores them.
+let baseFixed = new Uint8Array(0);
+let baseHeapLen = 0;
+let baseHashes = new Int32Array(0);
+// The base snapshot as received, until the interpreter is loaded from it. The frame it
+// came in has room before it (sandbox/proc.go, baseSlack), where a restore writes the
+// session's header, so that the snapshot is loaded in place.
+let prepared: Uint8Array | null = null;
+
+let hash2 = 0;
+// hashBlock hashes one block (PAGE bytes from word s) into two 32-bit lanes of different
+// kinds (xor-multiply and add-multiply, each followed by a shift), so that a change goes
+// unseen only if both lanes collide at once. Returns one lane; the other is in hash2.
+function hashBlock(w32: Int32Array, s: number): number {
+  let h1 = 0x2545f491, h2 = 0x6a09e667;
+  for (let i = s, e = s + (PAGE >> 2); i < e; i++) {
+    const w = w32[i];
+    h1 = Math.imul(h1 ^ w, 0x9e3779b1);
+    h1 ^= h1 >>> 16;
+    h2 = Math.imul(h2 + w, 0x85ebca6b);
+    h2 ^= h2 >>> 13;
+  }
+  hash2 = h2;
+  return h1;
+}
+
+function indexBase(b: Uint8Array) {
+  const heap = b.subarray(heapOffset(b));
+  baseFixed = b.slice(0, HEADER_FIXED + 1);
+  baseHeapLen = heap.length;
+  const n = (heap.byteOffset & 3) === 0 ? Math.floor(heap.length / PAGE) : 0;
+  const w32 = new Int32Array(heap.buffer, heap.byteOffset, n * (PAGE >> 2));
+  baseHashes = new Int32Array(2 * n);
+  for (let p = 0; p < n; p++) {
+    baseHashes[2 * p] = hashBlock(w32, p * (PAGE >> 2));
+    baseHashes[2 * p + 1] = hash2;
+  }
+}
+
+// The session's state travels as the heap blocks that differ from the base's, as they
+// are; the engine XORs them with the base's before storing them. Layout: u32 heap length,
+// u32 block count, u32 block size, u32 block indexes, then the blocks.
 function diff(snap: Uint8Array): { header: Uint8Array; delta: Uint8Array } {
   const ho = heapOffset(snap);
   return { header: snap.slice(0, ho), delta: diffHeap(snap.subarray(ho)) };
@@ -143,13 +184,13 @@ function macrotask(): Promise<void> {
 class DeltaTooLarge extends Error {}
 
 function liveDelta(maxBytes = Infinity): { header: Uint8Array; delta: Uint8Array } {
-  if (base[HEADER_FIXED] !== 0x7b /* { */ && base[HEADER_FIXED] !== 0x5b /* [ */) {
+  if (baseFixed[HEADER_FIXED] !== 0x7b /* { */ && baseFixed[HEADER_FIXED] !== 0x5b /* [ */) {
     return diff(py.makeMemorySnapshot()); // a layout we do not know: take the slow path
   }
   const json = JSON.stringify(py._api.serializeHiwireState(undefined));
   const n = Math.ceil((HEADER_FIXED + 2 * json.length) / 16) * 16;
   const header = new Uint8Array(n);
-  header.set(base.subarray(0, HEADER_FIXED));
+  header.set(baseFixed.subarray(0, HEADER_FIXED));
   const { written } = new TextEncoder().encodeInto(json, header.subarray(HEADER_FIXED));
   const u = new Uint32Array(header.buffer);
   u[1] = n;
@@ -160,32 +201,23 @@ function liveDelta(maxBytes = Infinity): { header: Uint8Array; delta: Uint8Array
 }
 
 function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
-  const bheap = base.subarray(heapOffset(base));
   const n = Math.ceil(heap.length / PAGE);
+  const hashed = baseHashes.length >> 1;
   const changed: number[] = [];
-  const h32 = new Int32Array(heap.buffer, heap.byteOffset, heap.length >> 2);
-  const b32 = new Int32Array(bheap.buffer, bheap.byteOffset, bheap.length >> 2);
-  const aligned = (heap.byteOffset & 3) === 0 && (bheap.byteOffset & 3) === 0;
+  const aligned = (heap.byteOffset & 3) === 0 && heap.length % PAGE === 0;
+  const h32 = new Int32Array(heap.buffer, heap.byteOffset, aligned ? heap.length >> 2 : 0);
   for (let p = 0; p < n; p++) {
-    const start = p * PAGE, end = Math.min(start + PAGE, heap.length);
-    if (start >= bheap.length && aligned && (end & 3) === 0) {
+    if (!aligned || (p >= hashed && p * PAGE < baseHeapLen)) {
+      changed.push(p);
+    } else if (p < hashed) {
+      if (hashBlock(h32, p * (PAGE >> 2)) !== baseHashes[2 * p] || hash2 !== baseHashes[2 * p + 1]) changed.push(p);
+    } else {
       // Past the base heap the restored memory starts zeroed: only non-zero blocks count.
-      for (let i = start >> 2; i < end >> 2; i++) {
+      for (let i = p * (PAGE >> 2), e = i + (PAGE >> 2); i < e; i++) {
         if (h32[i] !== 0) {
           changed.push(p);
           break;
         }
-      }
-      continue;
-    }
-    if (end > bheap.length || !aligned) {
-      changed.push(p);
-      continue;
-    }
-    for (let i = start >> 2; i < end >> 2; i++) {
-      if (h32[i] !== b32[i]) {
-        changed.push(p);
-        break;
       }
     }
   }
@@ -202,44 +234,27 @@ function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
     dv.setUint32(o, p, true);
     o += 4;
   }
-  const o32 = new Int32Array(out.buffer);
   for (const p of changed) {
-    const start = p * PAGE;
-    if (aligned && start + PAGE <= heap.length && start + PAGE <= bheap.length) {
-      const oi = o >> 2, hi = start >> 2;
-      for (let i = 0; i < PAGE >> 2; i++) o32[oi + i] = h32[hi + i] ^ b32[hi + i];
-    } else {
-      for (let i = 0; i < PAGE; i++) {
-        const j = start + i;
-        out[o + i] = j < heap.length ? heap[j] ^ (j < bheap.length ? bheap[j] : 0) : 0;
-      }
-    }
+    out.set(heap.subarray(p * PAGE, Math.min((p + 1) * PAGE, heap.length)), o);
     o += PAGE;
   }
   return out;
 }
 
-// A spare Worker copies the base heap ahead of time, after a gap for the header, so a
-// restore only writes the header and the changed blocks. Pyodide reads the snapshot
-// through offsets relative to its view, so the view can start anywhere 16-aligned.
-const SLACK = 1 << 20;
-let prepared: Uint8Array | null = null;
-
-function prepare(b: Uint8Array) {
-  const bheap = b.subarray(heapOffset(b));
-  prepared = new Uint8Array(SLACK + bheap.length);
-  prepared.set(bheap, SLACK);
-}
-
+// undiff builds the session's snapshot: the base's heap with the session's blocks and
+// header. In place in the base's frame when the heap has the base's size (the common
+// case), else in a new buffer.
 function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
   const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
   const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true), page = dv.getUint32(8, true);
-  const bheap = base.subarray(heapOffset(base));
-  let snap: Uint8Array;
-  const p = prepared;
+  const b = prepared;
+  if (!b) throw new Error("no base snapshot to restore onto");
   prepared = null;
-  if (p && heapLen === bheap.length && header.length <= SLACK && header.length % 16 === 0) {
-    snap = p.subarray(SLACK - header.length);
+  const bheap = b.subarray(heapOffset(b));
+  const at = bheap.byteOffset - header.length;
+  let snap: Uint8Array;
+  if (heapLen === bheap.length && at >= 0 && at % 16 === 0) {
+    snap = new Uint8Array(b.buffer, at, header.length + heapLen);
     snap.set(header);
   } else {
     snap = new Uint8Array(header.length + heapLen);
@@ -251,7 +266,7 @@ function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
   for (let k = 0; k < count; k++) {
     const start = dv.getUint32(12 + k * 4, true) * page;
     const end = Math.min(start + page, heapLen);
-    for (let j = start; j < end; j++) heap[j] ^= delta[o + j - start];
+    if (start < end) heap.set(delta.subarray(o, o + end - start), start);
     o += page;
   }
   return snap;
@@ -459,11 +474,22 @@ let wasmSize = 0;
 // heap into memory as it is after instantiation, so it must be grown to fit first.
 let restoreHeapBytes = 0;
 const realInstantiate = WebAssembly.instantiate;
+
+// release frees the memory of a buffer no longer needed at once, whoever still holds it:
+// the buffer is detached, and its contents move to one that is dropped.
+function release(b: ArrayBuffer | ArrayBufferView) {
+  const ab = ArrayBuffer.isView(b) ? b.buffer : b;
+  if (ab instanceof ArrayBuffer && !ab.detached) ab.transfer(0);
+}
+
 (WebAssembly as any).instantiate = async function (src: any, imports?: any) {
   let result: any;
   if (wasmModule && !(src instanceof WebAssembly.Module) && src?.byteLength === wasmSize) {
     const mod = wasmModule;
     wasmModule = undefined;
+    // The loader read the wasm file only to hear that it is compiled already. Its copy
+    // (~9 MB) would live as long as the loader's closures, i.e. the process: release it.
+    release(src);
     result = { module: mod, instance: await realInstantiate(mod, imports) };
   } else {
     result = await (realInstantiate as any)(src, imports);
@@ -484,6 +510,9 @@ let reseeded = false;
 
 async function prime(m: any) {
   pyodideModule ??= await import(m.pyodideURL + "pyodide.mjs");
+  // Pyodide's Emscripten module (1.2 MB of JavaScript): imported here, a spare has it
+  // parsed before a restore needs it (the loader imports the same URL).
+  await import(m.pyodideURL + "pyodide.asm.mjs");
 }
 
 async function load(m: any, snapshot?: Uint8Array) {
@@ -503,6 +532,9 @@ async function load(m: any, snapshot?: Uint8Array) {
   if (m.packageBaseURL) opts.packageBaseUrl = m.packageBaseURL;
   if (snapshot) opts._loadSnapshot = snapshot;
   const loaded = await loadPyodide(opts);
+  // The snapshot is in wasm memory now: no reference to it may outlive the load.
+  delete opts._loadSnapshot;
+  if (loaded._api?.config) delete loaded._api.config._loadSnapshot;
   py = loaded;
   forgetMicropip();
   return loaded;
@@ -762,9 +794,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A spare Worker: loaded and ready to restore a session without paying for
         // starting a Worker and importing Pyodide.
         await prime(m);
-        if (m.base) {
-          base = new Uint8Array(m.base);
-          prepare(base);
+        if (m.base instanceof Uint8Array) {
+          prepared = m.base;
+          indexBase(m.base);
         }
         post({ op: "primed" });
         return;
@@ -773,12 +805,21 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         memoryCap = m.memory;
         interrupt = new Uint8Array(m.interrupt);
         const t0 = performance.now();
+        const base = prepared;
+        if (!base) throw new Error("no base snapshot to load");
         const snapshot = m.delta ? undiff(m.header, m.delta) : base;
+        prepared = null;
         restoreHeapBytes = snapshot.length - heapOffset(snapshot);
         heapRestored = !!m.delta;
-        prepared = null;
         const t1 = performance.now();
         py = await load(m, snapshot);
+        if (!m.returnBase) {
+          // The heap is in wasm memory now. The base and the session's snapshot (~31 MB
+          // each, often one buffer) are freed at once: an idle isolate collects nothing,
+          // so garbage would stay as long as the session.
+          release(snapshot);
+          release(base);
+        }
         initTimings = { undiff: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
         py.setInterruptBuffer(interrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
@@ -795,6 +836,11 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
           try {
             liveDelta();
           } catch { /* only warming up */ }
+        }
+        if (m.returnBase && !m.delta) {
+          // A warm-up Worker hands the base back, unchanged, for the session's Worker.
+          post({ op: "ready", timings: initTimings, base }, [base.buffer as ArrayBuffer]);
+          return;
         }
         post({ op: "ready", timings: initTimings });
         return;
