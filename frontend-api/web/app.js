@@ -9,7 +9,15 @@ import python from "/vendor/highlight-11.12.0.python.min.js";
 hljs.registerLanguage("python", python);
 marked.setOptions({ gfm: true, breaks: false });
 
-const $ = (id) => document.getElementById(id);
+// The page's own elements, taken from the static page once, before anything from a
+// message or a run is drawn: an element of theirs with the same id can never stand in
+// for one of these (the module runs after the document is parsed).
+const controls = new Map([...document.querySelectorAll("[id]")].map((e) => [e.id, e]));
+function $(id) {
+  const e = controls.get(id);
+  if (!e) throw new Error(`no element #${id} in the page`);
+  return e;
+}
 const TOAST_UPDATED = "Internal tools configuration updated";
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
 
@@ -84,13 +92,61 @@ async function guard(fn) {
   try { return await fn(); } catch (e) { if (!(e instanceof APIError && e.status === 401)) toast(e.message, "error"); }
 }
 
+// Chat messages (a member's or a model's Markdown) and display items (display(), a
+// cell's rich result, figures: untrusted Python) are written by someone other than the
+// reader. Their HTML, Markdown and SVG-in-HTML go through one DOMPurify instance,
+// stricter than DOMPurify's defaults:
+// - no <script>, no event handlers, no javascript: URLs (DOMPurify's defaults);
+// - no <style> and no style attributes: CSS can load resources (url(), @import) and
+//   restyle the whole page; the page's CSP (style-src 'self') would refuse them anyway
+//   and report each refusal as an error;
+// - nothing that loads or embeds: frames, objects, media, forms and their controls,
+//   <link>, <meta>, <base>; src only as a data: raster image; srcset, poster, background
+//   and any url() that is not a reference inside the item are removed;
+// - links keep http(s), mailto and #fragments, open in a new tab, without a referrer;
+// - ids and names get DOMPurify's "user-content-" prefix and data-* attributes are
+//   removed, so nothing drawn can pass for one of the page's elements, to the browser
+//   (a <label for>, aria-controls, form submission) or to the page's own look-ups
+//   (data-msg, data-call);
+// - no forms and no controls: a message cannot offer a box that looks like the composer.
+// A rendered display item also sits in a box with CSS containment, so nothing in it can
+// be positioned over the rest of the page.
+const contentPurify = DOMPurify(window);
+const CONTENT_PURIFY = {
+  FORBID_TAGS: ["style", "link", "meta", "base", "iframe", "frame", "frameset", "object", "embed", "applet", "portal",
+    "form", "input", "button", "textarea", "select", "option", "video", "audio", "source", "track", "picture", "dialog", "template"],
+  FORBID_ATTR: ["style", "srcset", "poster", "background", "action", "formaction", "ping", "autofocus", "tabindex"],
+  ALLOW_DATA_ATTR: false,
+  SANITIZE_NAMED_PROPS: true,
+};
+const RASTER_DATA_URL = /^data:image\/(png|jpeg|gif|webp);base64,[a-z0-9+/=\s]*$/i;
+const EXTERNAL_URL_REF = /url\s*\(\s*['"]?\s*(?!#)/i;
+contentPurify.addHook("afterSanitizeAttributes", (node) => {
+  for (const attr of [...node.attributes]) {
+    const name = attr.name.toLowerCase();
+    const value = attr.value.trim();
+    if (name === "src") {
+      if (!(node.tagName === "IMG" && RASTER_DATA_URL.test(value))) node.removeAttribute(attr.name);
+    } else if (name === "href" || name === "xlink:href") {
+      if (node.tagName === "A" && /^(https?:|mailto:|#)/i.test(value)) continue;
+      if (node.tagName !== "A" && value.startsWith("#")) continue; // <use href="#shape">
+      node.removeAttribute(attr.name);
+    } else if (EXTERNAL_URL_REF.test(value)) node.removeAttribute(attr.name); // fill="url(https://…)"
+  }
+  if (node.tagName === "A" && node.hasAttribute("href") && !node.getAttribute("href").startsWith("#")) {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  }
+});
+
+function sanitize(html) { return contentPurify.sanitize(html, CONTENT_PURIFY); }
+
 function markdown(text) {
   const div = el("div", { className: "md" });
-  div.innerHTML = DOMPurify.sanitize(marked.parse(text || ""));
+  div.innerHTML = sanitize(marked.parse(text || ""));
   div.querySelectorAll("pre code").forEach((c) => {
     if (/language-(python|py)\b/.test(c.className)) { c.className = "language-python"; hljs.highlightElement(c); }
   });
-  div.querySelectorAll("a").forEach((a) => { a.target = "_blank"; a.rel = "noopener noreferrer"; });
   return div;
 }
 
@@ -409,7 +465,7 @@ function parseCalls(m) {
   });
 }
 
-function messageEl(id) { return id ? document.querySelector(`[data-msg="${id}"]`) : null; }
+function messageEl(id) { return id ? $("messages").querySelector(`[data-msg="${id}"]`) : null; }
 
 function addUserMessage(m) {
   if (messageEl(m.id)) return;
@@ -469,7 +525,7 @@ function addToolResult(m, call) {
 
 // ---------- code cells ----------
 
-function cellEl(callID) { return callID ? document.querySelector(`[data-call="${CSS.escape(callID)}"]`) : null; }
+function cellEl(callID) { return callID ? $("messages").querySelector(`[data-call="${CSS.escape(callID)}"]`) : null; }
 
 function ensureCell(callID, code, path, turnID) {
   let cell = cellEl(callID);
@@ -547,7 +603,7 @@ async function fullDisplays(cell, executionID) {
 // endOpenCells marks the cells whose run never reported back (the turn was stopped or
 // failed under them), except those of the running turn.
 function endOpenCells(text, runningTurn) {
-  document.querySelectorAll("#messages .cell:not([data-done])").forEach((c) => {
+  $("messages").querySelectorAll(".cell[data-call]:not([data-done])").forEach((c) => {
     if (runningTurn && c.dataset.turn === String(runningTurn)) return;
     c.dataset.done = "1";
     c.statusEl.className = "status failed";
@@ -562,52 +618,9 @@ function safeJSON(s) { try { return JSON.parse(s); } catch { return { message: s
 
 // ---------- display items ----------
 
-// Display items (display(), a cell's rich result, figures) come from untrusted Python.
-// HTML, Markdown and SVG-in-HTML go through a DOMPurify instance of their own, stricter
-// than the one for chat text:
-// - no <script>, no event handlers, no javascript: URLs (DOMPurify's defaults);
-// - no <style> and no style attributes: CSS can load resources (url(), @import) and
-//   restyle the whole page; the page's CSP (style-src 'self') would refuse them anyway
-//   and report each refusal as an error;
-// - nothing that loads or embeds: frames, objects, media, forms and their controls,
-//   <link>, <meta>, <base>; src only as a data: raster image; srcset, poster, background
-//   and any url() that is not a reference inside the item are removed;
-// - links keep http(s), mailto and #fragments, open in a new tab, without a referrer;
-// - ids and names get DOMPurify's "user-content-" prefix, so an item cannot shadow the
-//   page's own elements (document.getElementById("input") stays the composer).
-// The rendered item also sits in a box with CSS containment, so nothing in it can be
-// positioned over the rest of the page.
-const displayPurify = DOMPurify(window);
-const DISPLAY_PURIFY = {
-  FORBID_TAGS: ["style", "link", "meta", "base", "iframe", "frame", "frameset", "object", "embed", "applet", "portal",
-    "form", "input", "button", "textarea", "select", "option", "video", "audio", "source", "track", "picture", "dialog", "template"],
-  FORBID_ATTR: ["style", "srcset", "poster", "background", "action", "formaction", "ping", "autofocus", "tabindex"],
-  ALLOW_DATA_ATTR: false,
-  SANITIZE_NAMED_PROPS: true,
-};
-const RASTER_DATA_URL = /^data:image\/(png|jpeg|gif|webp);base64,[a-z0-9+/=\s]*$/i;
-const EXTERNAL_URL_REF = /url\s*\(\s*['"]?\s*(?!#)/i;
-displayPurify.addHook("afterSanitizeAttributes", (node) => {
-  for (const attr of [...node.attributes]) {
-    const name = attr.name.toLowerCase();
-    const value = attr.value.trim();
-    if (name === "src") {
-      if (!(node.tagName === "IMG" && RASTER_DATA_URL.test(value))) node.removeAttribute(attr.name);
-    } else if (name === "href" || name === "xlink:href") {
-      if (node.tagName === "A" && /^(https?:|mailto:|#)/i.test(value)) continue;
-      if (node.tagName !== "A" && value.startsWith("#")) continue; // <use href="#shape">
-      node.removeAttribute(attr.name);
-    } else if (EXTERNAL_URL_REF.test(value)) node.removeAttribute(attr.name); // fill="url(https://…)"
-  }
-  if (node.tagName === "A" && node.hasAttribute("href") && !node.getAttribute("href").startsWith("#")) {
-    node.setAttribute("target", "_blank");
-    node.setAttribute("rel", "noopener noreferrer");
-  }
-});
-
 function sanitizedBox(className, html) {
   const box = el("div", { className: "display-html " + className });
-  box.innerHTML = displayPurify.sanitize(html, DISPLAY_PURIFY);
+  box.innerHTML = sanitize(html);
   return box;
 }
 
@@ -695,7 +708,7 @@ function fileURL(id) {
 function releaseBlobs() {
   for (const p of state.blobs.values()) p.then((u) => URL.revokeObjectURL(u), () => {});
   state.blobs.clear();
-  document.querySelectorAll("#messages .cell").forEach((c) => { for (const u of c.displayURLs || []) URL.revokeObjectURL(u); c.displayURLs = []; });
+  $("messages").querySelectorAll(".cell[data-call]").forEach((c) => { for (const u of c.displayURLs || []) URL.revokeObjectURL(u); c.displayURLs = []; });
 }
 
 function thumbnail(f) {
@@ -741,7 +754,7 @@ function renderFilesPanel() {
   const files = state.files || [];
   $("files-count").textContent = files.length ? `(${files.length})` : "";
   $("files-tools").hidden = !canEdit();
-  const focused = document.activeElement?.closest?.("#files-list [data-file]")?.dataset.file;
+  const focused = $("files-list").contains(document.activeElement) ? document.activeElement.closest("[data-file]")?.dataset.file : null;
   if (!files.length) { $("files-list").replaceChildren(el("li", { className: "empty", textContent: "No files yet." })); return; }
   $("files-list").replaceChildren(...files.map((f) => el("li", { className: "file", dataset: { file: String(f.id) } },
     el("button", { type: "button", className: "file-name", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` }, onclick: () => guard(() => download(f)) }, f.name),
@@ -881,7 +894,7 @@ function applyEvent(ev) {
       break;
     case "turn.completed": case "turn.failed":
       state.ended.add(d.turn_id);
-      document.querySelectorAll("[data-draft]").forEach((e) => e.classList.remove("streaming"));
+      $("messages").querySelectorAll("[data-draft]").forEach((e) => e.classList.remove("streaming"));
       endOpenCells(d.status === "cancelled" ? "stopped" : "interrupted");
       setRunning(null);
       if (ev.type === "turn.failed") showTurnEnd(d.status, d.error);
@@ -969,7 +982,8 @@ function toolSwitch(id, on, disabled, label, onchange) {
 
 function renderTools(tools) {
   if (!tools) return;
-  const focused = document.activeElement?.id;
+  // A redraw under the keyboard keeps its place.
+  const focused = $("tools-list").contains(document.activeElement) && document.activeElement.matches(".switch") ? document.activeElement.closest("[data-tool]").dataset.tool : null;
   $("tools-list").replaceChildren(...tools.map((t) => {
     const sw = toolSwitch("tool-" + t.id, t.enabled, !t.available || state.conv?.role === "viewer", t.name, (on) => guard(async () => {
       try { await api("PUT", `/conversations/${state.conv.id}/internal-tools/${t.id}`, { enabled: on }); } catch (e) { sw.setAttribute("aria-checked", String(!on)); throw e; }
@@ -986,7 +1000,7 @@ function renderTools(tools) {
         t.description ? el("small", { className: "desc", textContent: t.description }) : null),
       el("div", { className: "tool-controls" }, inherit, sw));
   }));
-  if (focused && $(focused) && !$("tools-popup").hidden) $(focused).focus();
+  if (focused && !$("tools-popup").hidden) $("tools-list").querySelector(`[data-tool="${CSS.escape(focused)}"] .switch`)?.focus();
 }
 
 function openPopup() {
@@ -1231,10 +1245,11 @@ function bind() {
     $("files-input").value = "";
     if (files.length) guard(() => uploadFiles(files));
   };
+  const within = (target, ...ids) => ids.some((id) => $(id).contains(target));
   document.addEventListener("mousedown", (e) => {
-    if (!$("tools-popup").hidden && !e.target.closest(".popup-anchor")) closePopup(false);
-    if (!$("files-panel").hidden && !e.target.closest("#files-panel, #files-button, .toast")) closeFiles(false);
-    if (document.body.classList.contains("menu-open") && !e.target.closest("#sidebar") && !e.target.closest("#menu")) setMenu(false);
+    if (!$("tools-popup").hidden && !within(e.target, "tools-button", "tools-popup")) closePopup(false);
+    if (!$("files-panel").hidden && !within(e.target, "files-panel", "files-button", "toasts")) closeFiles(false);
+    if (document.body.classList.contains("menu-open") && !within(e.target, "sidebar", "menu")) setMenu(false);
   });
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape") return;
@@ -1243,7 +1258,7 @@ function bind() {
     else if (document.body.classList.contains("menu-open")) { setMenu(false); $("menu").focus(); }
   });
   document.addEventListener("focusin", (e) => {
-    if (!$("tools-popup").hidden && !e.target.closest(".popup-anchor")) closePopup(false);
+    if (!$("tools-popup").hidden && !within(e.target, "tools-button", "tools-popup")) closePopup(false);
   });
 
   $("new-agent").onsubmit = (e) => {
