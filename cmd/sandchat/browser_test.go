@@ -976,3 +976,74 @@ page.input.focus(); true`, nil),
 		t.Errorf("alice sent %q; the message box and the planted one hold %q", sent, kept)
 	}
 }
+
+// heldSocket holds back the page's WebSocket until window.release() is called: when
+// localStorage "hold" is "open", its opening (the page works over REST meanwhile, as
+// with a socket slow to connect); when it is "frames", the frames the page sends (as
+// with a server slow to take a subscription).
+const heldSocket = `(() => {
+  const Real = window.WebSocket;
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  window.release = release;
+  function Held(url) {
+    const hold = localStorage.getItem("hold");
+    let real = null, closed = false;
+    const held = {
+      readyState: Real.CONNECTING,
+      send: (data) => hold === "frames" ? gate.then(() => real.send(data)) : real.send(data),
+      close: (code) => { closed = true; real?.close(code); },
+    };
+    const open = () => {
+      if (closed) return;
+      real = new Real(url);
+      real.onopen = (e) => { held.readyState = Real.OPEN; held.onopen?.(e); };
+      real.onmessage = (e) => held.onmessage?.(e);
+      real.onclose = (e) => { held.readyState = Real.CLOSED; held.onclose?.(e); };
+    };
+    if (hold === "open") gate.then(open); else open();
+    return held;
+  }
+  Object.assign(Held, { CONNECTING: Real.CONNECTING, OPEN: Real.OPEN, CLOSING: Real.CLOSING, CLOSED: Real.CLOSED });
+  window.WebSocket = Held;
+})()`
+
+// TestBrowserLateSocket: the events of a turn that ran while the page's subscription was
+// not yet in place are not lost. The user sends a message while the socket is held back
+// and the turn ends meanwhile: once it is released, the page shows the answer and no
+// longer a running turn.
+func TestBrowserLateSocket(t *testing.T) {
+	e := newEnv(t)
+	m := e.node()
+	alice, _ := m.user(t, "alice", false)
+	for _, hold := range []string{"open", "frames"} {
+		t.Run("held "+hold, func(t *testing.T) {
+			conv := alice.createConversation(0)
+			tb := openTab(t, browser(t), "alice", screenshotDir(t))
+			tb.run(t, "sign in with the socket held",
+				chromedp.ActionFunc(func(ctx context.Context) error {
+					_, err := page.AddScriptToEvaluateOnNewDocument(heldSocket).Do(ctx)
+					return err
+				}),
+				chromedp.Navigate(fmt.Sprintf("http://%s/#/c/%d", m.Addr(), conv)),
+				chromedp.WaitVisible("#token", chromedp.ByID),
+				chromedp.Evaluate(fmt.Sprintf(`localStorage.setItem("hold", %q)`, hold), nil),
+				chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+				chromedp.Click("#login button", chromedp.ByQuery),
+				until(`document.querySelector("#conv-title").textContent === "test"`),
+				say("Hello"),
+				until(`document.querySelector("#messages .msg.user")?.textContent.includes("Hello")`),
+			)
+			eventually(t, 30*time.Second, "the answer to be stored", func() bool {
+				msgs := alice.messages(conv)
+				return len(msgs) == 2 && msgs[1].Role == "assistant"
+			})
+			tb.run(t, "release it: the answer shows and the turn is over",
+				chromedp.Evaluate(`release(); true`, nil),
+				until(`document.querySelectorAll("#messages .msg.assistant").length === 1`),
+				until(`!document.querySelector("#send").hidden && document.querySelector("#stop").hidden`),
+			)
+			tb.shot(t, "01-released")
+		})
+	}
+}

@@ -73,10 +73,11 @@ export async function openConversation(id) {
   renderConversationList();
   renderFiles([]); // the last conversation's, until this one's arrive
   // Subscribe first and hold its events until the REST picture is drawn, so nothing
-  // that happens in between is lost.
+  // that happens in between is lost: the picture is drawn when the server answers the
+  // subscription (see onEvent). With no socket open yet it is drawn now, and again when
+  // the socket opens and subscribes.
   state.loading = true;
-  subscribe(conv.id);
-  await loadConversation();
+  if (!subscribe(conv.id)) await loadConversation();
   $("input").focus();
 }
 
@@ -91,7 +92,11 @@ export function renderHeader() {
 
 export async function loadConversation() {
   const conv = state.conv;
-  state.loading = true;
+  // Loads may overlap (one when the socket opens, one when the conversation does): the
+  // newest draws the picture and releases the held events.
+  const load = {};
+  state.loading = load;
+  const current = () => state.conv?.id === conv.id && state.loading === load;
   try {
     const [msgs, runs, tools, files] = await Promise.all([
       api("GET", `/conversations/${conv.id}/messages`),
@@ -99,7 +104,7 @@ export async function loadConversation() {
       api("GET", `/conversations/${conv.id}/internal-tools`),
       api("GET", `/conversations/${conv.id}/files`).catch(() => []),
     ]);
-    if (state.conv !== conv) return;
+    if (!current()) return;
     renderTools(tools);
     renderFiles(files);
     renderHistory(msgs, runs);
@@ -108,13 +113,14 @@ export async function loadConversation() {
     let running = null;
     if (last) {
       const turn = await api("GET", `/conversations/${conv.id}/turns/${last.turn_id}`);
+      if (!current()) return;
       if (turn.status === "running") running = turn.id;
       else if (turn.status !== "completed") showTurnEnd(turn.status, turn.error);
     }
     endOpenCells("did not finish", running);
     setRunning(running);
   } finally {
-    if (state.conv === conv) {
+    if (current()) {
       state.loading = false;
       const pending = state.pending;
       state.pending = [];

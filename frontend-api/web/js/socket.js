@@ -26,14 +26,17 @@ export function connect() {
   };
 }
 
+// send reports whether the frame went out: none does before the socket is open.
 export function send(frame) {
-  if (state.ws?.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify(frame));
+  if (state.ws?.readyState !== WebSocket.OPEN) return false;
+  state.ws.send(JSON.stringify(frame));
+  return true;
 }
 
 export function subscribe(convID, since) {
   const f = { type: "subscribe", conversation_id: convID };
   if (since) f.since = since;
-  send(f);
+  return send(f);
 }
 
 function onEvent(ev) {
@@ -42,7 +45,10 @@ function onEvent(ev) {
   if (ev.type === "internal_tools.updated" || ev.type === "turn.completed" || ev.type === "turn.failed") touchConversationList();
   if (!state.conv || ev.conversation_id !== state.conv.id) return;
   if (ev.type === "subscribed") {
-    if (!ev.data?.recovered) loadConversation();
+    // A subscription without since delivers what happens from the moment the server
+    // takes it, which may be well after it was sent: the picture is fetched once it has
+    // answered. One with since that could not be replayed is fetched again too.
+    if (!ev.data?.recovered || !state.seq) guard(loadConversation);
     return;
   }
   if (state.loading) { state.pending.push(ev); return; }

@@ -8,7 +8,7 @@ export const state = {
   convs: [],
   conv: null, // the open conversation
   seq: 0, // last event seq seen for it
-  loading: false, // REST load under way: events wait in pending
+  loading: false, // until the picture is drawn (true, then the REST load under way): events wait in pending
   pending: [],
   turn: null, // id of its running turn
   ws: null,
