@@ -61,7 +61,9 @@ export function renderHistory(msgs, runs) {
         calls.set(c.id, c);
         if (c.name === "pyodide_sandbox") {
           const run = runFor(m.turn_id, c.arguments?.code);
-          if (run) finishCell(c.id, { ...run, status: run.status });
+          // A run is recorded as pending before it starts: that one is still going, and
+          // its cell goes on with the live events.
+          if (run && run.status !== "pending") finishCell(c.id, { ...run, status: run.status });
         }
       }
     } else if (m.role === "tool") addToolResult(m, calls.get(m.tool_call_id));
