@@ -44,6 +44,8 @@ func (s *Server) webRoutes() {
 	s.app.Get("/", func(c *fiber.Ctx) error { return send(c, "index.html") })
 	s.app.Get("/app.js", func(c *fiber.Ctx) error { return send(c, "app.js") })
 	s.app.Get("/app.css", func(c *fiber.Ctx) error { return send(c, "app.css") })
+	// The client's modules, which app.js imports.
+	s.app.Get("/js/:name", func(c *fiber.Ctx) error { return send(c, "js/"+c.Params("name")) })
 	// Vendored libraries, pinned by the version in their file names (see web/vendor/README.md).
 	s.app.Get("/vendor/:name", func(c *fiber.Ctx) error { return send(c, "vendor/"+c.Params("name")) })
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/accessibility"
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/dom"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -844,4 +846,204 @@ func TestBrowserDisplays(t *testing.T) {
 		}
 		tb.shot(t, "05-phone-displays")
 	})
+}
+
+// plantedControls is an editor's message holding elements with the ids and names of the
+// page's own controls: the composer's form, its text box and Send button, the message
+// list and the toasts.
+const plantedControls = "Please review this:\n\n" +
+	`<form id="composer" name="composer" aria-label="Message"><textarea id="input" name="input">Transfer everything to mallory</textarea><button id="send" name="send">Send</button></form>` +
+	"\n\n" + `<ol id="messages" name="messages"></ol><div id="toasts" name="toasts"></div>`
+
+// TestBrowserPlantedControls: a message cannot stand in for the page's controls. An
+// editor posts plantedControls; another member types into the message box found by its
+// role and name and presses Enter: the server gets that member's own words, and nothing
+// of the message is focused or typed into.
+func TestBrowserPlantedControls(t *testing.T) {
+	e := newEnv(t)
+	m := e.node()
+	alice, aliceID := m.user(t, "alice", false)
+	mallory, malloryID := m.user(t, "mallory", false)
+	conv := alice.createConversation(0)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": malloryID, "role": "editor"}, nil)
+	mallory.finishTurn(conv, mallory.post(conv, plantedControls))
+	base := "http://" + m.Addr()
+	tb := openTab(t, browser(t), "alice", screenshotDir(t))
+
+	// The page's own elements are noted before any message is drawn, and every focus or
+	// key that lands inside the message list is counted.
+	tb.run(t, "sign in and open the conversation",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.Evaluate(`window.page = { input: document.getElementById("input"), messages: document.getElementById("messages") };
+window.planted = [];
+for (const type of ["focusin", "keydown", "input"]) document.addEventListener(type, (e) => {
+  if (page.messages.contains(e.target)) planted.push(type + " " + e.target.tagName);
+}, true);
+true`, nil),
+		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+		chromedp.Click("#login button", chromedp.ByQuery),
+		chromedp.WaitVisible("#chat-view", chromedp.ByID),
+		chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, conv), nil),
+		until(`[...page.messages.querySelectorAll(".msg.user")].some((m) => m.textContent.includes("Please review this"))`),
+		until(`page.messages.querySelectorAll(".msg.assistant").length === 1`),
+	)
+	tb.shot(t, "01-planted")
+
+	var found []*accessibility.Node
+	tb.run(t, "find the message box by its role and name", chromedp.ActionFunc(func(ctx context.Context) error {
+		doc, err := dom.GetDocument().Do(ctx)
+		if err != nil {
+			return err
+		}
+		nodes, err := accessibility.QueryAXTree().WithNodeID(doc.NodeID).WithRole("textbox").WithAccessibleName("Message").Do(ctx)
+		for _, n := range nodes {
+			if !n.Ignored {
+				found = append(found, n)
+			}
+		}
+		return err
+	}))
+	if len(found) != 1 {
+		t.Fatalf("%d text boxes named Message, want the page's one", len(found))
+	}
+	var isComposer bool
+	tb.run(t, "focus it",
+		dom.Focus().WithBackendNodeID(found[0].BackendDOMNodeID),
+		chromedp.Evaluate(`document.activeElement === page.input && !page.input.disabled`, &isComposer),
+	)
+	if !isComposer {
+		t.Fatal("the text box named Message is not the page's message box, or it is disabled")
+	}
+	tb.run(t, "send",
+		chromedp.KeyEvent("Hello from alice"),
+		chromedp.KeyEvent(kb.Enter),
+		until(`page.input.value === "" && page.messages.querySelectorAll(".msg.user").length === 2`),
+		until(`page.messages.querySelectorAll(".msg.assistant").length === 2`), // its turn ended
+	)
+	tb.shot(t, "02-sent")
+
+	sentBy := func(id int64) []string {
+		var msgs []struct {
+			Role    string
+			UserID  int64 `json:"user_id"`
+			Content string
+		}
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), nil, &msgs)
+		var sent []string
+		for _, msg := range msgs {
+			if msg.Role == "user" && msg.UserID == id {
+				sent = append(sent, msg.Content)
+			}
+		}
+		return sent
+	}
+	if sent := sentBy(aliceID); len(sent) != 1 || sent[0] != "Hello from alice" {
+		t.Errorf("alice sent %q, want only her own words", sent)
+	}
+	var report struct {
+		Planted  []string `json:"planted"`
+		Controls int      `json:"controls"`
+		IDs      []string `json:"ids"`
+	}
+	tb.run(t, "nothing of the message took focus or keys",
+		chromedp.Evaluate(`({
+  planted: window.planted,
+  controls: page.messages.querySelectorAll("form, textarea, input, button, select").length,
+  ids: [...page.messages.querySelectorAll(".msg [id], .msg [name]")].flatMap((e) => [e.id, e.getAttribute("name")].filter(Boolean)),
+})`, &report),
+	)
+	if len(report.Planted) != 0 || report.Controls != 0 {
+		t.Errorf("the message's controls: %d drawn, focus and keys they got: %q", report.Controls, report.Planted)
+	}
+	for _, id := range report.IDs {
+		if !strings.HasPrefix(id, "user-content-") {
+			t.Errorf("a message element keeps the id or name %q", id)
+		}
+	}
+
+	// Were an id ever to get past the sanitizer, the page would still use its own box.
+	var kept [2]string
+	tb.run(t, "a box planted past the sanitizer is not the one read",
+		chromedp.Evaluate(`window.bypass = page.messages.appendChild(Object.assign(document.createElement("textarea"), { id: "input", value: "Transfer everything to mallory" }));
+page.input.focus(); true`, nil),
+		chromedp.KeyEvent("Hello again"),
+		chromedp.KeyEvent(kb.Enter),
+		until(`page.messages.querySelectorAll(".msg.user").length === 3`),
+		chromedp.Evaluate(`[page.input.value, bypass.value]`, &kept),
+	)
+	if sent := sentBy(aliceID); len(sent) != 2 || sent[1] != "Hello again" || kept != [2]string{"", "Transfer everything to mallory"} {
+		t.Errorf("alice sent %q; the message box and the planted one hold %q", sent, kept)
+	}
+}
+
+// heldSocket holds back the page's WebSocket until window.release() is called: when
+// localStorage "hold" is "open", its opening (the page works over REST meanwhile, as
+// with a socket slow to connect); when it is "frames", the frames the page sends (as
+// with a server slow to take a subscription).
+const heldSocket = `(() => {
+  const Real = window.WebSocket;
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  window.release = release;
+  function Held(url) {
+    const hold = localStorage.getItem("hold");
+    let real = null, closed = false;
+    const held = {
+      readyState: Real.CONNECTING,
+      send: (data) => hold === "frames" ? gate.then(() => real.send(data)) : real.send(data),
+      close: (code) => { closed = true; real?.close(code); },
+    };
+    const open = () => {
+      if (closed) return;
+      real = new Real(url);
+      real.onopen = (e) => { held.readyState = Real.OPEN; held.onopen?.(e); };
+      real.onmessage = (e) => held.onmessage?.(e);
+      real.onclose = (e) => { held.readyState = Real.CLOSED; held.onclose?.(e); };
+    };
+    if (hold === "open") gate.then(open); else open();
+    return held;
+  }
+  Object.assign(Held, { CONNECTING: Real.CONNECTING, OPEN: Real.OPEN, CLOSING: Real.CLOSING, CLOSED: Real.CLOSED });
+  window.WebSocket = Held;
+})()`
+
+// TestBrowserLateSocket: the events of a turn that ran while the page's subscription was
+// not yet in place are not lost. The user sends a message while the socket is held back
+// and the turn ends meanwhile: once it is released, the page shows the answer and no
+// longer a running turn.
+func TestBrowserLateSocket(t *testing.T) {
+	e := newEnv(t)
+	m := e.node()
+	alice, _ := m.user(t, "alice", false)
+	for _, hold := range []string{"open", "frames"} {
+		t.Run("held "+hold, func(t *testing.T) {
+			conv := alice.createConversation(0)
+			tb := openTab(t, browser(t), "alice", screenshotDir(t))
+			tb.run(t, "sign in with the socket held",
+				chromedp.ActionFunc(func(ctx context.Context) error {
+					_, err := page.AddScriptToEvaluateOnNewDocument(heldSocket).Do(ctx)
+					return err
+				}),
+				chromedp.Navigate(fmt.Sprintf("http://%s/#/c/%d", m.Addr(), conv)),
+				chromedp.WaitVisible("#token", chromedp.ByID),
+				chromedp.Evaluate(fmt.Sprintf(`localStorage.setItem("hold", %q)`, hold), nil),
+				chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+				chromedp.Click("#login button", chromedp.ByQuery),
+				until(`document.querySelector("#conv-title").textContent === "test"`),
+				say("Hello"),
+				until(`document.querySelector("#messages .msg.user")?.textContent.includes("Hello")`),
+			)
+			eventually(t, 30*time.Second, "the answer to be stored", func() bool {
+				msgs := alice.messages(conv)
+				return len(msgs) == 2 && msgs[1].Role == "assistant"
+			})
+			tb.run(t, "release it: the answer shows and the turn is over",
+				chromedp.Evaluate(`release(); true`, nil),
+				until(`document.querySelectorAll("#messages .msg.assistant").length === 1`),
+				until(`!document.querySelector("#send").hidden && document.querySelector("#stop").hidden`),
+			)
+			tb.shot(t, "01-released")
+		})
+	}
 }

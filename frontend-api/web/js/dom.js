@@ -1,0 +1,104 @@
+// The page's own elements, element building, toasts, and the sanitizer every piece of
+// content from users, models and Python goes through.
+import { marked } from "/vendor/marked-15.0.12.esm.js";
+import DOMPurify from "/vendor/dompurify-3.4.18.es.mjs";
+import hljs from "/vendor/highlight-11.12.0.core.min.js";
+import python from "/vendor/highlight-11.12.0.python.min.js";
+
+hljs.registerLanguage("python", python);
+marked.setOptions({ gfm: true, breaks: false });
+
+// The page's own elements, taken from the static page once, before anything from a
+// message or a run is drawn: an element of theirs with the same id can never stand in
+// for one of these (the module runs after the document is parsed).
+const controls = new Map([...document.querySelectorAll("[id]")].map((e) => [e.id, e]));
+export function $(id) {
+  const e = controls.get(id);
+  if (!e) throw new Error(`no element #${id} in the page`);
+  return e;
+}
+
+// el builds an element: props are DOM properties, except `attrs`, `dataset` and `on*`
+// handlers, which are applied the way the DOM expects.
+export function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null) continue;
+    if (k === "attrs") for (const [a, av] of Object.entries(v)) { if (av !== undefined && av !== null && av !== false) e.setAttribute(a, av === true ? "" : String(av)); }
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else if (k.startsWith("on") && typeof v === "function") e.addEventListener(k.slice(2), v);
+    else e[k] = v;
+  }
+  e.append(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  return e;
+}
+
+export function toast(message, level = "success") {
+  const t = el("div", { className: "toast " + level, textContent: message, attrs: { role: level === "error" ? "alert" : null } });
+  $("toasts").append(t);
+  setTimeout(() => t.remove(), level === "error" ? 8000 : 5000);
+}
+
+// Chat messages (a member's or a model's Markdown) and display items (display(), a
+// cell's rich result, figures: untrusted Python) are written by someone other than the
+// reader. Their HTML, Markdown and SVG-in-HTML go through one DOMPurify instance,
+// stricter than DOMPurify's defaults:
+// - no <script>, no event handlers, no javascript: URLs (DOMPurify's defaults);
+// - no <style> and no style attributes: CSS can load resources (url(), @import) and
+//   restyle the whole page; the page's CSP (style-src 'self') would refuse them anyway
+//   and report each refusal as an error;
+// - nothing that loads or embeds: frames, objects, media, forms and their controls,
+//   <link>, <meta>, <base>; src only as a data: raster image; srcset, poster, background
+//   and any url() that is not a reference inside the item are removed;
+// - links keep http(s), mailto and #fragments, open in a new tab, without a referrer;
+// - ids and names get DOMPurify's "user-content-" prefix and data-* attributes are
+//   removed, so nothing drawn can pass for one of the page's elements, to the browser
+//   (a <label for>, aria-controls, form submission) or to the page's own look-ups
+//   (data-msg, data-call);
+// - no forms and no controls: a message cannot offer a box that looks like the composer.
+// A rendered display item also sits in a box with CSS containment, so nothing in it can
+// be positioned over the rest of the page.
+const contentPurify = DOMPurify(window);
+const CONTENT_PURIFY = {
+  FORBID_TAGS: ["style", "link", "meta", "base", "iframe", "frame", "frameset", "object", "embed", "applet", "portal",
+    "form", "input", "button", "textarea", "select", "option", "video", "audio", "source", "track", "picture", "dialog", "template"],
+  FORBID_ATTR: ["style", "srcset", "poster", "background", "action", "formaction", "ping", "autofocus", "tabindex"],
+  ALLOW_DATA_ATTR: false,
+  SANITIZE_NAMED_PROPS: true,
+};
+const RASTER_DATA_URL = /^data:image\/(png|jpeg|gif|webp);base64,[a-z0-9+/=\s]*$/i;
+const EXTERNAL_URL_REF = /url\s*\(\s*['"]?\s*(?!#)/i;
+contentPurify.addHook("afterSanitizeAttributes", (node) => {
+  for (const attr of [...node.attributes]) {
+    const name = attr.name.toLowerCase();
+    const value = attr.value.trim();
+    if (name === "src") {
+      if (!(node.tagName === "IMG" && RASTER_DATA_URL.test(value))) node.removeAttribute(attr.name);
+    } else if (name === "href" || name === "xlink:href") {
+      if (node.tagName === "A" && /^(https?:|mailto:|#)/i.test(value)) continue;
+      if (node.tagName !== "A" && value.startsWith("#")) continue; // <use href="#shape">
+      node.removeAttribute(attr.name);
+    } else if (EXTERNAL_URL_REF.test(value)) node.removeAttribute(attr.name); // fill="url(https://…)"
+  }
+  if (node.tagName === "A" && node.hasAttribute("href") && !node.getAttribute("href").startsWith("#")) {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  }
+});
+
+export function sanitize(html) { return contentPurify.sanitize(html, CONTENT_PURIFY); }
+
+export function markdown(text) {
+  const div = el("div", { className: "md" });
+  div.innerHTML = sanitize(marked.parse(text || ""));
+  div.querySelectorAll("pre code").forEach((c) => {
+    if (/language-(python|py)\b/.test(c.className)) { c.className = "language-python"; hljs.highlightElement(c); }
+  });
+  return div;
+}
+
+export function codeBlock(code) {
+  const c = el("code", { className: "language-python", textContent: code });
+  hljs.highlightElement(c);
+  return el("pre", { className: "code" }, c);
+}

@@ -1,0 +1,160 @@
+// A conversation's files: downloads, thumbnails, the attachments above the message box
+// and the Files panel.
+import { state } from "/js/state.js";
+import { $, el, toast } from "/js/dom.js";
+import { APIError, api, guard } from "/js/api.js";
+
+function formatSize(n) { return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} KB` : `${(n / (1 << 20)).toFixed(1)} MB`; }
+
+// about prefixes a message with the file it is about, unless it already names it.
+function about(name, message) { return message.includes(name) ? message : `${name}: ${message}`; }
+
+// Files are fetched with the token in a header and shown from blob: URLs, so no token
+// ever sits in an address, a history entry or a log.
+// One fetch per file however many elements show it; the URLs live until the list is
+// redrawn (releaseBlobs).
+export function fileURL(id) {
+  if (!state.blobs.has(id)) {
+    const p = (async () => {
+      const res = await fetch(`/api/v1/files/${id}`, { headers: { Authorization: "Bearer " + state.token } });
+      if (!res.ok) throw new Error(res.status === 404 ? "That file no longer exists." : `Download failed (${res.status}).`);
+      return URL.createObjectURL(await res.blob());
+    })();
+    p.catch(() => state.blobs.get(id) === p && state.blobs.delete(id)); // a failure is not kept
+    state.blobs.set(id, p);
+  }
+  return state.blobs.get(id);
+}
+
+export function releaseBlobs() {
+  for (const p of state.blobs.values()) p.then((u) => URL.revokeObjectURL(u), () => {});
+  state.blobs.clear();
+  $("messages").querySelectorAll(".cell[data-call]").forEach((c) => { for (const u of c.displayURLs || []) URL.revokeObjectURL(u); c.displayURLs = []; });
+}
+
+export function thumbnail(f) {
+  const img = el("img", { alt: f.name });
+  const button = el("button", { type: "button", className: "thumb", title: `${f.name} — open full size`, attrs: { "aria-label": `Open ${f.name} full size` } }, img);
+  fileURL(f.id).then((u) => { img.src = u; }, () => { img.alt = `${f.name} (unavailable)`; });
+  button.onclick = () => guard(async () => {
+    $("viewer-img").src = await fileURL(f.id);
+    $("viewer-img").alt = f.name;
+    $("viewer-name").textContent = f.name;
+    $("viewer").showModal();
+  });
+  return el("figure", {}, button, el("figcaption", {}, downloadChip(f)));
+}
+
+export function downloadChip(f) {
+  return el("button", {
+    type: "button", className: "chip", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` },
+    onclick: () => guard(() => download(f)),
+  }, "↓ ", f.name, el("small", { textContent: ` ${formatSize(f.size || 0)}` }));
+}
+
+function canEdit() { return !!state.conv && state.conv.role !== "viewer"; }
+
+// renderFiles draws the conversation's files twice: its uploads as chips above the
+// message box (what Python finds under /data) and every file in the Files panel.
+export function renderFiles(files) {
+  state.files = files;
+  renderAttachments(files.filter((f) => f.source === "upload"));
+  renderFilesPanel();
+}
+
+function renderAttachments(files) {
+  $("attachments").replaceChildren(...files.map((f) => el("li", { className: "chip-row", dataset: { file: String(f.id) } },
+    downloadChip(f),
+    canEdit() ? el("button", {
+      type: "button", className: "chip-remove", attrs: { "aria-label": `Remove ${f.name}` }, textContent: "×",
+      onclick: () => guard(() => deleteFile(f)),
+    }) : null)));
+}
+
+function renderFilesPanel() {
+  const files = state.files || [];
+  $("files-count").textContent = files.length ? `(${files.length})` : "";
+  $("files-tools").hidden = !canEdit();
+  const focused = $("files-list").contains(document.activeElement) ? document.activeElement.closest("[data-file]")?.dataset.file : null;
+  if (!files.length) { $("files-list").replaceChildren(el("li", { className: "empty", textContent: "No files yet." })); return; }
+  $("files-list").replaceChildren(...files.map((f) => el("li", { className: "file", dataset: { file: String(f.id) } },
+    el("button", { type: "button", className: "file-name", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` }, onclick: () => guard(() => download(f)) }, f.name),
+    el("small", { textContent: `${f.source === "upload" ? "upload" : "from Python"} · ${formatSize(f.size || 0)}` }),
+    canEdit() ? el("button", { type: "button", className: "danger", textContent: "Delete", attrs: { "aria-label": `Delete ${f.name}` }, onclick: () => guard(() => deleteFile(f)) }) : null)));
+  // A redraw under the keyboard keeps its place.
+  if (focused) $("files-list").querySelector(`[data-file="${focused}"] button`)?.focus();
+}
+
+async function refreshFiles() {
+  const conv = state.conv;
+  if (!conv) return;
+  const files = await api("GET", `/conversations/${conv.id}/files`);
+  if (state.conv === conv) renderFiles(files);
+}
+
+let filesTimer;
+export function touchFiles() {
+  clearTimeout(filesTimer);
+  filesTimer = setTimeout(() => guard(refreshFiles), 300);
+}
+
+async function deleteFile(f) {
+  $("files-error").textContent = "";
+  try { await api("DELETE", `/files/${f.id}`); } catch (e) {
+    if (!$("files-panel").hidden) $("files-error").textContent = about(f.name, e.message);
+    throw e;
+  }
+  renderFiles((state.files || []).filter((x) => x.id !== f.id));
+  toast(`Deleted ${f.name}`);
+  if (!$("files-panel").hidden) ($("files-list").querySelector("button") || $("files-close")).focus();
+}
+
+async function download(f) {
+  const a = el("a", { href: await fileURL(f.id), download: f.name.split("/").pop() });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+// Each file is sent on its own; one refused (too large, over the quota) does not stop
+// the others, and the server's reason is shown as it gave it.
+export async function uploadFiles(files) {
+  const conv = state.conv;
+  const failed = [];
+  $("files-error").textContent = "";
+  for (const file of files) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    const pending = el("li", { className: "chip-row uploading" }, el("span", { className: "chip", textContent: `Uploading ${file.name}…` }));
+    $("attachments").append(pending);
+    try {
+      await api("POST", `/conversations/${conv.id}/files`, form);
+    } catch (e) {
+      if (e instanceof APIError && e.status === 401) throw e;
+      failed.push(about(file.name, e.message));
+    } finally { pending.remove(); }
+  }
+  await refreshFiles();
+  if (state.conv !== conv) return;
+  if (failed.length) {
+    $("files-error").textContent = failed.join("\n");
+    failed.forEach((m) => toast(m, "error"));
+  }
+  const stored = files.length - failed.length;
+  if (stored) toast(stored === 1 && files.length === 1 ? `${files[0].name} is under /data for Python` : `${stored} files are under /data for Python`);
+}
+
+export function openFiles() {
+  $("files-panel").hidden = false;
+  $("files-button").setAttribute("aria-expanded", "true");
+  $("files-error").textContent = "";
+  guard(refreshFiles);
+  ($("files-list").querySelector("button") || $("files-close")).focus();
+}
+
+export function closeFiles(returnFocus = true) {
+  if ($("files-panel").hidden) return;
+  $("files-panel").hidden = true;
+  $("files-button").setAttribute("aria-expanded", "false");
+  if (returnFocus) $("files-button").focus();
+}

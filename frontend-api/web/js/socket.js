@@ -1,0 +1,72 @@
+// The tab's one WebSocket: reconnects, subscriptions, events to where they belong.
+import { state } from "/js/state.js";
+import { toast } from "/js/dom.js";
+import { guard } from "/js/api.js";
+import { convTitle, loadConversations, loadConversation } from "/js/chat.js";
+import { applyEvent } from "/js/messages.js";
+
+export function connect() {
+  if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/ws?access_token=${encodeURIComponent(state.token)}`);
+  state.ws = ws;
+  ws.onopen = () => {
+    state.retry = 0;
+    if (state.conv) subscribe(state.conv.id, state.seq || undefined);
+  };
+  ws.onmessage = (m) => {
+    let ev;
+    try { ev = JSON.parse(m.data); } catch { return; }
+    onEvent(ev);
+  };
+  ws.onclose = () => {
+    if (state.ws !== ws) return;
+    state.ws = null;
+    const delay = Math.min(10000, 500 * 2 ** state.retry++);
+    setTimeout(() => { if (!state.ws && state.token) connect(); }, delay);
+  };
+}
+
+// send reports whether the frame went out: none does before the socket is open.
+export function send(frame) {
+  if (state.ws?.readyState !== WebSocket.OPEN) return false;
+  state.ws.send(JSON.stringify(frame));
+  return true;
+}
+
+export function subscribe(convID, since) {
+  const f = { type: "subscribe", conversation_id: convID };
+  if (since) f.since = since;
+  return send(f);
+}
+
+function onEvent(ev) {
+  if (ev.type === "toast") return onToast(ev.data || {});
+  if (ev.type === "error") return toast(ev.data?.message || ev.data?.detail || "Connection error", "error");
+  if (ev.type === "internal_tools.updated" || ev.type === "turn.completed" || ev.type === "turn.failed") touchConversationList();
+  if (!state.conv || ev.conversation_id !== state.conv.id) return;
+  if (ev.type === "subscribed") {
+    // A subscription without since delivers what happens from the moment the server
+    // takes it, which may be well after it was sent: the picture is fetched once it has
+    // answered. One with since that could not be replayed is fetched again too.
+    if (!ev.data?.recovered || !state.seq) guard(loadConversation);
+    return;
+  }
+  if (state.loading) { state.pending.push(ev); return; }
+  applyEvent(ev);
+}
+
+function onToast(d) {
+  let msg = d.message || "";
+  if (d.conversation_id && d.conversation_id !== state.conv?.id) {
+    const known = state.convs.find((c) => c.id === d.conversation_id);
+    const title = d.conversation_title || (known ? convTitle(known) : `conversation ${d.conversation_id}`);
+    msg += ` (in “${title}”)`;
+  }
+  toast(msg, d.level || "success");
+}
+
+let listTimer;
+export function touchConversationList() {
+  clearTimeout(listTimer);
+  listTimer = setTimeout(() => guard(loadConversations), 300);
+}

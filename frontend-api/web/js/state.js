@@ -1,0 +1,23 @@
+// What the page knows: the one shared state of the client.
+
+export const state = {
+  token: localStorage.getItem("sandchat.token") || "",
+  me: null,
+  catalogue: [],
+  agents: [],
+  convs: [],
+  conv: null, // the open conversation
+  seq: 0, // last event seq seen for it
+  loading: false, // until the picture is drawn (true, then the REST load under way): events wait in pending
+  pending: [],
+  turn: null, // id of its running turn
+  ws: null,
+  retry: 0,
+  agent: null, // the agent being edited (a copy)
+  agentSaved: null,
+  showAll: false,
+  blobs: new Map(), // file id → promise of its object URL
+  ended: new Set(), // turns seen ending
+  stopping: null, // turn the user asked to stop
+  files: [], // the open conversation's files
+};
