@@ -126,20 +126,21 @@ let baseHashes = new Int32Array(0);
 let prepared: Uint8Array | null = null;
 
 let hash2 = 0;
-// hashBlock hashes one block (PAGE bytes from word s) into two 32-bit lanes of different
-// kinds (xor-multiply and add-multiply, each followed by a shift), so that a change goes
-// unseen only if both lanes collide at once. Returns one lane; the other is in hash2.
+// hashBlock hashes one block (PAGE bytes from word s) into two 32-bit lanes that fail in
+// different ways, so that a change goes unseen only if both miss it: the first runs two
+// multiply-xorshift chains (even and odd words), the second is a sum of the words
+// weighted by odd numbers that depend on their place, which sees any change of a single
+// word. Returns the first lane; the second is in hash2.
 function hashBlock(w32: Int32Array, s: number): number {
-  let h1 = 0x2545f491, h2 = 0x6a09e667;
-  for (let i = s, e = s + (PAGE >> 2); i < e; i++) {
-    const w = w32[i];
-    h1 = Math.imul(h1 ^ w, 0x9e3779b1);
-    h1 ^= h1 >>> 16;
-    h2 = Math.imul(h2 + w, 0x85ebca6b);
-    h2 ^= h2 >>> 13;
+  let h1 = 0x2545f491, h2 = 0x6a09e667, h3 = 0x3c6ef372;
+  for (let i = s, e = s + (PAGE >> 2); i < e; i += 2) {
+    const w = w32[i], v = w32[i + 1];
+    h1 = Math.imul(h1 ^ w, 0x9e3779b1) ^ (h1 >>> 15);
+    h3 = Math.imul(h3 ^ v, 0x85ebca6b) ^ (h3 >>> 13);
+    h2 = (h2 + Math.imul(w, (i << 1) | 1) + Math.imul(v, (i << 1) | 3)) | 0;
   }
   hash2 = h2;
-  return h1;
+  return h1 ^ Math.imul(h3, 0xcc9e2d51);
 }
 
 function indexBase(b: Uint8Array) {
