@@ -163,7 +163,7 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	rows = append(rows, row(benchWarmPersist, "ms", samples, 30))
+	rows = append(rows, row(benchWarmPersist, "ms", samples, 10))
 
 	fmt.Fprintln(log, "measuring:", benchNewConv)
 	samples = samples[:0]
