@@ -122,9 +122,16 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 	if err != nil {
 		return nil, err
 	}
-	data := make([]sandbox.File, len(uploads))
-	for i, f := range uploads {
-		data[i] = sandbox.File{Name: f.Name, Version: f.Version, Size: f.Size, Data: f.Data}
+	data := make([]sandbox.File, 0, len(uploads))
+	for _, f := range uploads {
+		if sandchat.CheckDataPath(f.Name) != nil {
+			// Stored before the name rules of today (a hidden character, say): it is not
+			// mounted, so the conversation's code still runs; the file can be renamed
+			// by uploading it again, or deleted.
+			s.log().WarnContext(ctx, "upload not mounted: its name is no longer accepted", "conversation", convID, "name", fmt.Sprintf("%q", f.Name))
+			continue
+		}
+		data = append(data, sandbox.File{Name: f.Name, Version: f.Version, Size: f.Size, Data: f.Data})
 	}
 	return data, nil
 }

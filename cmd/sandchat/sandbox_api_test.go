@@ -532,7 +532,7 @@ func TestFiles(t *testing.T) {
 // such a name is kept under its plain form, so the run loses nothing.
 func TestLookAlikeFileNames(t *testing.T) {
 	t.Parallel()
-	_, _, conv, alice, _, _ := sandboxParty(t)
+	m, _, conv, alice, _, _ := sandboxParty(t)
 	for _, tc := range []struct{ name, file, path, says string }{
 		{"right-to-left override in the file name", "invoice\u202egnp.py", "", "U+202E RIGHT-TO-LEFT OVERRIDE at character 8"},
 		{"zero width space in the path field", "x.csv", "reports/pay\u200broll.csv", "U+200B ZERO WIDTH SPACE at character 12"},
@@ -552,6 +552,20 @@ func TestLookAlikeFileNames(t *testing.T) {
 	if files := alice.files(conv); len(files) != 0 {
 		t.Errorf("refused uploads stored: %+v", files)
 	}
+
+	t.Run("an upload stored under a name refused today does not stop the conversation's runs", func(t *testing.T) {
+		// As an upload stored before the rule would be: straight into the table.
+		if _, err := m.DB.Exec(context.Background(), `insert into files (conversation_id, source, name, content_type, size, data)
+			values ($1, 'upload', $2, 'text/plain', 1, 'x')`, conv, "old\u202egnp.py"); err != nil {
+			t.Fatal(err)
+		}
+		if got := alice.eval(conv, "import os\nsorted(os.listdir('/data')) if os.path.isdir('/data') else []"); got != "[]" {
+			t.Fatalf("python sees %s in /data, want the old upload left out", got)
+		}
+		if _, err := m.DB.Exec(context.Background(), `delete from files where conversation_id = $1 and name = $2`, conv, "old\u202egnp.py"); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("decomposed Unicode is stored in NFC", func(t *testing.T) {
 		if code, body := alice.uploadAt(conv, "cafe\u0301.csv", "", "a\n1\n"); code != 201 {
