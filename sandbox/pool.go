@@ -165,11 +165,8 @@ func (p *pool) fill() {
 	for {
 		what, wait := p.next()
 		if what == "" {
-			select {
-			case <-p.e.stop:
+			if !p.sleep(wait, true) {
 				return
-			case <-p.wake:
-			case <-time.After(wait):
 			}
 			continue
 		}
@@ -194,11 +191,8 @@ func (p *pool) fill() {
 		}
 		if errors.Is(err, errNoRoom) {
 			// Runs come first: refill once one ends and the node has room again.
-			select {
-			case <-p.e.stop:
+			if !p.sleep(poolRetryPause, true) {
 				return
-			case <-p.wake:
-			case <-time.After(poolRetryPause):
 			}
 			continue
 		}
@@ -207,13 +201,27 @@ func (p *pool) fill() {
 				return
 			}
 			p.e.log.Warn("sandbox warm pool refill failed", "err", err)
-			select {
-			case <-p.e.stop:
+			if !p.sleep(poolRetryPause, false) {
 				return
-			case <-time.After(poolRetryPause):
 			}
 		}
 	}
+}
+
+// sleep waits d, or until a take wakes the pool when wakeable; false when the engine
+// stops meanwhile.
+func (p *pool) sleep(d time.Duration, wakeable bool) bool {
+	wake := p.wake
+	if !wakeable {
+		wake = nil
+	}
+	select {
+	case <-p.e.stop:
+		return false
+	case <-wake:
+	case <-time.After(d):
+	}
+	return true
 }
 
 // make starts a process: primed with the current base, and for a ready one, the base
