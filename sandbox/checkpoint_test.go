@@ -22,7 +22,7 @@ func storedHeap(t *testing.T, e *Engine, key string) (version, heap int64) {
 // between costs a replay of the cells since the last heap, never a run.
 func TestCheckpoint(t *testing.T) {
 	t.Run("the answer comes first, the heap follows", func(t *testing.T) {
-		e, _ := newEngine(t, func(c *Config) { c.CheckpointDelay = 300 * time.Millisecond })
+		e, _ := newEngine(t, func(c *Config) { c.CheckpointDelay = 2 * time.Second })
 		mustSucceed(t, e, "k", "x = 1")
 		if v, h := storedHeap(t, e, "k"); v != 1 || h >= v {
 			t.Fatalf("right after the run: version %d, heap of version %d; want the heap still to come", v, h)
