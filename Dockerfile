@@ -19,11 +19,11 @@ FROM node:20-bookworm-slim AS runtime
 WORKDIR /runtime
 COPY sandbox/runtime/package.json sandbox/runtime/package-lock.json ./
 # npm ci first. Why the fallback: npm ci refuses a lock that lacks an optional package the
-# registry serves, and the committed lock lists only @deno/linux-x64-glibc (it was made
-# against a mirror serving only that platform; .ci/services falls back the same way). npm
-# install still takes every locked version and hash, and resolves this platform's Deno
-# binary (exact version, pinned by the deno package). The checks below prove the result:
-# the binary must be the Deno and the package the Pyodide that package.json pins.
+# registry serves (the committed lock lists every platform's @deno package, but a mirror
+# may serve fewer; .ci/services falls back the same way). npm install still takes every
+# locked version and hash, and resolves this platform's Deno binary (exact version,
+# pinned by the deno package). The checks below prove the result: the binary must be the
+# Deno and the package the Pyodide that package.json pins.
 # @deno/* is dropped: its binary is the one postinstall put at node_modules/deno/deno.
 RUN --mount=type=cache,target=/root/.npm \
     { npm ci --omit=dev --no-audit --no-fund \
@@ -50,7 +50,7 @@ RUN apt-get update \
 COPY --from=build /out/sandchat /usr/local/bin/sandchat
 # Owned by root, so the app (and Python through Deno) can read the runtime but not alter it.
 COPY --from=runtime /runtime/node_modules /opt/sandchat/runtime/node_modules
-COPY sandbox/runtime/*.ts sandbox/runtime/package.json /opt/sandchat/runtime/
+COPY sandbox/runtime/*.ts sandbox/runtime/driver.py sandbox/runtime/package.json /opt/sandchat/runtime/
 # Locate would not find the runtime from /usr/local/bin, so name it; the Deno binary and
 # Pyodide are then found in its node_modules. Deno's cache goes to a temp dir under /tmp.
 ENV SANDCHAT_ADDR=0.0.0.0:8080 \
