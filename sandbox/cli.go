@@ -58,7 +58,11 @@ func Doctor(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Wri
 	}
 	if fileExists(filepath.Join(cfg.PackageDir, "pyodide-lock.json")) {
 		n, _ := countWheels(cfg.PackageDir)
-		check("packages", nil, fmt.Sprintf("%s (%d wheels present; imports of others fail unless a CDN is set: %q)", cfg.PackageDir, n, cfg.PackageCDN))
+		source := "the others are not available (SANDCHAT_SANDBOX_PACKAGE_CDN is off)"
+		if cfg.PackageCDN != "" {
+			source = "the others are fetched from " + cfg.PackageCDN
+		}
+		check("packages", nil, fmt.Sprintf("%s holds %d wheels of its lock; %s", cfg.PackageDir, n, source))
 	} else if cfg.PackageCDN != "" {
 		check("packages", nil, "from "+cfg.PackageCDN)
 	} else {
