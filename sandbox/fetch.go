@@ -323,6 +323,9 @@ func (f *packageFetcher) fetch(ctx context.Context, r *pkgRun, p lockPackage) er
 		if err := r.fetched(); err != nil {
 			return err
 		}
+		if r != nil && r.progress != nil {
+			r.progress(p.Name)
+		}
 		if data, err = f.download(ctx, f.cdn+p.FileName, maxWheelBytes); err != nil {
 			return err
 		}

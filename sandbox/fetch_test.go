@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"context"
+	"crypto/rand"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -134,4 +138,39 @@ func TestPackageFetch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLoadOutsideTheTimeLimit: a run's time limit starts with its code. Fetching the
+// packages it imports (shown live as progress) and loading them into the interpreter
+// have their own bound.
+func TestLoadOutsideTheTimeLimit(t *testing.T) {
+	shared, _, _ := setup(t)
+	// 48 MB of bytes that do not compress: Pyodide takes a while to unpack and load it.
+	big := make([]byte, 48<<20)
+	_, _ = rand.Read(big)
+	cdn := serveCDN(t, shared.cfg.PyodideDir, []testWheel{{name: "sandchat_big", version: "1.0", files: map[string]string{
+		"sandchat_big/__init__.py": "import os\nSIZE = os.path.getsize(os.path.join(os.path.dirname(__file__), 'blob.bin'))\n",
+		"sandchat_big/blob.bin":    string(big),
+	}}}, nil)
+	e, _ := newEngine(t, func(c *Config) {
+		c.PackageDir, c.PackageCDN, c.PackageCacheDir = cdn.lockDir, cdn.srv.URL+"/pyodide/", readableTempDir(t)
+	})
+	mustSucceed(t, e, "big", "None")
+	var mu sync.Mutex
+	var live strings.Builder
+	r, err := e.Execute(context.Background(), "big", Request{Code: "import sandchat_big\nsandchat_big.SIZE", Timeout: 300 * time.Millisecond,
+		OnOutput: func(_, chunk string) { mu.Lock(); live.WriteString(chunk); mu.Unlock() }})
+	if err != nil || r.Status != StatusSuccess || resultOf(r) != fmt.Sprint(len(big)) {
+		t.Fatalf("a 300 ms run importing a 48 MB package: %v %s %s %+v", err, r.Status, resultOf(r), r.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(live.String(), "[sandbox] fetching the package sandchat-big") {
+		t.Fatalf("live output %q shows no fetch progress", live.String())
+	}
+	// The code itself still has its limit.
+	r, err = e.Execute(context.Background(), "big", Request{Code: "while True: pass", Timeout: 300 * time.Millisecond})
+	if err != nil || r.Status != StatusTimeout {
+		t.Fatalf("code past its limit: %v %s", err, r.Status)
+	}
 }

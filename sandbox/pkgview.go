@@ -128,6 +128,7 @@ type pkgRun struct {
 	indexLeft int // index documents the install in flight may still ask for
 	pinned    []string
 	linked    map[string]bool
+	progress  func(name string) // told of each package downloaded for the load, if set
 }
 
 // boundErrorf is a refusal at one of the package bounds: the fetches after it in the

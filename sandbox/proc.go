@@ -53,6 +53,7 @@ type proc struct {
 	onOut  func(stream, chunk string)
 	onDisp func(kind, item string) error
 	onPip  func(seq int64, req json.RawMessage) pipDone
+	onRun  func() // the run's code starts (its packages are loaded)
 	frozen bool
 	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
 
@@ -261,8 +262,14 @@ func (p *proc) read(r *os.File) {
 			return
 		}
 		p.mu.Lock()
-		want, fn, disp, pip := p.wantID, p.onOut, p.onDisp, p.onPip
+		want, fn, disp, pip, started := p.wantID, p.onOut, p.onDisp, p.onPip, p.onRun
 		p.mu.Unlock()
+		if h.ID == 0 && h.Op == "started" {
+			if started != nil {
+				started()
+			}
+			continue
+		}
 		if h.ID == 0 && h.Op == "pip" {
 			// Answered off the reader: fetching takes a while, and output, displays and
 			// the run's reply keep coming meanwhile.
@@ -397,6 +404,13 @@ func (p *proc) setDisplay(fn func(kind, item string) error) {
 }
 
 // setPip routes a run's install requests; nil refuses them.
+// setStarted sets what is called when the run in flight starts its code.
+func (p *proc) setStarted(fn func()) {
+	p.mu.Lock()
+	p.onRun = fn
+	p.mu.Unlock()
+}
+
 func (p *proc) setPip(fn func(seq int64, req json.RawMessage) pipDone) {
 	p.mu.Lock()
 	p.onPip = fn

@@ -348,6 +348,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	pk := e.packages(p)
 	defer pk.done()
 	if e.fetch != nil {
+		if req.OnOutput != nil {
+			// Progress of what the run waits for before its code: shown live, not kept.
+			pk.progress = func(name string) { req.OnOutput("stderr", "[sandbox] fetching the package "+name+"…\n") }
+		}
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 		notes = append(notes, pk.ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
@@ -374,25 +378,45 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	done := make(chan reply, 1)
 	start := time.Now()
-	// The call's own deadline is the backstop: past the run's timeout, the grace and
-	// time to save, the process is killed whatever it is doing.
-	hard, cancelHard := context.WithTimeout(context.Background(), req.Timeout+e.cfg.Grace+time.Minute)
+	// The call's own deadline is the backstop: past the load, the run's timeout, the
+	// grace and time to save, the process is killed whatever it is doing.
+	hard, cancelHard := context.WithTimeout(context.Background(), e.cfg.RestoreTimeout+req.Timeout+e.cfg.Grace+time.Minute)
 	defer cancelHard()
+	// The run's time limit starts with its code: loading the packages it imports (and
+	// /data) has its own bound, RestoreTimeout, and the process says when it is done.
+	started := make(chan struct{}, 1)
+	p.setStarted(func() {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	})
+	defer p.setStarted(nil)
 	go func() {
 		f, err := p.call(hard, msg, &o)
 		done <- reply{f, err}
 	}()
-	timer := time.NewTimer(req.Timeout)
+	timer := time.NewTimer(e.cfg.RestoreTimeout)
 	defer timer.Stop()
 	var rep reply
 	var ctxErr error
 	interrupted := false
-	select {
-	case rep = <-done:
-	case <-timer.C:
-		interrupted = true
-	case <-ctx.Done():
-		interrupted, ctxErr = true, ctx.Err()
+wait:
+	for {
+		select {
+		case rep = <-done:
+		case <-started:
+			// Once: a second word from the process (which user code can forge) never
+			// extends the limit.
+			timer.Reset(req.Timeout)
+			started = nil
+			continue
+		case <-timer.C:
+			interrupted = true
+		case <-ctx.Done():
+			interrupted, ctxErr = true, ctx.Err()
+		}
+		break wait
 	}
 	if interrupted {
 		p.interrupt()

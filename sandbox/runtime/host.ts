@@ -23,6 +23,7 @@ const interrupt = new SharedArrayBuffer(2);
 let outBytes = 0;
 let displayBytes = 0, displayCount = 0, displayDropped = 0;
 let pipInFlight = false;
+let runStarted = false; // the run in flight said its code started (once per run)
 // The replay of an attach: each cell gets its time limit, then an interrupt, then the
 // grace; a cell that outlives both ends the process, and the engine is told which.
 const replay = { id: 0, limits: [] as number[], grace: 0, cell: -1, stopped: -1, timers: [] as number[] };
@@ -140,6 +141,14 @@ function onWorker(m: any) {
         die(`replay of cell ${i + 1} did not stop`);
       }, limit + replay.grace),
     ];
+    return;
+  }
+  if (m.op === "started") {
+    // The run's code starts: the engine starts its time limit.
+    if (p.expect === "done" && !runStarted) {
+      runStarted = true;
+      output.send({ id: 0, op: "started" });
+    }
     return;
   }
   if (m.op === "out") {
@@ -264,6 +273,7 @@ async function handle(m: any) {
       }
       case "run": {
         outBytes = 0;
+        runStarted = false;
         displayBytes = displayCount = displayDropped = 0;
         pipInFlight = false;
         new Uint8Array(interrupt)[1] = 0;

@@ -615,22 +615,27 @@ async function run(m: any) {
   let status = "success", result: string | null = null, error: any = null, compiled: string[] = [];
   const loadErrors: string[] = [];
   interrupt[0] = 0;
+  // Loading packages (the preload's and the code's imports) comes before the run's time
+  // limit; importing them is Python, and counts.
   if (m.preload?.length) {
     // Validated module names (the engine checks them), imported before the code.
     const code = m.preload.map((n: string) => `import ${n}`).join("\n");
     await py.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
-    for (const n of m.preload) {
-      const e = await quietRun(`import ${n}`, "<preload>");
-      if (e) se.write(new TextEncoder().encode(`[sandbox] preload of ${n} failed: ${e}\n`));
-    }
   }
-  try {
-    if (/\bimport\b/.test(m.code)) try {
+  if (/\bimport\b/.test(m.code)) {
+    try {
       await py.loadPackagesFromImports(m.code, { messageCallback: () => {}, errorCallback: (e: string) => loadErrors.push(String(e)) });
     } catch (e) {
       // The import in user code reports the failure; this says why.
       loadErrors.push(String((e as Error)?.message ?? e));
     }
+  }
+  post({ op: "started" }); // the run's time limit starts now
+  for (const n of m.preload ?? []) {
+    const e = await quietRun(`import ${n}`, "<preload>");
+    if (e) se.write(new TextEncoder().encode(`[sandbox] preload of ${n} failed: ${e}\n`));
+  }
+  try {
     const [s, v, e, so] = await callDriver(m.code, m.filename, m.maxOutput);
     compiled = so ?? [];
     status = s;
