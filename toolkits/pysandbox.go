@@ -100,7 +100,7 @@ type RunRequest struct {
 	OnOutput       func(stream, chunk string)
 	// OnDisplay receives display items as the code shows them; an image's file id is
 	// only known once the run is stored (Run.Displays).
-	OnDisplay func(sandbox.Display)
+	OnDisplay func(sandchat.Display)
 }
 
 // Run is a run's outcome as the API and the model see it.
@@ -335,7 +335,7 @@ func withDisplayImages(res sandbox.Result) sandbox.Result {
 			img.Name = fmt.Sprintf("%s-%d%s", base, i, ext)
 		}
 		names[img.Name] = img.Size
-		arts = append(arts, sandbox.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
+		arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
 	}
 	res.Artifacts = arts
 	return res
