@@ -48,65 +48,16 @@ type DataFile struct {
 }
 
 // Execution is the audit record of one run of the conversation's Python: who ran what
-// in which session, and once finished, its outcome.
+// in which session, and once finished, its outcome and the session it left.
 type Execution struct {
 	ConversationID int64
 	TurnID         *int64
 	AgentID        *int64
 	SessionKey     string
 	Code           string
-	Outcome        RunOutcome
-}
-
-// RunOutcome is what a run did, as its record keeps it.
-type RunOutcome struct {
-	Status         string
-	Stdout         string
-	Stderr         string
-	Result         *string // repr of a trailing expression
-	Error          *RunError
-	ExecutionMS    int64
+	Outcome        sandchat.RunOutcome
 	SessionVersion int64
 	RestoredFrom   string
-	Artifacts      []Artifact
-	Displays       []Display
-}
-
-// RunError is the exception a run raised, or why it could not complete.
-type RunError struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-}
-
-// Artifact is a file a run produced, to be stored with it.
-type Artifact struct {
-	Name        string
-	ContentType string
-	Data        []byte
-}
-
-// Display is an item a run showed the user (display(), a rich result, a figure), as
-// kept with its execution: text parts, and an image as the id of its stored file.
-type Display struct {
-	Kind     string          `json:"kind"`
-	Text     string          `json:"text"`
-	HTML     string          `json:"html,omitempty"`
-	Markdown string          `json:"markdown,omitempty"`
-	SVG      string          `json:"svg,omitempty"`
-	LaTeX    string          `json:"latex,omitempty"`
-	JSON     json.RawMessage `json:"json,omitempty"`
-	Image    *DisplayImage   `json:"image,omitempty"`
-}
-
-// DisplayImage is the image of a display item; FileID names its file once stored.
-type DisplayImage struct {
-	Name        string `json:"name"`
-	ContentType string `json:"content_type"`
-	Width       int    `json:"width"`
-	Height      int    `json:"height"`
-	Size        int64  `json:"size"`
-	FileID      int64  `json:"file_id,omitempty"`
 }
 
 // StoredExecution is a run as recorded, with its whole output.

@@ -12,34 +12,9 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/sandchat/sandchat"
 )
-
-// Display is one item a run shows to the user, the way Jupyter does: display(obj), a
-// trailing expression with a rich repr, or a matplotlib figure at plt.show(). Text
-// parts are as Python gave them (HTML and SVG are the browser's to sanitize); an image
-// is decoded and measured here, never trusted from the process.
-type Display struct {
-	Kind     string          `json:"kind"` // display | result (a trailing expression)
-	Text     string          `json:"text"` // text/plain, always present
-	HTML     string          `json:"html,omitempty"`
-	Markdown string          `json:"markdown,omitempty"`
-	SVG      string          `json:"svg,omitempty"`
-	LaTeX    string          `json:"latex,omitempty"`
-	JSON     json.RawMessage `json:"json,omitempty"`
-	Image    *DisplayImage   `json:"image,omitempty"`
-}
-
-// DisplayImage is a raster image of a display item. The server stores it as a file;
-// FileID names that file once stored (zero while the run streams).
-type DisplayImage struct {
-	Name        string `json:"name"`
-	ContentType string `json:"content_type"`
-	Width       int    `json:"width"`
-	Height      int    `json:"height"`
-	Size        int64  `json:"size"`
-	FileID      int64  `json:"file_id,omitempty"`
-	Data        []byte `json:"-"`
-}
 
 // displayTextMax bounds each text part of one display item.
 const displayTextMax = 1 << 20
@@ -47,21 +22,21 @@ const displayTextMax = 1 << 20
 // parseDisplay checks one display frame from a session process. A frame no honest
 // driver sends (bad kind, not JSON, a non-string part, an image that does not decode)
 // is an error, and the process is killed; n numbers the run's images for their names.
-func parseDisplay(kind, item string, maxImage int64, n int) (Display, error) {
+func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, error) {
 	if kind != "display" && kind != "result" {
-		return Display{}, fmt.Errorf("display kind %q", kind)
+		return sandchat.Display{}, fmt.Errorf("display kind %q", kind)
 	}
 	var b struct {
 		Data     map[string]json.RawMessage `json:"data"`
 		Metadata map[string]json.RawMessage `json:"metadata"`
 	}
 	if err := json.Unmarshal([]byte(item), &b); err != nil {
-		return Display{}, fmt.Errorf("display item: %v", err)
+		return sandchat.Display{}, fmt.Errorf("display item: %v", err)
 	}
 	if len(b.Data) == 0 || len(b.Data) > 32 {
-		return Display{}, fmt.Errorf("display item with %d parts", len(b.Data))
+		return sandchat.Display{}, fmt.Errorf("display item with %d parts", len(b.Data))
 	}
-	d := Display{Kind: kind}
+	d := sandchat.Display{Kind: kind}
 	text := func(mime string) (string, error) {
 		raw, ok := b.Data[mime]
 		if !ok {
@@ -82,14 +57,14 @@ func parseDisplay(kind, item string, maxImage int64, n int) (Display, error) {
 		dst  *string
 	}{{"text/plain", &d.Text}, {"text/html", &d.HTML}, {"text/markdown", &d.Markdown}, {"image/svg+xml", &d.SVG}, {"text/latex", &d.LaTeX}} {
 		if *p.dst, err = text(p.mime); err != nil {
-			return Display{}, err
+			return sandchat.Display{}, err
 		}
 	}
 	if js, err := text("application/json"); err != nil {
-		return Display{}, err
+		return sandchat.Display{}, err
 	} else if js != "" {
 		if !json.Valid([]byte(js)) || len(js) > displayTextMax {
-			return Display{}, fmt.Errorf("display part application/json is not JSON")
+			return sandchat.Display{}, fmt.Errorf("display part application/json is not JSON")
 		}
 		d.JSON = json.RawMessage(js)
 	}
@@ -97,20 +72,20 @@ func parseDisplay(kind, item string, maxImage int64, n int) (Display, error) {
 		enc, err := text(mime)
 		if err != nil || enc == "" {
 			if err != nil {
-				return Display{}, err
+				return sandchat.Display{}, err
 			}
 			continue
 		}
 		if int64(base64.StdEncoding.DecodedLen(len(enc))) > maxImage {
-			return Display{}, fmt.Errorf("display image over %d bytes", maxImage)
+			return sandchat.Display{}, fmt.Errorf("display image over %d bytes", maxImage)
 		}
 		data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
 		if err != nil {
-			return Display{}, fmt.Errorf("display image is not base64")
+			return sandchat.Display{}, fmt.Errorf("display image is not base64")
 		}
 		cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
 		if err != nil || "image/"+format != mime {
-			return Display{}, fmt.Errorf("display part %s is not a %s image", mime, mime)
+			return sandchat.Display{}, fmt.Errorf("display part %s is not a %s image", mime, mime)
 		}
 		ext := map[string]string{"png": ".png", "jpeg": ".jpg"}[format]
 		name := fmt.Sprintf("display-%d%s", n, ext)
@@ -123,7 +98,7 @@ func parseDisplay(kind, item string, maxImage int64, n int) (Display, error) {
 				name = f
 			}
 		}
-		d.Image = &DisplayImage{Name: name, ContentType: mime, Width: cfg.Width, Height: cfg.Height, Size: int64(len(data)), Data: data}
+		d.Image = &sandchat.DisplayImage{Name: name, ContentType: mime, Width: cfg.Width, Height: cfg.Height, Size: int64(len(data)), Data: data}
 		break
 	}
 	if d.Text == "" {
@@ -142,8 +117,8 @@ func truncUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// size is what a display item weighs against MaxDisplayBytes.
-func (d Display) size() int64 {
+// displaySize is what a display item weighs against MaxDisplayBytes.
+func displaySize(d sandchat.Display) int64 {
 	n := int64(len(d.Text) + len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON))
 	if d.Image != nil {
 		n += d.Image.Size
@@ -157,10 +132,10 @@ type displays struct {
 	max      int
 	maxBytes int64
 	maxImage int64
-	on       func(Display)
+	on       func(sandchat.Display)
 
 	mu      sync.Mutex
-	items   []Display
+	items   []sandchat.Display
 	bytes   int64
 	dropped int
 	images  int
@@ -173,7 +148,7 @@ func (c *displays) add(kind, item string) error {
 		c.mu.Unlock()
 		return err
 	}
-	if len(c.items) >= c.max || c.bytes+d.size() > c.maxBytes {
+	if len(c.items) >= c.max || c.bytes+displaySize(d) > c.maxBytes {
 		c.dropped++
 		c.mu.Unlock()
 		return nil
@@ -181,7 +156,7 @@ func (c *displays) add(kind, item string) error {
 	if d.Image != nil {
 		c.images++
 	}
-	c.bytes += d.size()
+	c.bytes += displaySize(d)
 	c.items = append(c.items, d)
 	on := c.on
 	c.mu.Unlock()
@@ -192,7 +167,7 @@ func (c *displays) add(kind, item string) error {
 }
 
 // done returns the items and stderr with a note of what did not fit.
-func (c *displays) done(stderr string, droppedInProcess int) ([]Display, string) {
+func (c *displays) done(stderr string, droppedInProcess int) ([]sandchat.Display, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.dropped + droppedInProcess; n > 0 {
@@ -200,7 +175,7 @@ func (c *displays) done(stderr string, droppedInProcess int) ([]Display, string)
 	}
 	items := c.items
 	if items == nil {
-		items = []Display{}
+		items = []sandchat.Display{}
 	}
 	return items, stderr
 }

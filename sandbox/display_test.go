@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
@@ -16,7 +17,7 @@ func TestDisplay(t *testing.T) {
 
 	var mu sync.Mutex
 	var events []string
-	var streamed []Display
+	var streamed []sandchat.Display
 	req := Request{
 		Code: "print('before')\ndisplay(Table())\nprint('between')\ndisplay(Picture())\n" +
 			"from IPython.display import Markdown\ndisplay(Markdown('**bold**'))\nTable()",
@@ -25,7 +26,7 @@ func TestDisplay(t *testing.T) {
 			defer mu.Unlock()
 			events = append(events, "out:"+strings.TrimSpace(chunk))
 		},
-		OnDisplay: func(d Display) {
+		OnDisplay: func(d sandchat.Display) {
 			mu.Lock()
 			defer mu.Unlock()
 			events = append(events, "display:"+d.Kind)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/sandchat/sandchat"
 )
 
 // The frame protocol between the engine and one session process; runtime/protocol.ts is
@@ -256,18 +258,18 @@ type changedFile struct {
 }
 
 type runReply struct {
-	Status          string        `json:"status"`
-	Result          *string       `json:"result"`
-	Error           *ExecError    `json:"error"`
-	Stdout          string        `json:"stdout"`
-	Stderr          string        `json:"stderr"`
-	StdoutTruncated bool          `json:"stdoutTruncated"`
-	StderrTruncated bool          `json:"stderrTruncated"`
-	Changed         []changedFile `json:"changed"`
-	Omitted         int           `json:"omitted"` // changed files past maxChangedFiles, not listed
-	Deleted         []string      `json:"deleted"`
-	Packages        []string      `json:"packages"`
-	DisplaysDropped int           `json:"displaysDropped"`
+	Status          string             `json:"status"`
+	Result          *string            `json:"result"`
+	Error           *sandchat.RunError `json:"error"`
+	Stdout          string             `json:"stdout"`
+	Stderr          string             `json:"stderr"`
+	StdoutTruncated bool               `json:"stdoutTruncated"`
+	StderrTruncated bool               `json:"stderrTruncated"`
+	Changed         []changedFile      `json:"changed"`
+	Omitted         int                `json:"omitted"` // changed files past maxChangedFiles, not listed
+	Deleted         []string           `json:"deleted"`
+	Packages        []string           `json:"packages"`
+	DisplaysDropped int                `json:"displaysDropped"`
 }
 
 // check refuses a run reply that no honest runtime sends; the process is then killed.

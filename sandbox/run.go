@@ -79,7 +79,7 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 	if res.Status != "" {
 		// JSON callers get [] rather than null.
 		if res.Artifacts == nil {
-			res.Artifacts = []Artifact{}
+			res.Artifacts = []sandchat.Artifact{}
 		}
 		if res.Session.Packages == nil {
 			res.Session.Packages = []string{}
@@ -427,10 +427,10 @@ wait:
 			// thread it started. The session goes back to its last durable state.
 			e.dropLive(key, lv, "the run ignored the interrupt")
 			<-done
-			res := Result{Status: StatusTimeout, ExecutionMS: time.Since(start).Milliseconds(),
-				Error: &ExecError{Type: "TimeoutError", Message: fmt.Sprintf(
+			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusTimeout, ExecutionMS: time.Since(start).Milliseconds(),
+				Error: &sandchat.RunError{Type: "TimeoutError", Message: fmt.Sprintf(
 					"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-					e.cfg.Grace, lv.version)},
+					e.cfg.Grace, lv.version)}},
 				Session: session()}
 			return res, ctxErr
 		}
@@ -441,13 +441,13 @@ wait:
 		var pe *procError
 		switch {
 		case errors.Is(rep.err, errProcGone):
-			return Result{Status: StatusError, ExecutionMS: ms,
-				Error: &ExecError{Type: "SandboxError", Message: fmt.Sprintf(
-					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)},
+			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
+				Error: &sandchat.RunError{Type: "SandboxError", Message: fmt.Sprintf(
+					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)}},
 				Session: session()}, ctxErr
 		case errors.As(rep.err, &pe):
-			return Result{Status: StatusError, ExecutionMS: ms,
-				Error:   &ExecError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.msg},
+			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
+				Error: &sandchat.RunError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.msg}},
 				Session: session()}, ctxErr
 		}
 		return Result{}, rep.err
@@ -490,7 +490,7 @@ wait:
 // result turns a run reply into a Result: output with truncation markers, artifacts
 // within their limits, and what happened to changed files the session keeps.
 func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
-	res := Result{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []Artifact{}}
+	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
 	if r.StdoutTruncated {
 		res.Stdout += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
 	}
@@ -509,7 +509,7 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 		case len(res.Artifacts) >= e.cfg.MaxArtifacts:
 			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", c.Path, e.cfg.MaxArtifacts))
 		default:
-			res.Artifacts = append(res.Artifacts, Artifact{Name: c.Path, ContentType: contentType(c.Path, b), Data: b, Size: int64(len(b))})
+			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: c.Path, ContentType: contentType(c.Path, b), Data: b, Size: int64(len(b))})
 		}
 		if c.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[c.Path] == nil) {
 			// Redis is no place for big files: they live on in the warm session only.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sandchat/sandchat"
 )
 
 // Request is one run of Python code in a session.
@@ -19,7 +21,7 @@ type Request struct {
 	// OnDisplay, when set, receives each display item (display(), a rich trailing
 	// expression, a matplotlib figure) as the code shows it, after the output printed
 	// before it. Same goroutine rules as OnOutput. Result.Displays holds them all.
-	OnDisplay func(Display)
+	OnDisplay func(sandchat.Display)
 	// History, when set, returns the code of the session's earlier successful runs, in
 	// order. The engine calls it when Redis holds no state for a session that did not
 	// expire (Redis lost it) and rebuilds the interpreter by running them again.
@@ -61,33 +63,12 @@ const (
 	FromFresh    = "fresh"    // a new interpreter: first run, reset, or expired
 )
 
-// Result is the outcome of a run. A Python exception is a Result with Status "error",
-// not a Go error: Go errors are for runs that could not be attempted or saved.
+// Result is the outcome of a run and the session it left. A Python exception is a
+// Result with Status "error", not a Go error: Go errors are for runs that could not be
+// attempted or saved.
 type Result struct {
-	Status      string      `json:"status"`
-	Stdout      string      `json:"stdout"`
-	Stderr      string      `json:"stderr"`
-	Result      *string     `json:"result"` // repr of a trailing expression
-	Error       *ExecError  `json:"error,omitempty"`
-	Artifacts   []Artifact  `json:"artifacts"`
-	Displays    []Display   `json:"displays"`
-	ExecutionMS int64       `json:"execution_ms"`
-	Session     SessionInfo `json:"session"`
-}
-
-// ExecError describes a Python exception (or a run stopped by the engine).
-type ExecError struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-}
-
-// Artifact is a file created or changed under the working directory during a run.
-type Artifact struct {
-	Name        string `json:"name"` // path relative to /home/pyodide
-	ContentType string `json:"content_type"`
-	Data        []byte `json:"-"`
-	Size        int64  `json:"size"`
+	sandchat.RunOutcome
+	Session SessionInfo `json:"session"`
 }
 
 // SessionInfo describes a session's durable state.

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/sandbox"
 )
 
 // eventTextMax bounds the text of one display item in its tool.display event.
@@ -80,7 +79,7 @@ func preview(s string) string {
 }
 
 // describeDisplay is what the model learns of an item shown to the user.
-func describeDisplay(d sandbox.Display) string {
+func describeDisplay(d sandchat.Display) string {
 	what := "shown to the user"
 	if d.Kind == "result" {
 		what = "the result was shown to the user"
@@ -104,7 +103,7 @@ func describeDisplay(d sandbox.Display) string {
 
 // displayData is a display item as a tool.display event: its text parts (bounded) and
 // its image's name and size; the image's file id comes with tool.completed.
-func displayData(index int, d sandbox.Display) map[string]any {
+func displayData(index int, d sandchat.Display) map[string]any {
 	const partMax = 256 << 10
 	data := map[string]any{"index": index, "kind": d.Kind, "text": sandchat.TruncateUTF8(d.Text, eventTextMax, "…")}
 	for k, v := range map[string]string{"html": d.HTML, "markdown": d.Markdown, "svg": d.SVG, "latex": d.LaTeX} {
@@ -129,7 +128,7 @@ func displayData(index int, d sandbox.Display) map[string]any {
 
 // eventDisplays is a run's display items for tool.completed, within a total budget:
 // past it, items keep their text and image and say they were truncated.
-func eventDisplays(ds []sandbox.Display) []map[string]any {
+func eventDisplays(ds []sandchat.Display) []map[string]any {
 	const budget = 2 << 20
 	out := make([]map[string]any, 0, len(ds))
 	used := 0

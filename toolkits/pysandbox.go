@@ -100,7 +100,7 @@ type RunRequest struct {
 	OnOutput       func(stream, chunk string)
 	// OnDisplay receives display items as the code shows them; an image's file id is
 	// only known once the run is stored (Run.Displays).
-	OnDisplay func(sandbox.Display)
+	OnDisplay func(sandchat.Display)
 }
 
 // Run is a run's outcome as the API and the model see it.
@@ -210,7 +210,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if err != nil {
 		return Run{}, s.failed(ctx, wctx, id, ex, res, err)
 	}
-	ex.Outcome = outcome(withDisplayImages(res))
+	ex = finished(ex, withDisplayImages(res))
 	files, err := s.finish(wctx, id, ex, "")
 	if err != nil {
 		run := Run{ID: id, Result: res, Artifacts: make([]conversations.FileRef, 0, len(res.Artifacts)),
@@ -270,13 +270,13 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 	case notKept:
 		// Recorded failed, with what it printed, so no replay applies it; the files it
 		// wrote went with its state.
-		ex.Outcome = outcome(res)
+		ex = finished(ex, res)
 		ex.Outcome.Artifacts, ex.Outcome.Displays = nil, nil
 		reason, err = errNotKept.Message, errNotKept
 	case res.Status != "":
 		// The engine still reports what the run did (interrupted code keeps its
 		// state): record that, not a failure.
-		ex.Outcome, reason = outcome(res), ""
+		ex, reason = finished(ex, res), ""
 	case ctx.Err() != nil:
 		reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
 	case s.closing.Load():
@@ -296,7 +296,7 @@ func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversatio
 		_ = s.failed(ctx, wctx, id, ex, r.res, r.err)
 		return
 	}
-	ex.Outcome = outcome(withDisplayImages(r.res))
+	ex = finished(ex, withDisplayImages(r.res))
 	if _, err := s.finish(wctx, id, ex, ""); err != nil {
 		s.log().WarnContext(ctx, "record run", "execution_id", id, "err", err)
 	}
@@ -335,30 +335,17 @@ func withDisplayImages(res sandbox.Result) sandbox.Result {
 			img.Name = fmt.Sprintf("%s-%d%s", base, i, ext)
 		}
 		names[img.Name] = img.Size
-		arts = append(arts, sandbox.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
+		arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
 	}
 	res.Artifacts = arts
 	return res
 }
 
-// outcome is a run's result as its conversation keeps it.
-func outcome(res sandbox.Result) conversations.RunOutcome {
-	o := conversations.RunOutcome{Status: res.Status, Stdout: res.Stdout, Stderr: res.Stderr, Result: res.Result,
-		ExecutionMS: res.ExecutionMS, SessionVersion: res.Session.Version, RestoredFrom: res.Session.RestoredFrom}
-	if e := res.Error; e != nil {
-		o.Error = &conversations.RunError{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
-	}
-	for _, a := range res.Artifacts {
-		o.Artifacts = append(o.Artifacts, conversations.Artifact{Name: a.Name, ContentType: a.ContentType, Data: a.Data})
-	}
-	for _, d := range res.Displays {
-		cd := conversations.Display{Kind: d.Kind, Text: d.Text, HTML: d.HTML, Markdown: d.Markdown, SVG: d.SVG, LaTeX: d.LaTeX, JSON: d.JSON}
-		if img := d.Image; img != nil {
-			cd.Image = &conversations.DisplayImage{Name: img.Name, ContentType: img.ContentType, Width: img.Width, Height: img.Height, Size: img.Size, FileID: img.FileID}
-		}
-		o.Displays = append(o.Displays, cd)
-	}
-	return o
+// finished is the record of a run the engine answered: its outcome and the session it
+// left.
+func finished(ex conversations.Execution, res sandbox.Result) conversations.Execution {
+	ex.Outcome, ex.SessionVersion, ex.RestoredFrom = res.RunOutcome, res.Session.Version, res.Session.RestoredFrom
+	return ex
 }
 
 // linkDisplayImages gives each displayed image its file id, and returns the run's

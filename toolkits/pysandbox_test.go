@@ -14,10 +14,10 @@ import (
 func TestLinkDisplayImages(t *testing.T) {
 	shown := "chart\u202egnp.png" // given by display(..., metadata={"filename": ...})
 	saved := "table.csv"
-	res := sandbox.Result{
-		Artifacts: []sandbox.Artifact{{Name: saved}},
-		Displays:  []sandbox.Display{{Kind: "display", Image: &sandbox.DisplayImage{Name: shown}}},
-	}
+	res := sandbox.Result{RunOutcome: sandchat.RunOutcome{
+		Artifacts: []sandchat.Artifact{{Name: saved}},
+		Displays:  []sandchat.Display{{Kind: "display", Image: &sandchat.DisplayImage{Name: shown}}},
+	}}
 	stored := []conversations.FileRef{{ID: 1, Name: saved}, {ID: 2, Name: sandchat.ArtifactName(shown)}}
 	files := linkDisplayImages(res, stored)
 	if id := res.Displays[0].Image.FileID; id != 2 {

@@ -168,7 +168,7 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 	run, err := b.tools.sandbox.Execute(ctx, RunRequest{
 		ConversationID: b.caller.ConversationID, AgentID: b.caller.AgentID, TurnID: &turnID, Code: args.Code, Preload: b.caller.Preload,
 		OnOutput: out.Add,
-		OnDisplay: func(d sandbox.Display) {
+		OnDisplay: func(d sandchat.Display) {
 			// Output printed before the item goes out first, as the user saw it happen.
 			_ = out.Flush()
 			shown++

@@ -296,7 +296,7 @@ func (e *scriptedEngine) Execute(ctx context.Context, key string, req sandbox.Re
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res := sandbox.Result{Status: sandbox.StatusSuccess, Artifacts: []sandbox.Artifact{}}
+	res := sandbox.Result{RunOutcome: sandchat.RunOutcome{Status: sandbox.StatusSuccess, Artifacts: []sandchat.Artifact{}}}
 	res.Session.RestoredFrom = sandbox.FromLive
 	if !found {
 		res.Session.RestoredFrom = sandbox.FromFresh
@@ -344,7 +344,7 @@ func (e *scriptedEngine) apply(ctx context.Context, st *scriptedState, code stri
 			res.Stdout += "a\x00b\n"
 		case line == "raise nul":
 			res.Status = sandbox.StatusError
-			res.Error = &sandbox.ExecError{Type: "ValueError", Message: "bad\x00byte", Traceback: "Traceback:\nValueError: bad\x00byte"}
+			res.Error = &sandchat.RunError{Type: "ValueError", Message: "bad\x00byte", Traceback: "Traceback:\nValueError: bad\x00byte"}
 			return nil
 		case len(f) == 2 && f[0] == "big":
 			n, _ := strconv.Atoi(f[1])
@@ -359,7 +359,7 @@ func (e *scriptedEngine) apply(ctx context.Context, st *scriptedState, code stri
 		case len(f) == 2 && f[0] == "artifact":
 			n, _ := strconv.Atoi(f[1])
 			name := strings.Repeat("d", n-4) + ".csv"
-			res.Artifacts = append(res.Artifacts, sandbox.Artifact{Name: name, ContentType: "text/csv", Data: []byte("a,b\n"), Size: 4})
+			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: name, ContentType: "text/csv", Data: []byte("a,b\n"), Size: 4})
 		case len(f) == 2 && f[0] == "block":
 			e.started <- f[1]
 			select {

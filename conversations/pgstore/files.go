@@ -38,7 +38,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 	switch {
 	case failure != "":
 		status = "failed"
-		errJSON, err = json.Marshal(conversations.RunError{Type: "SandboxError", Message: failure})
+		errJSON, err = json.Marshal(sandchat.RunError{Type: "SandboxError", Message: failure})
 	case r.Error != nil:
 		errJSON, err = json.Marshal(r.Error)
 	}
@@ -59,7 +59,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
 			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
 			where id = $1 and status = 'pending'`,
-			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, r.SessionVersion, nullText(r.RestoredFrom))
+			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, ex.SessionVersion, nullText(ex.RestoredFrom))
 		if err != nil {
 			return pgdb.PgError(err, "execution")
 		}
@@ -112,17 +112,17 @@ const MaxStoredDisplayBytes = 1 << 20
 // storedDisplay is a display item as kept with its execution: text parts, and an image
 // as the id of its file.
 type storedDisplay struct {
-	conversations.Display
+	sandchat.Display
 	Truncated bool `json:"truncated,omitempty"`
 }
 
 // displaysJSON is what an execution keeps of its display items: fileIDs maps the name
 // of each stored image file to its id (an image whose file was not kept has none).
-func displaysJSON(items []conversations.Display, fileIDs map[string]int64) ([]byte, error) {
+func displaysJSON(items []sandchat.Display, fileIDs map[string]int64) ([]byte, error) {
 	out := make([]json.RawMessage, 0, len(items))
 	budget := MaxStoredDisplayBytes
 	for _, d := range items {
-		sd := storedDisplay{Display: conversations.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
+		sd := storedDisplay{Display: sandchat.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
 			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX)}}
 		if len(d.JSON) > 0 {
 			// jsonb refuses the NUL character.
@@ -139,7 +139,7 @@ func displaysJSON(items []conversations.Display, fileIDs map[string]int64) ([]by
 		}
 		if len(b) > budget {
 			const keep = 1 << 10
-			sd.Display = conversations.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image}
+			sd.Display = sandchat.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image}
 			sd.Truncated = true
 			if b, err = marshalRaw(sd); err != nil {
 				return nil, err
@@ -275,7 +275,7 @@ func lockTotal(ctx context.Context, tx pgx.Tx, convID int64, source string) (int
 
 // capArtifacts keeps the artifacts that fit under the conversation's total and says in
 // stderr which did not.
-func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []conversations.Artifact, stderr string) ([]conversations.Artifact, string, error) {
+func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.Artifact, stderr string) ([]sandchat.Artifact, string, error) {
 	if len(arts) == 0 {
 		return arts, stderr, nil
 	}
@@ -283,7 +283,7 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []conversat
 	if err != nil {
 		return nil, stderr, err
 	}
-	var keep []conversations.Artifact
+	var keep []sandchat.Artifact
 	var dropped []string
 	for _, a := range arts {
 		if size := int64(len(a.Data)); total+size > conversations.MaxArtifactBytes {

@@ -136,7 +136,7 @@ func TestFilesLimitsStateSizes(t *testing.T) {
 	}
 
 	t.Run("artifacts past the conversation's total say which and why", func(t *testing.T) {
-		arts := []conversations.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, conversations.MaxArtifactBytes)}}
+		arts := []sandchat.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, conversations.MaxArtifactBytes)}}
 		tx, err := b.store.db.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -161,11 +161,11 @@ func TestFilesExecutionDisplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex.Outcome = conversations.RunOutcome{Status: "success",
-		Artifacts: []conversations.Artifact{{Name: "display-1.png", ContentType: "image/png", Data: png}},
-		Displays: []conversations.Display{
+	ex.Outcome = sandchat.RunOutcome{Status: "success",
+		Artifacts: []sandchat.Artifact{{Name: "display-1.png", ContentType: "image/png", Data: png}},
+		Displays: []sandchat.Display{
 			{Kind: "display", Text: "Table(42)", HTML: "<table><tr><td>42</td></tr></table>"},
-			{Kind: "display", Text: "<Picture>", Image: &conversations.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png))}},
+			{Kind: "display", Text: "<Picture>", Image: &sandchat.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png))}},
 			{Kind: "result", Text: "nul\x00inside", JSON: json.RawMessage(`{"k":"a\u0000b"}`)},
 		}}
 	refs, err := b.store.FinishExecution(ctx, id, ex, "")
@@ -221,9 +221,9 @@ func TestFilesExecutionDisplays(t *testing.T) {
 
 func TestFilesDisplaysBounded(t *testing.T) {
 	big := strings.Repeat("<td>x</td>", 60_000) // 600 KB per item
-	var items []conversations.Display
+	var items []sandchat.Display
 	for range 5 {
-		items = append(items, conversations.Display{Kind: "display", Text: strings.Repeat("t", 5000), HTML: big})
+		items = append(items, sandchat.Display{Kind: "display", Text: strings.Repeat("t", 5000), HTML: big})
 	}
 	raw, err := displaysJSON(items, nil)
 	if err != nil {

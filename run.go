@@ -1,0 +1,62 @@
+package sandchat
+
+import "encoding/json"
+
+// RunOutcome is what one run of Python did. The sandbox engine reports it, the
+// conversation's record keeps it and the API answers it: one record, so no layer
+// copies it into a shape of its own.
+type RunOutcome struct {
+	Status      string     `json:"status"`
+	Stdout      string     `json:"stdout"`
+	Stderr      string     `json:"stderr"`
+	Result      *string    `json:"result"` // repr of a trailing expression
+	Error       *RunError  `json:"error,omitempty"`
+	Artifacts   []Artifact `json:"artifacts"`
+	Displays    []Display  `json:"displays"`
+	ExecutionMS int64      `json:"execution_ms"`
+}
+
+// RunError is the exception a run raised (or why the engine stopped it, or why it could
+// not complete).
+type RunError struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+// Artifact is a file created or changed under the working directory during a run, to
+// be stored with its record.
+type Artifact struct {
+	Name        string `json:"name"` // path relative to /home/pyodide
+	ContentType string `json:"content_type"`
+	Data        []byte `json:"-"`
+	Size        int64  `json:"size"`
+}
+
+// Display is one item a run shows to the user, the way Jupyter does: display(obj), a
+// trailing expression with a rich repr, or a matplotlib figure at plt.show(). Text
+// parts are as Python gave them (HTML and SVG are the browser's to sanitize); an image
+// is decoded and measured by the engine, never trusted from the process. Its record
+// keeps the text parts, and the image as the id of its stored file.
+type Display struct {
+	Kind     string          `json:"kind"` // display | result (a trailing expression)
+	Text     string          `json:"text"` // text/plain, always present
+	HTML     string          `json:"html,omitempty"`
+	Markdown string          `json:"markdown,omitempty"`
+	SVG      string          `json:"svg,omitempty"`
+	LaTeX    string          `json:"latex,omitempty"`
+	JSON     json.RawMessage `json:"json,omitempty"`
+	Image    *DisplayImage   `json:"image,omitempty"`
+}
+
+// DisplayImage is a raster image of a display item. The server stores it as a file;
+// FileID names that file once stored (zero while the run streams).
+type DisplayImage struct {
+	Name        string `json:"name"`
+	ContentType string `json:"content_type"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
+	Size        int64  `json:"size"`
+	FileID      int64  `json:"file_id,omitempty"`
+	Data        []byte `json:"-"`
+}
