@@ -418,6 +418,11 @@ func TestBrowserChat(t *testing.T) {
 	})
 
 	t.Run("Stop cancels a loop", func(t *testing.T) {
+		// The second tab watches: what it draws comes from the events alone.
+		tab2.run(t, "tab 2 opens the conversation",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, convID), nil),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+		)
 		tab1.run(t, "start an endless loop and stop it",
 			say("```python\nimport time\nwhile True:\n    print('spinning', flush=True)\n    time.sleep(0.3)\n```"),
 			until(lastCell+`?.querySelector(".cell-out")?.textContent.includes("spinning")`),
@@ -428,6 +433,14 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#send").hidden === false && document.querySelector("#stop").hidden`),
 		)
 		tab1.shot(t, "08-stopped")
+		stoppedCell := lastCell + `.querySelector(".status").textContent === "stopped" && ` + lastCell + `.querySelector(".cell-out").textContent.includes("spinning") && !` + lastCell + `.querySelector(".error-box")`
+		tab1.run(t, "its cell reads stopped, with what it printed", until(stoppedCell))
+		tab2.run(t, "and so in the tab that watched", until(stoppedCell), chromedp.Evaluate(`location.hash = "#/"`, nil))
+		var runs []struct{ Code, Status string }
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", convID), nil, &runs)
+		if len(runs) == 0 || !strings.Contains(runs[len(runs)-1].Code, "spinning") || runs[len(runs)-1].Status != "stopped" {
+			t.Errorf("the stopped run is not the last recorded, as stopped: %+v", runs)
+		}
 	})
 
 	t.Run("an error shows its traceback", func(t *testing.T) {
@@ -462,8 +475,9 @@ func TestBrowserChat(t *testing.T) {
 			chromedp.Reload(),
 			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
 			until(`document.querySelectorAll("#messages .cell[data-done]").length === 5`),
-			// The stopped loop's cell has a traceback too (KeyboardInterrupt): look at them all.
 			until(`[...document.querySelectorAll("#messages .traceback")].some((e) => e.textContent.includes("ZeroDivisionError"))`),
+			// The stopped loop still reads stopped, not timed out, and shows no traceback.
+			until(`[...document.querySelectorAll("#messages .cell")].some((c) => c.textContent.includes("spinning") && c.querySelector(".status").textContent === "stopped" && !c.querySelector(".error-box"))`),
 			until(`document.querySelector("#messages .thumb img")?.naturalWidth === 96`),
 		)
 		tab1.shot(t, "12-reloaded")
