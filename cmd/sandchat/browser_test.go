@@ -220,6 +220,12 @@ func hasToast(text string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.textContent === %s)`, jsString(text))
 }
 
+// toolsButton is a JS condition: the Tools button is named name and shows state.
+func toolsButton(name, state string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector("#tools-button"); return b.getAttribute("aria-label") === %s && b.querySelector(".tools-state").textContent === %s && b.classList.contains("on") === %t })()`,
+		jsString(name), jsString(state), state == "on")
+}
+
 // say types a message and sends it with Enter.
 func say(text string) chromedp.Action {
 	return chromedp.Tasks{
@@ -313,6 +319,7 @@ func TestBrowserChat(t *testing.T) {
 	t.Run("the popup shows it on from the agent; off toasts in two tabs; a click outside closes it", func(t *testing.T) {
 		// The second tab has no conversation open: its toast names the one changed.
 		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`))
+		tab1.run(t, "the button says the sandbox is on before it opens", until(toolsButton("Internal tools: Python sandbox on", "on")))
 		tab1.run(t, "open the popup",
 			chromedp.Click("#tools-button", chromedp.ByID),
 			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
@@ -326,6 +333,7 @@ func TestBrowserChat(t *testing.T) {
 			until(hasToast("Internal tools configuration updated")),
 			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "Set for this conversation (off)"`),
 			until(`!document.querySelector('[data-tool="pyodide_sandbox"] .link').hidden`),
+			until(toolsButton("Internal tools: all off", "off")),
 		)
 		tab2.run(t, "toast in tab 2 names the conversation", until(hasToast("Internal tools configuration updated (in “New chat”)")))
 		tab1.shot(t, "04-popup-off-toast")

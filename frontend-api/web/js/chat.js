@@ -7,7 +7,7 @@ import { send, subscribe, touchConversationList } from "/js/socket.js";
 import { renderHistory, addUserMessage, applyEvent, setRunning, showTurnEnd, scrollToEnd } from "/js/messages.js";
 import { endOpenCells } from "/js/cells.js";
 import { releaseBlobs, renderFiles, closeFiles } from "/js/files.js";
-import { renderTools, closePopup } from "/js/tools.js";
+import { renderTools, showToolsState, closePopup } from "/js/tools.js";
 import { agentName } from "/js/agents.js";
 
 export function convTitle(c) { return c.title || "New chat"; }
@@ -44,6 +44,7 @@ export function closeConversation() {
   document.title = "sandchat";
   for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button", "files-button"]) $(id).disabled = true;
   closePopup(false);
+  showToolsState(null);
   closeFiles(false);
   renderFiles([]);
   setRunning(null);
