@@ -360,6 +360,31 @@ func TestBrowserChat(t *testing.T) {
 		}
 	})
 
+	t.Run("an agent saved in another tab updates the chat's tools", func(t *testing.T) {
+		tab2.run(t, "tab 2 switches the agent's sandbox off and saves",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/agents/%d"`, agentID), nil),
+			until(`document.querySelector("#agent-title").textContent === "Analyst" && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(hasToast("Agent saved")),
+		)
+		tab1.run(t, "tab 1's button and popup follow",
+			until(toolsButton("Internal tools: all off", "off")),
+			chromedp.Click("#tools-button", chromedp.ByID),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (off)"`),
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
+		)
+		tab2.run(t, "tab 2 switches it on again",
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+			chromedp.Evaluate(`location.hash = "#/"`, nil),
+		)
+		tab1.run(t, "and tab 1 follows", until(toolsButton("Internal tools: Python sandbox on", "on")))
+	})
+
 	t.Run("upload a CSV and read it from Python", func(t *testing.T) {
 		csv := filepath.Join(t.TempDir(), "sales.csv")
 		if err := os.WriteFile(csv, []byte("region,amount\nnorth,10\nsouth,20\neast,30\n"), 0o644); err != nil {

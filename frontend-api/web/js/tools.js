@@ -57,6 +57,15 @@ export function renderTools(tools) {
   if (focused && !$("tools-popup").hidden) $("tools-list").querySelector(`[data-tool="${CSS.escape(focused)}"] .switch`)?.focus();
 }
 
+// An agent's tools changed elsewhere (saved in another tab): the open conversation of
+// that agent shows its tools anew.
+export async function agentToolsChanged(agentID) {
+  const conv = state.conv;
+  if (!conv || conv.agent_id !== agentID) return;
+  const tools = await api("GET", `/conversations/${conv.id}/internal-tools`);
+  if (state.conv?.id === conv.id) renderTools(tools);
+}
+
 export function openPopup() {
   $("tools-popup").hidden = false;
   $("tools-button").setAttribute("aria-expanded", "true");
