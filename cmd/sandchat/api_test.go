@@ -419,9 +419,12 @@ func TestWebSocketToasts(t *testing.T) {
 				Level, Message    string
 				ConversationID    int64  `json:"conversation_id"`
 				ConversationTitle string `json:"conversation_title"`
+				Tool, Source      string
+				Enabled           *bool
 			}
 			_ = json.Unmarshal(f.Data, &d)
-			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" {
+			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" ||
+				d.Tool != "pyodide_sandbox" || d.Enabled == nil || *d.Enabled || d.Source != "conversation" {
 				t.Fatalf("toast %s", f.Data)
 			}
 		})

@@ -216,8 +216,15 @@ func jsString(s string) string {
 	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`", "$", "\\$").Replace(s) + "`"
 }
 
+// hasToast is a JS condition: a toast whose message (its first line) is text.
 func hasToast(text string) string {
-	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.textContent === %s)`, jsString(text))
+	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.firstChild?.textContent === %s)`, jsString(text))
+}
+
+// hasToastDetail is a JS condition: a toast with the message text and, as its second
+// line, detail.
+func hasToastDetail(text, detail string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.firstChild?.textContent === %s && t.querySelector(".toast-detail")?.textContent === %s)`, jsString(text), jsString(detail))
 }
 
 // toolsButton is a JS condition: the Tools button is named name and shows state.
@@ -330,12 +337,12 @@ func TestBrowserChat(t *testing.T) {
 		tab1.shot(t, "03-popup-from-agent")
 		tab1.run(t, "switch it off",
 			chromedp.Click("#tool-pyodide_sandbox", chromedp.ByID),
-			until(hasToast("Internal tools configuration updated")),
+			until(hasToastDetail("Internal tools configuration updated", "Python sandbox: off")),
 			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "Set for this conversation (off)"`),
 			until(`!document.querySelector('[data-tool="pyodide_sandbox"] .link').hidden`),
 			until(toolsButton("Internal tools: all off", "off")),
 		)
-		tab2.run(t, "toast in tab 2 names the conversation", until(hasToast("Internal tools configuration updated (in “New chat”)")))
+		tab2.run(t, "toast in tab 2 names the conversation and the tool", until(hasToastDetail("Internal tools configuration updated (in “New chat”)", "Python sandbox: off")))
 		tab1.shot(t, "04-popup-off-toast")
 		tab2.shot(t, "05-toast-other-tab")
 		if st := alice.tool(convID, "pyodide_sandbox"); st.Enabled || st.Source != "conversation" {
@@ -351,6 +358,7 @@ func TestBrowserChat(t *testing.T) {
 			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
 			chromedp.Click(`[data-tool="pyodide_sandbox"] .link`, chromedp.ByQuery),
 			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (on)"`),
+			until(hasToastDetail("Internal tools configuration updated", "Python sandbox: on (from the agent)")),
 			chromedp.KeyEvent(kb.Escape),
 			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
 			until(`document.activeElement.id === "tools-button"`),

@@ -64,7 +64,14 @@ function onToast(d) {
     const title = d.conversation_title || (known ? convTitle(known) : `conversation ${d.conversation_id}`);
     msg += ` (in “${title}”)`;
   }
-  toast(msg, d.level || "success");
+  toast(msg, d.level || "success", toolChange(d));
+}
+
+// toolChange is the second line of a toggle's toast: the tool and its new state.
+function toolChange(d) {
+  if (!d.tool_name) return "";
+  const from = { agent: " (from the agent)", default: " (the default)", policy: " (deployment policy)" }[d.source] || "";
+  return `${d.tool_name}: ${d.enabled ? "on" : "off"}${from}`;
 }
 
 let listTimer;
