@@ -260,9 +260,21 @@ func TestBrowserChat(t *testing.T) {
 	tab2 := openTab(t, root, "tab 2", dir)
 
 	t.Run("log in", func(t *testing.T) {
-		tab1.run(t, "sign in with the token",
+		tab1.allow("the server responded with a status of 401")
+		var color string
+		tab1.run(t, "a wrong token is refused in red",
 			chromedp.Navigate(base+"/"),
 			chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.SendKeys("#token", "not-a-token", chromedp.ByID),
+			chromedp.Click("#login button", chromedp.ByQuery),
+			until(`document.querySelector("#login-error").textContent === "Your token was refused; sign in again."`),
+			chromedp.Evaluate(`getComputedStyle(document.querySelector("#login-error")).color`, &color),
+			chromedp.Evaluate(`document.querySelector("#token").value = ""`, nil),
+		)
+		if color != "rgb(179, 38, 30)" {
+			t.Errorf("the sign-in error is drawn in %s, not the page's red", color)
+		}
+		tab1.run(t, "sign in with the token",
 			chromedp.SendKeys("#token", alice.token, chromedp.ByID),
 			chromedp.Click("#login button", chromedp.ByQuery),
 			chromedp.WaitVisible("#chat-view", chromedp.ByID),
