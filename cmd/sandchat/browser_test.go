@@ -494,6 +494,7 @@ func TestBrowserChat(t *testing.T) {
 		if len(runs) == 0 || !strings.Contains(runs[len(runs)-1].Code, "spinning") || runs[len(runs)-1].Status != "stopped" {
 			t.Errorf("the stopped run is not the last recorded, as stopped: %+v", runs)
 		}
+		tab1.run(t, "the message box has the focus again", until(`document.activeElement.id === "input"`))
 	})
 
 	t.Run("an error shows its traceback", func(t *testing.T) {
