@@ -641,11 +641,18 @@ func TestBrowserChat(t *testing.T) {
 	})
 
 	t.Run("usable at 390 px", func(t *testing.T) {
-		tab2.run(t, "phone width",
-			chromedp.EmulateViewport(390, 844),
+		var hint string
+		tab2.run(t, "phone width, touch screen",
+			chromedp.EmulateViewport(390, 844, chromedp.EmulateTouch),
 			chromedp.Reload(),
 			until(`document.querySelectorAll("#messages .cell[data-done]").length >= 5`),
+			until(`matchMedia("(pointer: coarse)").matches`),
+			chromedp.Evaluate(`document.querySelector("#input").placeholder`, &hint),
 		)
+		// A touch keyboard's Enter is a new line: Send sends.
+		if strings.Contains(hint, "Enter") {
+			t.Errorf("on a touch screen the message box says %q", hint)
+		}
 		var width int
 		tab2.run(t, "no sideways scrolling", chromedp.Evaluate(`document.documentElement.scrollWidth`, &width))
 		if width > 390 {
