@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/accessibility"
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -495,6 +496,13 @@ func TestBrowserChat(t *testing.T) {
 			t.Errorf("the stopped run is not the last recorded, as stopped: %+v", runs)
 		}
 		tab1.run(t, "the message box has the focus again", until(`document.activeElement.id === "input"`))
+		for _, size := range [][2]int64{{1366, 850}, {390, 844}} {
+			tab1.run(t, "the stopped cell in view", chromedp.EmulateViewport(size[0], size[1]),
+				chromedp.Evaluate(lastCell+`.scrollIntoView({ block: "center" }); true`, nil),
+				until(`innerWidth > 720 || document.querySelector("#sidebar").getBoundingClientRect().right <= 0`)) // the menu slid away
+			tab1.shot(t, fmt.Sprintf("08-stopped-%d", size[0]))
+		}
+		tab1.run(t, "back to the window's size", emulation.ClearDeviceMetricsOverride())
 	})
 
 	t.Run("an error shows its traceback", func(t *testing.T) {
