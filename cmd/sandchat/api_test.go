@@ -460,6 +460,20 @@ func TestWebSocketToasts(t *testing.T) {
 		tabA.send(map[string]any{"type": "ping"})
 		tabA.expect("pong")
 	})
+	t.Run("an agent's tools changed reach the user's sockets on every node", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", agent.ID), map[string]any{"version": agent.Version, "internal_tools": map[string]bool{"pyodide_sandbox": false}}, nil)
+		for name, tab := range map[string]*socket{"same node": tabA, "other node": tabB} {
+			f := tab.expect("internal_tools.updated")
+			var d struct {
+				AgentID       int64           `json:"agent_id"`
+				InternalTools map[string]bool `json:"internal_tools"`
+			}
+			_ = json.Unmarshal(f.Data, &d)
+			if f.ConversationID != 0 || d.AgentID != agent.ID || d.InternalTools["pyodide_sandbox"] {
+				t.Errorf("%s: frame %+v data %s", name, f, f.Data)
+			}
+		}
+	})
 }
 
 func TestWebSocketResume(t *testing.T) {
