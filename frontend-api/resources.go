@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
+	"github.com/sandchat/sandchat/conversations"
 )
 
 func (s *Server) listInternalTools(c *fiber.Ctx) error {
@@ -57,11 +58,49 @@ func (s *Server) updateAgent(c *fiber.Ctx) error {
 	if err := decode(c, &in); err != nil {
 		return err
 	}
-	a, err := s.agents.UpdateAgent(c.UserContext(), id, in)
+	ctx := c.UserContext()
+	var before *agents.Agent
+	if in.InternalTools != nil {
+		// Read first, so only a change of the tools is announced.
+		if before, err = s.agents.FindAgentByID(ctx, id); err != nil {
+			return err
+		}
+	}
+	a, err := s.agents.UpdateAgent(ctx, id, in)
 	if err != nil {
 		return err
 	}
+	if before != nil && !sameTools(before.InternalTools, a.InternalTools) {
+		s.agentToolsChanged(ctx, a)
+	}
 	return c.JSON(a)
+}
+
+// agentToolsChanged tells every socket of the acting user that an agent's internal
+// tools changed, so a tab with one of its conversations open redraws what it shows of
+// them. The change is committed: a failed publish leaves those tabs stale until they
+// reload the conversation.
+func (s *Server) agentToolsChanged(ctx context.Context, a *agents.Agent) {
+	data, _ := json.Marshal(map[string]any{"agent_id": a.ID, "internal_tools": a.InternalTools})
+	ev := conversations.Event{Type: conversations.EventInternalToolsUpdated, Data: data}
+	if err := s.events.PublishUser(ctx, sandchat.UserIDFromContext(ctx), ev); err != nil {
+		s.log.WarnContext(ctx, "publish internal_tools.updated", "agent_id", a.ID, "err", err)
+	}
+}
+
+// sameTools: a tool absent from a setting is off.
+func sameTools(a, b map[string]bool) bool {
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) deleteAgent(c *fiber.Ctx) error {

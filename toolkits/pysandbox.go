@@ -208,7 +208,13 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		err = nil
 	}
 	if err != nil {
-		return Run{}, s.failed(ctx, wctx, id, ex, res, err)
+		if !stopped(ctx, res, err) {
+			return Run{}, s.failed(ctx, wctx, id, ex, res, err)
+		}
+		// Recorded as stopped, and returned with the error: its caller went away, but
+		// what it printed before is shown as it was.
+		res.Status = RunStopped
+		return Run{ID: id, Result: res}, s.failed(ctx, wctx, id, ex, res, err)
 	}
 	ex = finished(ex, withDisplayImages(res))
 	files, err := s.finish(wctx, id, ex, "")
@@ -228,6 +234,17 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		files = []conversations.FileRef{}
 	}
 	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
+}
+
+// RunStopped is the status of a run its caller stopped (the user's Stop, a cancelled
+// turn). The engine interrupts it as it does a run past its time limit and reports
+// both as timeouts; a timeout is kept for the limit.
+const RunStopped = "stopped"
+
+// stopped reports whether the engine interrupted a run because its caller's context
+// was cancelled, not because a deadline passed.
+func stopped(ctx context.Context, res sandbox.Result, err error) bool {
+	return res.Status != "" && errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled)
 }
 
 // engineReply is what the engine answered to a run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
@@ -68,16 +69,18 @@ func (s *Service) SetConversationTool(ctx context.Context, convID int64, toolID 
 	if err := s.Events.PublishConversation(ctx, ev); err != nil {
 		s.Log.WarnContext(ctx, "publish internal_tools.updated", "conversation_id", convID, "err", err)
 	}
-	// The toast names its conversation, so a tab that has another one open can say which.
+	i := slices.IndexFunc(states, func(st State) bool { return st.ID == toolID })
+	if i < 0 {
+		return State{}, sandchat.Errorf(sandchat.EINTERNAL, "tool %q missing from its own resolution", toolID)
+	}
+	st := states[i]
+	// The toast names its conversation, so a tab that has another one open can say
+	// which, and the tool with its state and where that comes from.
 	toast, _ := json.Marshal(map[string]any{"level": "success", "message": ToastUpdated,
-		"conversation_id": convID, "conversation_title": title})
+		"conversation_id": convID, "conversation_title": title,
+		"tool": toolID, "tool_name": st.Name, "enabled": st.Enabled, "source": st.Source})
 	if err := s.Events.PublishUser(ctx, sandchat.UserIDFromContext(ctx), conversations.Event{Type: conversations.EventToast, Data: toast}); err != nil {
 		s.Log.WarnContext(ctx, "publish toast", "conversation_id", convID, "err", err)
 	}
-	for _, st := range states {
-		if st.ID == toolID {
-			return st, nil
-		}
-	}
-	return State{}, sandchat.Errorf(sandchat.EINTERNAL, "tool %q missing from its own resolution", toolID)
+	return st, nil
 }

@@ -176,6 +176,10 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 		},
 	})
 	_ = out.Flush()
+	if err != nil && run.Status == RunStopped {
+		_ = b.turn.Emit(ctx, conversations.EventToolCompleted, merge(base, completedData(run)))
+		return compactRun(run)
+	}
 	if err != nil {
 		_ = b.turn.Emit(ctx, conversations.EventToolCompleted, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
 		return Refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))

@@ -419,9 +419,12 @@ func TestWebSocketToasts(t *testing.T) {
 				Level, Message    string
 				ConversationID    int64  `json:"conversation_id"`
 				ConversationTitle string `json:"conversation_title"`
+				Tool, Source      string
+				Enabled           *bool
 			}
 			_ = json.Unmarshal(f.Data, &d)
-			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" {
+			if d.Level != "success" || d.Message != "Internal tools configuration updated" || d.ConversationID != conv || d.ConversationTitle != "test" ||
+				d.Tool != "pyodide_sandbox" || d.Enabled == nil || *d.Enabled || d.Source != "conversation" {
 				t.Fatalf("toast %s", f.Data)
 			}
 		})
@@ -456,6 +459,20 @@ func TestWebSocketToasts(t *testing.T) {
 		tabA.expect("error")
 		tabA.send(map[string]any{"type": "ping"})
 		tabA.expect("pong")
+	})
+	t.Run("an agent's tools changed reach the user's sockets on every node", func(t *testing.T) {
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/agents/%d", agent.ID), map[string]any{"version": agent.Version, "internal_tools": map[string]bool{"pyodide_sandbox": false}}, nil)
+		for name, tab := range map[string]*socket{"same node": tabA, "other node": tabB} {
+			f := tab.expect("internal_tools.updated")
+			var d struct {
+				AgentID       int64           `json:"agent_id"`
+				InternalTools map[string]bool `json:"internal_tools"`
+			}
+			_ = json.Unmarshal(f.Data, &d)
+			if f.ConversationID != 0 || d.AgentID != agent.ID || d.InternalTools["pyodide_sandbox"] {
+				t.Errorf("%s: frame %+v data %s", name, f, f.Data)
+			}
+		}
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/accessibility"
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -216,8 +217,21 @@ func jsString(s string) string {
 	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`", "$", "\\$").Replace(s) + "`"
 }
 
+// hasToast is a JS condition: a toast whose message (its first line) is text.
 func hasToast(text string) string {
-	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.textContent === %s)`, jsString(text))
+	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.firstChild?.textContent === %s)`, jsString(text))
+}
+
+// hasToastDetail is a JS condition: a toast with the message text and, as its second
+// line, detail.
+func hasToastDetail(text, detail string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.firstChild?.textContent === %s && t.querySelector(".toast-detail")?.textContent === %s)`, jsString(text), jsString(detail))
+}
+
+// toolsButton is a JS condition: the Tools button is named name and shows state.
+func toolsButton(name, state string) string {
+	return fmt.Sprintf(`(() => { const b = document.querySelector("#tools-button"); return b.getAttribute("aria-label") === %s && b.querySelector(".tools-state").textContent === %s && b.classList.contains("on") === %t })()`,
+		jsString(name), jsString(state), state == "on")
 }
 
 // say types a message and sends it with Enter.
@@ -247,9 +261,21 @@ func TestBrowserChat(t *testing.T) {
 	tab2 := openTab(t, root, "tab 2", dir)
 
 	t.Run("log in", func(t *testing.T) {
-		tab1.run(t, "sign in with the token",
+		tab1.allow("the server responded with a status of 401")
+		var color string
+		tab1.run(t, "a wrong token is refused in red",
 			chromedp.Navigate(base+"/"),
 			chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.SendKeys("#token", "not-a-token", chromedp.ByID),
+			chromedp.Click("#login button", chromedp.ByQuery),
+			until(`document.querySelector("#login-error").textContent === "Your token was refused; sign in again."`),
+			chromedp.Evaluate(`getComputedStyle(document.querySelector("#login-error")).color`, &color),
+			chromedp.Evaluate(`document.querySelector("#token").value = ""`, nil),
+		)
+		if color != "rgb(179, 38, 30)" {
+			t.Errorf("the sign-in error is drawn in %s, not the page's red", color)
+		}
+		tab1.run(t, "sign in with the token",
 			chromedp.SendKeys("#token", alice.token, chromedp.ByID),
 			chromedp.Click("#login button", chromedp.ByQuery),
 			chromedp.WaitVisible("#chat-view", chromedp.ByID),
@@ -313,6 +339,7 @@ func TestBrowserChat(t *testing.T) {
 	t.Run("the popup shows it on from the agent; off toasts in two tabs; a click outside closes it", func(t *testing.T) {
 		// The second tab has no conversation open: its toast names the one changed.
 		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`))
+		tab1.run(t, "the button says the sandbox is on before it opens", until(toolsButton("Internal tools: Python sandbox on", "on")))
 		tab1.run(t, "open the popup",
 			chromedp.Click("#tools-button", chromedp.ByID),
 			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
@@ -323,11 +350,12 @@ func TestBrowserChat(t *testing.T) {
 		tab1.shot(t, "03-popup-from-agent")
 		tab1.run(t, "switch it off",
 			chromedp.Click("#tool-pyodide_sandbox", chromedp.ByID),
-			until(hasToast("Internal tools configuration updated")),
+			until(hasToastDetail("Internal tools configuration updated", "Python sandbox: off")),
 			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "Set for this conversation (off)"`),
 			until(`!document.querySelector('[data-tool="pyodide_sandbox"] .link').hidden`),
+			until(toolsButton("Internal tools: all off", "off")),
 		)
-		tab2.run(t, "toast in tab 2 names the conversation", until(hasToast("Internal tools configuration updated (in “New chat”)")))
+		tab2.run(t, "toast in tab 2 names the conversation and the tool", until(hasToastDetail("Internal tools configuration updated (in “New chat”)", "Python sandbox: off")))
 		tab1.shot(t, "04-popup-off-toast")
 		tab2.shot(t, "05-toast-other-tab")
 		if st := alice.tool(convID, "pyodide_sandbox"); st.Enabled || st.Source != "conversation" {
@@ -343,6 +371,7 @@ func TestBrowserChat(t *testing.T) {
 			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
 			chromedp.Click(`[data-tool="pyodide_sandbox"] .link`, chromedp.ByQuery),
 			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (on)"`),
+			until(hasToastDetail("Internal tools configuration updated", "Python sandbox: on (from the agent)")),
 			chromedp.KeyEvent(kb.Escape),
 			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
 			until(`document.activeElement.id === "tools-button"`),
@@ -350,6 +379,31 @@ func TestBrowserChat(t *testing.T) {
 		if st := alice.tool(convID, "pyodide_sandbox"); !st.Enabled || st.Source != "agent" {
 			t.Fatalf("after Inherit: %+v", st)
 		}
+	})
+
+	t.Run("an agent saved in another tab updates the chat's tools", func(t *testing.T) {
+		tab2.run(t, "tab 2 switches the agent's sandbox off and saves",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/agents/%d"`, agentID), nil),
+			until(`document.querySelector("#agent-title").textContent === "Analyst" && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(hasToast("Agent saved")),
+		)
+		tab1.run(t, "tab 1's button and popup follow",
+			until(toolsButton("Internal tools: all off", "off")),
+			chromedp.Click("#tools-button", chromedp.ByID),
+			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
+			until(`document.querySelector('[data-tool="pyodide_sandbox"] .source').textContent === "From the agent (off)"`),
+			chromedp.KeyEvent(kb.Escape),
+			chromedp.WaitNotVisible("#tools-popup", chromedp.ByID),
+		)
+		tab2.run(t, "tab 2 switches it on again",
+			chromedp.Click("#agent-tool-pyodide_sandbox", chromedp.ByID),
+			chromedp.Click("#agent-save", chromedp.ByID),
+			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
+			chromedp.Evaluate(`location.hash = "#/"`, nil),
+		)
+		tab1.run(t, "and tab 1 follows", until(toolsButton("Internal tools: Python sandbox on", "on")))
 	})
 
 	t.Run("upload a CSV and read it from Python", func(t *testing.T) {
@@ -418,6 +472,11 @@ func TestBrowserChat(t *testing.T) {
 	})
 
 	t.Run("Stop cancels a loop", func(t *testing.T) {
+		// The second tab watches: what it draws comes from the events alone.
+		tab2.run(t, "tab 2 opens the conversation",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"`, convID), nil),
+			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
+		)
 		tab1.run(t, "start an endless loop and stop it",
 			say("```python\nimport time\nwhile True:\n    print('spinning', flush=True)\n    time.sleep(0.3)\n```"),
 			until(lastCell+`?.querySelector(".cell-out")?.textContent.includes("spinning")`),
@@ -428,6 +487,22 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#send").hidden === false && document.querySelector("#stop").hidden`),
 		)
 		tab1.shot(t, "08-stopped")
+		stoppedCell := lastCell + `.querySelector(".status").textContent === "stopped" && ` + lastCell + `.querySelector(".cell-out").textContent.includes("spinning") && !` + lastCell + `.querySelector(".error-box")`
+		tab1.run(t, "its cell reads stopped, with what it printed", until(stoppedCell))
+		tab2.run(t, "and so in the tab that watched", until(stoppedCell), chromedp.Evaluate(`location.hash = "#/"`, nil))
+		var runs []struct{ Code, Status string }
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", convID), nil, &runs)
+		if len(runs) == 0 || !strings.Contains(runs[len(runs)-1].Code, "spinning") || runs[len(runs)-1].Status != "stopped" {
+			t.Errorf("the stopped run is not the last recorded, as stopped: %+v", runs)
+		}
+		tab1.run(t, "the message box has the focus again", until(`document.activeElement.id === "input"`))
+		for _, size := range [][2]int64{{1366, 850}, {390, 844}} {
+			tab1.run(t, "the stopped cell in view", chromedp.EmulateViewport(size[0], size[1]),
+				chromedp.Evaluate(lastCell+`.scrollIntoView({ block: "center" }); true`, nil),
+				until(`innerWidth > 720 || document.querySelector("#sidebar").getBoundingClientRect().right <= 0`)) // the menu slid away
+			tab1.shot(t, fmt.Sprintf("08-stopped-%d", size[0]))
+		}
+		tab1.run(t, "back to the window's size", emulation.ClearDeviceMetricsOverride())
 	})
 
 	t.Run("an error shows its traceback", func(t *testing.T) {
@@ -462,8 +537,9 @@ func TestBrowserChat(t *testing.T) {
 			chromedp.Reload(),
 			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
 			until(`document.querySelectorAll("#messages .cell[data-done]").length === 5`),
-			// The stopped loop's cell has a traceback too (KeyboardInterrupt): look at them all.
 			until(`[...document.querySelectorAll("#messages .traceback")].some((e) => e.textContent.includes("ZeroDivisionError"))`),
+			// The stopped loop still reads stopped, not timed out, and shows no traceback.
+			until(`[...document.querySelectorAll("#messages .cell")].some((c) => c.textContent.includes("spinning") && c.querySelector(".status").textContent === "stopped" && !c.querySelector(".error-box"))`),
 			until(`document.querySelector("#messages .thumb img")?.naturalWidth === 96`),
 		)
 		tab1.shot(t, "12-reloaded")
@@ -573,11 +649,18 @@ func TestBrowserChat(t *testing.T) {
 	})
 
 	t.Run("usable at 390 px", func(t *testing.T) {
-		tab2.run(t, "phone width",
-			chromedp.EmulateViewport(390, 844),
+		var hint string
+		tab2.run(t, "phone width, touch screen",
+			chromedp.EmulateViewport(390, 844, chromedp.EmulateTouch),
 			chromedp.Reload(),
 			until(`document.querySelectorAll("#messages .cell[data-done]").length >= 5`),
+			until(`matchMedia("(pointer: coarse)").matches`),
+			chromedp.Evaluate(`document.querySelector("#input").placeholder`, &hint),
 		)
+		// A touch keyboard's Enter is a new line: Send sends.
+		if strings.Contains(hint, "Enter") {
+			t.Errorf("on a touch screen the message box says %q", hint)
+		}
 		var width int
 		tab2.run(t, "no sideways scrolling", chromedp.Evaluate(`document.documentElement.scrollWidth`, &width))
 		if width > 390 {

@@ -51,8 +51,10 @@ export function finishCell(callID, r) {
   if (!cell || cell.dataset.done) return;
   cell.dataset.done = "1";
   const ok = r.status === "success";
-  cell.statusEl.className = "status " + (ok ? "ok" : "failed");
-  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${(r.execution_ms / 1000).toFixed(1)} s` : ""}` : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
+  // A run the user stopped keeps what it printed; the interrupt's traceback is not news.
+  const stopped = r.status === "stopped";
+  cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
+  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${(r.execution_ms / 1000).toFixed(1)} s` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order.
   cell.outEl.replaceChildren();
   if (r.stdout) cell.outEl.append(el("span", { className: "stdout", textContent: r.stdout }));
@@ -63,7 +65,7 @@ export function finishCell(callID, r) {
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
   if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
   const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
-  if (err && (err.traceback || err.message || err.type)) {
+  if (!stopped && err && (err.traceback || err.message || err.type)) {
     res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
       el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
       err.traceback ? el("pre", { className: "traceback", textContent: err.traceback }) : null));

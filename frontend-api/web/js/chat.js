@@ -7,10 +7,13 @@ import { send, subscribe, touchConversationList } from "/js/socket.js";
 import { renderHistory, addUserMessage, applyEvent, setRunning, showTurnEnd, scrollToEnd } from "/js/messages.js";
 import { endOpenCells } from "/js/cells.js";
 import { releaseBlobs, renderFiles, closeFiles } from "/js/files.js";
-import { renderTools, closePopup } from "/js/tools.js";
+import { renderTools, showToolsState, closePopup } from "/js/tools.js";
 import { agentName } from "/js/agents.js";
 
 export function convTitle(c) { return c.title || "New chat"; }
+
+// On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
+export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }
 
 export async function loadConversations() {
   state.convs = await api("GET", "/conversations");
@@ -44,6 +47,7 @@ export function closeConversation() {
   document.title = "sandchat";
   for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button", "files-button"]) $(id).disabled = true;
   closePopup(false);
+  showToolsState(null);
   closeFiles(false);
   renderFiles([]);
   setRunning(null);
@@ -69,7 +73,8 @@ export async function openConversation(id) {
   // A viewer reads along: nothing to send, switch or rename.
   for (const b of ["rename", "delete-conv", "input", "send", "attach"]) if (conv.role === "viewer") $(b).disabled = true;
   $("delete-conv").hidden = conv.role !== "owner";
-  $("input").placeholder = conv.role === "viewer" ? "You can read this conversation but not write in it." : "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block.";
+  $("input").placeholder = conv.role === "viewer" ? "You can read this conversation but not write in it." :
+    enterSends() ? "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block." : "Message — put Python in a ```python block.";
   renderConversationList();
   renderFiles([]); // the last conversation's, until this one's arrive
   // Subscribe first and hold its events until the REST picture is drawn, so nothing

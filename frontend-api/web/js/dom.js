@@ -33,8 +33,10 @@ export function el(tag, props = {}, ...children) {
   return e;
 }
 
-export function toast(message, level = "success") {
-  const t = el("div", { className: "toast " + level, textContent: message, attrs: { role: level === "error" ? "alert" : null } });
+// toast shows message, and detail (when given) as a second line under it.
+export function toast(message, level = "success", detail = "") {
+  const t = el("div", { className: "toast " + level, attrs: { role: level === "error" ? "alert" : null } },
+    message, detail ? el("small", { className: "toast-detail", textContent: detail }) : null);
   $("toasts").append(t);
   setTimeout(() => t.remove(), level === "error" ? 8000 : 5000);
 }

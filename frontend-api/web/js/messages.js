@@ -228,6 +228,8 @@ function findCall(callID) {
 }
 
 export function setRunning(turnID) {
+  // Stop goes away with the turn: the focus it had goes back to the message box.
+  const stopFocused = document.activeElement === $("stop") || (document.activeElement === document.body && state.turn && state.stopping === state.turn);
   state.turn = turnID;
   $("stop").hidden = !turnID;
   $("send").hidden = !!turnID;
@@ -237,6 +239,7 @@ export function setRunning(turnID) {
   if (turnID && !ind) $("messages").append(el("li", { className: "thinking", attrs: { "aria-label": "The assistant is working" } }, el("span"), el("span"), el("span")));
   if (!turnID) ind?.remove();
   else if (ind) $("messages").append(ind); // keep it last
+  if (!turnID && stopFocused && !$("input").disabled) $("input").focus();
 }
 
 export function showTurnEnd(status, error) {

@@ -4,6 +4,7 @@ import { toast } from "/js/dom.js";
 import { guard } from "/js/api.js";
 import { convTitle, loadConversations, loadConversation } from "/js/chat.js";
 import { applyEvent } from "/js/messages.js";
+import { agentToolsChanged } from "/js/tools.js";
 
 export function connect() {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
@@ -42,6 +43,7 @@ export function subscribe(convID, since) {
 function onEvent(ev) {
   if (ev.type === "toast") return onToast(ev.data || {});
   if (ev.type === "error") return toast(ev.data?.message || ev.data?.detail || "Connection error", "error");
+  if (ev.type === "internal_tools.updated" && !ev.conversation_id && ev.data?.agent_id) return guard(() => agentToolsChanged(ev.data.agent_id));
   if (ev.type === "internal_tools.updated" || ev.type === "turn.completed" || ev.type === "turn.failed") touchConversationList();
   if (!state.conv || ev.conversation_id !== state.conv.id) return;
   if (ev.type === "subscribed") {
@@ -62,7 +64,14 @@ function onToast(d) {
     const title = d.conversation_title || (known ? convTitle(known) : `conversation ${d.conversation_id}`);
     msg += ` (in “${title}”)`;
   }
-  toast(msg, d.level || "success");
+  toast(msg, d.level || "success", toolChange(d));
+}
+
+// toolChange is the second line of a toggle's toast: the tool and its new state.
+function toolChange(d) {
+  if (!d.tool_name) return "";
+  const from = { agent: " (from the agent)", default: " (the default)", policy: " (deployment policy)" }[d.source] || "";
+  return `${d.tool_name}: ${d.enabled ? "on" : "off"}${from}`;
 }
 
 let listTimer;

@@ -22,8 +22,20 @@ export function toolSwitch(id, on, disabled, label, onchange) {
   return b;
 }
 
+// The button says at a glance which tools are on, without opening the popup; with no
+// conversation open it says nothing.
+export function showToolsState(tools) {
+  const on = (tools || []).filter((t) => t.enabled);
+  const label = !tools ? "Internal tools" : `Internal tools: ${on.length ? on.map((t) => t.name).join(", ") + " on" : "all off"}`;
+  $("tools-button").setAttribute("aria-label", label);
+  $("tools-button").title = label;
+  $("tools-button").classList.toggle("on", on.length > 0);
+  $("tools-state").textContent = !tools ? "" : on.length ? "on" : "off";
+}
+
 export function renderTools(tools) {
   if (!tools) return;
+  showToolsState(tools);
   // A redraw under the keyboard keeps its place.
   const focused = $("tools-list").contains(document.activeElement) && document.activeElement.matches(".switch") ? document.activeElement.closest("[data-tool]").dataset.tool : null;
   $("tools-list").replaceChildren(...tools.map((t) => {
@@ -43,6 +55,15 @@ export function renderTools(tools) {
       el("div", { className: "tool-controls" }, inherit, sw));
   }));
   if (focused && !$("tools-popup").hidden) $("tools-list").querySelector(`[data-tool="${CSS.escape(focused)}"] .switch`)?.focus();
+}
+
+// An agent's tools changed elsewhere (saved in another tab): the open conversation of
+// that agent shows its tools anew.
+export async function agentToolsChanged(agentID) {
+  const conv = state.conv;
+  if (!conv || conv.agent_id !== agentID) return;
+  const tools = await api("GET", `/conversations/${conv.id}/internal-tools`);
+  if (state.conv?.id === conv.id) renderTools(tools);
 }
 
 export function openPopup() {
