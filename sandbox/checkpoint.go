@@ -74,23 +74,11 @@ func (e *Engine) forgetLocked(lv *live) {
 	e.retiring[lv.key] = lv
 }
 
-// retire checkpoints a session forgotten by forgetLocked, then stops its process. No
-// run can reach the process any more, so the checkpoint needs no lease: the store still
-// refuses it unless the session is at the version this heap holds.
+// retire checkpoints a session forgotten by forgetLocked, then stops its process.
 func (e *Engine) retire(lv *live, why string) {
-	e.mu.Lock()
-	if lv.checkpoint != nil {
-		lv.checkpoint.Stop()
-	}
-	dirty, version := lv.dirty(), lv.version
-	e.mu.Unlock()
-	if dirty {
-		ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-		if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
-			e.log.Warn("sandbox checkpoint before eviction failed; the session comes back by its log", "session", lv.key, "err", err)
-		}
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
+	e.checkpointForgotten(ctx, lv, "eviction")
+	cancel()
 	lv.p.close(why)
 	e.mu.Lock()
 	if e.retiring[lv.key] == lv {
@@ -125,21 +113,28 @@ func (e *Engine) checkpointAll(lvs []*live) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, lv := range lvs {
-		e.mu.Lock()
-		if lv.checkpoint != nil {
-			lv.checkpoint.Stop()
-		}
-		ok, version := !lv.busy && lv.dirty(), lv.version
-		e.mu.Unlock()
-		if ok {
-			wg.Go(func() {
-				if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
-					e.log.Warn("sandbox checkpoint at shutdown failed; the session comes back by its log", "session", lv.key, "err", err)
-				}
-			})
-		}
+		wg.Go(func() { e.checkpointForgotten(ctx, lv, "shutdown") })
 	}
 	wg.Wait()
+}
+
+// checkpointForgotten saves the heap of a session taken out of the live set (eviction,
+// shutdown), if it is idle and its saved heap lags. No run can reach its process any
+// more, so the checkpoint needs no lease: the store still refuses it unless the session
+// is at the version this heap holds. A failure is logged: the log has every run.
+func (e *Engine) checkpointForgotten(ctx context.Context, lv *live, before string) {
+	e.mu.Lock()
+	if lv.checkpoint != nil {
+		lv.checkpoint.Stop()
+	}
+	ok, version := !lv.busy && lv.dirty(), lv.version
+	e.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
+		e.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.key, "err", err)
+	}
 }
 
 // checkpointLive saves a live session's heap if the saved one lags it, holding the
