@@ -117,6 +117,12 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// run's code never reached it, so the session comes back as if evicted.
 		e.dropLive(key, lv, "its process stopped between runs")
 	}
+	for _, f := range req.Data {
+		if f.Data == nil {
+			// A process brought back holds no /data: say so before starting one.
+			return nil, ErrDataStale
+		}
+	}
 	var st *state
 	if stored > 0 {
 		if st, err = e.st.load(ctx, key, false); err != nil {
@@ -220,10 +226,6 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	at.Data = []dataFile{}
 	if len(at.Cells) > 0 {
 		for _, f := range req.Data {
-			if f.Data == nil {
-				p.close("attach needs /data")
-				return nil, ErrDataStale
-			}
 			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
 		}
 	}
