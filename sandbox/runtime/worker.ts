@@ -546,7 +546,6 @@ const discard = (b: Uint8Array) => b.length;
 // four FFI calls off every run.
 const sinks = { stdout: discard, stderr: discard };
 let outLimit = 1 << 20;
-let dataMounted = true; // unknown after a restore: clear /data on the first run
 let runId = 0;
 
 function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }) {
@@ -598,9 +597,7 @@ async function run(m: any) {
   const lap = (name: string) => (timings[name] = performance.now() - t0);
   runId = m.run;
   outLimit = m.maxOutput;
-  if (m.dataVersions && typeof m.dataVersions === "object") await syncData(m.data ?? [], m.dataVersions);
-  else if (m.data?.length || dataMounted) await mountData(m.data ?? []);
-  dataMounted = (m.data?.length ?? 0) > 0 || Object.keys(m.dataVersions ?? {}).length > 0;
+  await syncData(m.data ?? [], m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : {});
   const before = files;
   const startMs = Date.now();
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
@@ -873,7 +870,6 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         if (m.cells?.length) {
           // Cells replay against /data as it is now: one may import or read an upload.
           await mountData(m.data ?? []);
-          dataMounted = (m.data?.length ?? 0) > 0;
         }
         for (const [i, cell] of (m.cells ?? []).entries()) {
           if (failed) break;
