@@ -140,9 +140,13 @@ export async function sendMessage() {
   if (!content.trim() || !state.conv) return;
   $("send").disabled = true;
   try {
+    const loading = state.loading;
     const started = await api("POST", `/conversations/${state.conv.id}/messages`, { content });
     $("input").value = "";
     addUserMessage(started.message);
+    // A load in flight read the history before this message and would draw it away:
+    // a newer load, which has it, draws instead (the newest load wins).
+    if (loading || state.loading) loadConversation();
     // A quick turn may have ended (over the socket) before this answer arrived.
     if (!state.ended.has(started.turn_id)) setRunning(started.turn_id);
     scrollToEnd();
