@@ -20,8 +20,10 @@ const module = "github.com/sandchat/sandchat"
 // only cmd wires adapters in. A package not listed may import none of the project.
 var layers = map[string][]string{
 	"":                         nil,
-	"sandbox":                  {"", "sandbox/internal/admit"},
+	"sandbox":                  {"", "sandbox/internal/admit", "sandbox/internal/state"},
 	"sandbox/internal/admit":   nil,
+	"sandbox/internal/state":   nil,
+	"sandbox/redisstore":       {"", "sandbox/internal/state"},
 	"conversations":            {""},
 	"toolkits":                 {"", "conversations", "sandbox"},
 	"agents":                   {"", "conversations", "toolkits"},
@@ -37,8 +39,8 @@ var layers = map[string][]string{
 	"sandbox/sandboxtest":      nil,
 }
 
-// domains hold the product's types and rules; the sandbox engine owns its Redis store.
-var domains = []string{"", "conversations", "agents", "toolkits"}
+// domains hold the product's types and rules.
+var domains = []string{"", "conversations", "agents", "toolkits", "sandbox"}
 
 // drivers are what the domain packages leave to their adapters.
 var drivers = []string{"github.com/jackc/pgx", "github.com/redis/go-redis", "github.com/gofiber/fiber"}

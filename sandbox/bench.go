@@ -10,10 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // BenchRow is one line of the benchmark table.
@@ -23,57 +20,21 @@ type BenchRow struct {
 	P50    float64
 	P95    float64
 	Target float64 // 0: none
+	// Fresh marks the row of a fresh Deno + Pyodide per run, the yardstick of the
+	// others; Ratio asks for the comparison with it: RatioFaster (a fresh start is N×
+	// slower than this row) or RatioStarts (this row took as long as N fresh starts).
+	Fresh bool
+	Ratio string
 }
 
-func (r BenchRow) ok() string {
-	if r.Target == 0 {
-		return ""
-	}
-	if r.P50 <= r.Target {
-		return "yes"
-	}
-	return fmt.Sprintf("no (%.0f%% over)", (r.P50/r.Target-1)*100)
-}
+// The comparisons a BenchRow asks for.
+const (
+	RatioFaster = "faster"
+	RatioStarts = "starts"
+)
 
-// Bench measures the engine on this machine and prints p50/p95 for the numbers DESIGN §4
-// sets targets for, plus a fresh Deno + Pyodide per run (the cost model of sandboxes that
-// keep no state) and the ratios. It runs under its own Redis prefix and removes it after.
-// n is the number of samples per metric (the fresh-process one takes at most 5).
-func Bench(ctx context.Context, cfg Config, rdb redis.UniversalClient, w io.Writer, n int) error {
-	rows, err := BenchRows(ctx, cfg, rdb, n, w)
-	if err != nil {
-		return err
-	}
-	PrintBench(w, rows)
-	return nil
-}
-
-// PrintBench writes rows as a table, then the ratios against a fresh process per run.
-func PrintBench(w io.Writer, rows []BenchRow) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "metric\tp50\tp95\ttarget\tmet")
-	byName := map[string]BenchRow{}
-	for _, r := range rows {
-		byName[r.Name] = r
-		target := "-"
-		if r.Target > 0 {
-			target = fmt.Sprintf("≤ %.0f %s", r.Target, r.Unit)
-		}
-		fmt.Fprintf(tw, "%s\t%.1f %s\t%.1f %s\t%s\t%s\n", r.Name, r.P50, r.Unit, r.P95, r.Unit, target, r.ok())
-	}
-	tw.Flush()
-	if fresh, ok := byName[benchFresh]; ok && fresh.P50 > 0 {
-		fmt.Fprintln(w)
-		for _, name := range []string{benchWarmPersist, benchEngineOnly, benchNewConv, benchColdRestore} {
-			if r, ok := byName[name]; ok && r.P50 > 0 {
-				fmt.Fprintf(w, "fresh process per run is %.0f× slower than %s\n", fresh.P50/r.P50, name)
-			}
-		}
-		if r, ok := byName[benchCrowd]; ok {
-			fmt.Fprintf(w, "%s took as long as %.1f fresh starts (target ≤ 10)\n", benchCrowd, r.P50/fresh.P50)
-		}
-	}
-}
+// Met says whether the row's median meets its target; ok is false when it has none.
+func (r BenchRow) Met() (met, ok bool) { return r.P50 <= r.Target, r.Target > 0 }
 
 const (
 	benchEngineOnly  = "warm run, engine only (x += 1)"
@@ -92,31 +53,33 @@ const (
 // burst is how many conversations start at once in the burst rows.
 const burst = 8
 
-// BenchRows runs the benchmark and returns its rows; progress goes to log.
-func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int, log io.Writer) ([]BenchRow, error) {
+// BenchRows measures the engine on this machine: p50/p95 for the numbers the design sets
+// targets for, plus a fresh Deno + Pyodide per run (the cost model of sandboxes that keep
+// no state) to compare with. Its sessions live in scratch, a store made for the
+// measurement (the caller empties it); the deployment's base snapshot is taken from
+// main when it has one, so the bench measures sessions, not a Pyodide boot. n is the
+// number of samples per metric (the fresh-process one takes at most 5); progress goes
+// to log.
+func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log io.Writer) ([]BenchRow, error) {
 	if n < 1 {
 		n = 1
 	}
 	cfg = Locate(cfg)
-	mainPrefix := cfg.RedisPrefix
-	cfg.RedisPrefix = mainPrefix + "bench-" + newToken()[:8] + ":"
 	cfg.WarmPool = max(cfg.WarmPool, 1)
 	cfg.WarmPoolMax = max(cfg.WarmPoolMax, burst)
 	cfg.MaxLive = max(cfg.MaxLive, 2*burst+4)
-	e, err := New(cfg, rdb, nil)
+	e, err := New(cfg, scratch, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		_ = e.Close()
-		dropPrefix(context.WithoutCancel(ctx), rdb, cfg.RedisPrefix)
-	}()
-	// Reuse the deployment's base snapshot when it has one: the bench then measures
-	// sessions, not a Pyodide boot.
+	defer e.Close()
 	build := buildID(e.cfg, mustDenoVersion(ctx, e.cfg.DenoPath), pyodideVersion(e.cfg.PyodideDir))
-	if h, err := rdb.Get(ctx, mainPrefix+"sandbox:build:"+build).Result(); err == nil {
-		rdb.Copy(ctx, mainPrefix+"sandbox:build:"+build, cfg.RedisPrefix+"sandbox:build:"+build, 0, true)
-		rdb.Copy(ctx, mainPrefix+"sandbox:base:"+h, cfg.RedisPrefix+"sandbox:base:"+h, 0, true)
+	if h, _ := main.BaseFor(ctx, build); h != "" {
+		if snap, _ := main.LoadBase(ctx, h); snap != nil {
+			if _, err := scratch.PublishBase(ctx, build, h, snap); err != nil {
+				return nil, err
+			}
+		}
 	}
 	fmt.Fprintln(log, "starting the engine…")
 	if err := e.Start(ctx); err != nil {
@@ -299,6 +262,16 @@ func BenchRows(ctx context.Context, cfg Config, rdb redis.UniversalClient, n int
 		samples = append(samples, ms(time.Since(t0)))
 	}
 	rows = append(rows, row(benchFresh, "ms", samples, 0))
+	for i, r := range rows {
+		switch r.Name {
+		case benchFresh:
+			rows[i].Fresh = true
+		case benchWarmPersist, benchEngineOnly, benchNewConv, benchColdRestore:
+			rows[i].Ratio = RatioFaster
+		case benchCrowd:
+			rows[i].Ratio = RatioStarts
+		}
+	}
 	return rows, nil
 }
 
@@ -336,15 +309,4 @@ func row(name, unit string, samples []float64, target float64) BenchRow {
 		return s[min(len(s)-1, int(q*float64(len(s)-1)+0.5))]
 	}
 	return BenchRow{Name: name, Unit: unit, P50: pick(0.5), P95: pick(0.95), Target: target}
-}
-
-func dropPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if len(keys) > 0 {
-		rdb.Del(ctx, keys...)
-	}
 }

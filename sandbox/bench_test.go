@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 )
 
@@ -22,20 +21,6 @@ func benchRun(b *testing.B, e *Engine, key, code string) Result {
 		b.Fatalf("%v %s %+v", err, r.Status, r.Error)
 	}
 	return r
-}
-
-// BenchmarkSandchatBench prints the same table as `sandchat bench`:
-//
-//	go test ./sandbox -run '^$' -bench SandchatBench -benchtime 1x
-func BenchmarkSandchatBench(b *testing.B) {
-	rdb := testRedis(b)
-	cfg := pooledConfig(randomPrefix("benchtable"))
-	requireRuntime(b, cfg)
-	for b.Loop() {
-		if err := Bench(context.Background(), cfg, rdb, os.Stdout, 20); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 func BenchmarkWarmRunPersisted(b *testing.B) {

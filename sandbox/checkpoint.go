@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // Checkpoints. A run is durable once persist has appended its cell to the session's log
@@ -170,7 +172,10 @@ func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
 // checkpoint takes lv's heap and saves it as the state of version; token is the lease
 // held, or "" for a session no run can reach.
 func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version int64) error {
-	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint", MaxBytes: e.cfg.MaxStateBytes}, nil)
+	e.mu.Lock()
+	capOf := e.stateCap(lv.stateCap)
+	e.mu.Unlock()
+	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
 	if err != nil {
 		return err
 	}
@@ -199,8 +204,9 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 			e.log.Info("session switches to replay persistence", "session", lv.key, "reason", *r.SnapshotError)
 		}
 	}
-	_, err = e.st.checkpoint(ctx, lv.key, token, version, lv.base, e.rt.build, mode, header, delta, e.cfg.MaxStateBytes)
-	if full := (*errStateFull)(nil); errors.As(err, &full) {
+	_, err = e.st.Checkpoint(ctx, lv.key, state.Checkpoint{Token: token, Version: version, Base: lv.base, Build: e.rt.build,
+		Mode: mode, Header: header, Delta: delta, Cap: capOf})
+	if full := (*state.Full)(nil); errors.As(err, &full) {
 		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
 	}
 	if err != nil {

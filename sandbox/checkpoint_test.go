@@ -10,7 +10,7 @@ import (
 // saved heap matches.
 func storedHeap(t *testing.T, e *Engine, key string) (version, heap int64) {
 	t.Helper()
-	st, err := e.st.load(context.Background(), key, false)
+	st, err := e.st.Load(context.Background(), key, false)
 	if err != nil || st == nil {
 		t.Fatalf("load %s: %v %v", key, st, err)
 	}

@@ -75,7 +75,7 @@ func TestUnavailableWithoutRuntime(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testConfig(randomPrefix("unavail"))
 			tt.mutate(&c)
-			e, err := New(c, rdb, testLogger(t))
+			e, err := New(c, storeFor(rdb, c), testLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,35 +106,6 @@ func TestStatus(t *testing.T) {
 	st := e.Status(context.Background())
 	if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Deno.Path == "" || st.Pyodide.Version == "" || st.Isolation == "" || st.WarmPool < 1 || st.Spares < 1 {
 		t.Fatalf("%+v", st)
-	}
-}
-
-func TestDoctorAndExec(t *testing.T) {
-	_, b, _ := setup(t)
-	ctx := context.Background()
-	cfg := testConfig(b.prefix)
-	var out strings.Builder
-	if err := Doctor(ctx, cfg, b.rdb, &out); err != nil {
-		t.Fatalf("doctor: %v\n%s", err, out.String())
-	}
-	// The npm package lists numpy in its lock file but ships no wheels: a warning, not ✓.
-	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3.", "! numpy        no package source can serve numpy"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("doctor report lacks %q:\n%s", want, out.String())
-		}
-	}
-
-	var so, se strings.Builder
-	r, err := Exec(ctx, cfg, b.rdb, "print('out')\n6 * 7", ExecOptions{}, &so, &se)
-	if err != nil || r.Status != StatusSuccess || so.String() != "out\n42\n" {
-		t.Fatalf("exec: %v %s stdout %q stderr %q", err, r.Status, so.String(), se.String())
-	}
-
-	bad := cfg
-	bad.DenoPath = "/nonexistent/deno"
-	out.Reset()
-	if err := Doctor(ctx, bad, b.rdb, &out); err == nil || !strings.Contains(out.String(), "npm ci --prefix sandbox/runtime") {
-		t.Fatalf("doctor without deno: %v\n%s", err, out.String())
 	}
 }
 

@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sandchat/sandchat"
 )
 
@@ -32,7 +30,7 @@ import (
 type Engine struct {
 	cfg Config
 	log *slog.Logger
-	st  *store
+	st  Store
 
 	// Set once by Start before the engine reports itself available; read-only after.
 	jail     *jail
@@ -66,22 +64,19 @@ type runtimeInfo struct {
 	isolation            string
 }
 
-// New checks cfg and prepares an engine; Start brings up the session processes.
-func New(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, error) {
+// New checks cfg and prepares an engine that keeps its sessions in st (see
+// sandbox/redisstore); Start brings up the session processes.
+func New(cfg Config, st Store, log *slog.Logger) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, sandchat.Errorf(sandchat.EINVALID, "%v", err)
 	}
-	if rdb == nil {
-		return nil, errors.New("sandbox: a Redis client is required")
+	if st == nil {
+		return nil, errors.New("sandbox: a state store is required")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = Locate(cfg)
-	st, err := newStore(rdb, cfg.RedisPrefix, cfg.SessionTTL)
-	if err != nil {
-		return nil, err
-	}
 	e := &Engine{
 		cfg: cfg, log: log, st: st, live: map[string]*live{}, retiring: map[string]*live{}, locks: map[string]*keyLock{},
 		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
@@ -307,14 +302,14 @@ func netAllow(cfg Config) []string {
 // ensureBase finds the build's shared base in Redis or boots one and publishes it. Any
 // node can then restore any session: snapshots of separate boots differ.
 func (e *Engine) ensureBase(ctx context.Context) error {
-	hash, err := e.st.baseFor(ctx, e.rt.build)
+	hash, err := e.st.BaseFor(ctx, e.rt.build)
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return err
 	}
 	var snap []byte
 	if hash != "" {
-		if snap, err = e.st.loadBase(ctx, hash); err != nil {
-			return fmt.Errorf("redis: %w", err)
+		if snap, err = e.st.LoadBase(ctx, hash); err != nil {
+			return err
 		}
 	}
 	if snap == nil {
@@ -323,11 +318,11 @@ func (e *Engine) ensureBase(ctx context.Context) error {
 		}
 		sum := sha256.Sum256(snap)
 		mine := hex.EncodeToString(sum[:])
-		if hash, err = e.st.publishBase(ctx, e.rt.build, mine, snap); err != nil {
-			return fmt.Errorf("redis: %w", err)
+		if hash, err = e.st.PublishBase(ctx, e.rt.build, mine, snap); err != nil {
+			return err
 		}
 		if hash != mine {
-			if snap, err = e.st.loadBase(ctx, hash); err != nil || snap == nil {
+			if snap, err = e.st.LoadBase(ctx, hash); err != nil || snap == nil {
 				return fmt.Errorf("load base %s published by another node: %v", hash, err)
 			}
 		}

@@ -339,12 +339,12 @@ func TestQueueFullIsBusy(t *testing.T) {
 	}
 	go func() { _, _ = e.Execute(ctx, k, Request{Code: "import time\ntime.sleep(4)"}) }()
 	waitFor("the first run holding the lease", func() bool {
-		n, _ := e.st.rdb.Exists(ctx, e.st.key(k, "lease")).Result()
+		n, _ := testRedis(t).Exists(ctx, skey(e, k, "lease")).Result()
 		return n == 1
 	})
 	go func() { _, _ = e.Execute(ctx, k, Request{Code: "1"}) }()
 	waitFor("a second run queued", func() bool {
-		n, _ := e.st.rdb.ZCard(ctx, e.st.key(k, "queue")).Result()
+		n, _ := testRedis(t).ZCard(ctx, skey(e, k, "queue")).Result()
 		return n == 2
 	})
 	_, err := e.Execute(ctx, k, Request{Code: "1"})

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandchat/sandchat/sandbox/redisstore"
+
 	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
@@ -87,6 +89,21 @@ func checkRuntime(cfg Config) error {
 		return fmt.Errorf("Deno/Pyodide not installed (deno=%q pyodide=%q runtime=%q): run `npm ci --prefix sandbox/runtime`", c.DenoPath, c.PyodideDir, c.RuntimeDir)
 	}
 	return nil
+}
+
+// storeFor is the Redis store of an engine configured with cfg.
+func storeFor(rdb redis.UniversalClient, cfg Config) Store {
+	st, err := redisstore.New(rdb, cfg.RedisPrefix, cfg.SessionTTL)
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
+
+// skey is the Redis key of one part of a session's state, for tests that look at
+// or damage what the store keeps.
+func skey(e *Engine, session, part string) string {
+	return e.cfg.RedisPrefix + "sandbox:{" + session + "}:" + part
 }
 
 // bundle is what setup hands a test besides the engine.
@@ -169,7 +186,7 @@ func bootEngine(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engin
 	if err := checkRuntime(cfg); err != nil {
 		return nil, err
 	}
-	e, err := New(cfg, rdb, log)
+	e, err := New(cfg, storeFor(rdb, cfg), log)
 	if err != nil {
 		return nil, fmt.Errorf("New: %w", err)
 	}

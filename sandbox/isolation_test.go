@@ -257,7 +257,7 @@ func TestStorageCaps(t *testing.T) {
 	if !strings.Contains(r.Stderr, "session state not saved") || !strings.Contains(r.Stderr, "2.0 MiB limit") {
 		t.Fatalf("3 MB of files under a 2 MiB cap: %q", r.Stderr)
 	}
-	n, err := b.rdb.HStrLen(context.Background(), e.st.key(k, "files"), "big.bin").Result()
+	n, err := b.rdb.HStrLen(context.Background(), skey(e, k, "files"), "big.bin").Result()
 	if err != nil || n != 0 {
 		t.Fatalf("the refused file is in Redis: %d %v", n, err)
 	}

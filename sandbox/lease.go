@@ -49,11 +49,11 @@ func (e *Engine) lockKey(ctx context.Context, key string) (func(), error) {
 // a newer state.
 func (e *Engine) withLease(ctx context.Context, key string, fn func(token string) error) error {
 	token := newToken()
-	ok, err := e.st.admit(ctx, key, token, e.cfg.QueueDepth, e.cfg.MaxTimeout+e.cfg.Grace+time.Minute)
+	ok, err := e.st.Admit(ctx, key, token, e.cfg.QueueDepth, e.cfg.MaxTimeout+e.cfg.Grace+time.Minute)
 	if err != nil {
-		return e.redisErr(ctx, err)
+		return err
 	}
-	defer func() { _ = e.st.leave(context.WithoutCancel(ctx), key, token) }()
+	defer func() { _ = e.st.Leave(context.WithoutCancel(ctx), key, token) }()
 	if !ok {
 		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 2,
 			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", e.cfg.QueueDepth)}
@@ -63,10 +63,10 @@ func (e *Engine) withLease(ctx context.Context, key string, fn func(token string
 		return err
 	}
 	defer unlock()
-	if err := e.st.acquire(ctx, key, token); err != nil {
-		return e.redisErr(ctx, err)
+	if err := e.st.Acquire(ctx, key, token); err != nil {
+		return err
 	}
-	defer func() { _ = e.st.release(context.WithoutCancel(ctx), key, token) }()
+	defer func() { _ = e.st.Release(context.WithoutCancel(ctx), key, token) }()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -78,18 +78,10 @@ func (e *Engine) withLease(ctx context.Context, key string, fn func(token string
 			case <-stop:
 				return
 			case <-t.C:
-				_, _ = e.st.renew(context.Background(), key, token)
+				_, _ = e.st.Renew(context.Background(), key, token)
 			}
 		}
 	})
 	defer func() { close(stop); wg.Wait() }()
 	return fn(token)
-}
-
-func (e *Engine) redisErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	// A Redis that cannot be reached is a 503 naming Redis, with Retry-After.
-	return sandchat.RedisError(fmt.Errorf("sandbox state store: %w", err))
 }

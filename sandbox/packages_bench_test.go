@@ -21,7 +21,7 @@ func benchEngineWith(b *testing.B, mutate func(*Config)) *Engine {
 	// beside later ones: the sub-benchmarks would not compare like with like.
 	cfg.WarmPoolMax = cfg.WarmPool
 	mutate(&cfg)
-	e, err := New(cfg, rdb, nil)
+	e, err := New(cfg, storeFor(rdb, cfg), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

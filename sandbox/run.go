@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // maxSavedFilesPerRun bounds how many working-directory files one save may write.
@@ -104,9 +105,9 @@ type attached struct {
 func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
 	a := &attached{}
 	e.awaitRetired(ctx, key)
-	stored, err := e.st.version(ctx, key)
+	stored, err := e.st.Version(ctx, key)
 	if err != nil {
-		return nil, e.redisErr(ctx, err)
+		return nil, err
 	}
 	if lv := e.claim(key, stored); lv != nil {
 		if e.answers(ctx, lv.p) {
@@ -123,10 +124,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			return nil, ErrDataStale
 		}
 	}
-	var st *state
+	var st *state.State
 	if stored > 0 {
-		if st, err = e.st.load(ctx, key, false); err != nil {
-			return nil, e.redisErr(ctx, err)
+		if st, err = e.st.Load(ctx, key, false); err != nil {
+			return nil, err
 		}
 	}
 	// Bringing a session back goes on if the caller gives up (another run may want it);
@@ -144,7 +145,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	switch {
 	case st == nil:
 		a.info.RestoredFrom = FromFresh
-		seen, _ := e.st.seen(ctx, key)
+		seen, _ := e.st.Seen(ctx, key)
 		a.info.Expired = seen
 		at.Reseed = true
 		if e.cfg.ForceReplay {
@@ -195,9 +196,9 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if st.Mode == modeReplay || e.cfg.ForceReplay {
 				mode = modeReplay
 			}
-			cells, err := e.st.rdb.LRange(ctx, e.st.key(key, "cells"), 0, -1).Result()
+			cells, err := e.st.Cells(ctx, key)
 			if err != nil {
-				return nil, e.redisErr(ctx, err)
+				return nil, err
 			}
 			at.Cells, at.CellTimeouts = e.splitCells(cells)
 			at.Reseed = true
@@ -215,11 +216,17 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		a.notes = append(a.notes, pk.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 	}
 	at.Pip = []pipInstallMsg{}
+	var pip []pipWheel
 	if st != nil && len(st.Pip) > 0 {
+		if err := json.Unmarshal(st.Pip, &pip); err != nil {
+			e.log.Warn("session's micropip record does not decode", "session", key, "err", err)
+		}
+	}
+	if len(pip) > 0 {
 		if e.fetch == nil {
 			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
 		} else {
-			wheels, notes := e.restorePip(actx, pk, st.Pip)
+			wheels, notes := e.restorePip(actx, pk, pip)
 			at.Pip, a.notes = wheels, append(a.notes, notes...)
 		}
 	}
@@ -245,7 +252,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	lv := newLive(key, p, base, mode)
 	if st != nil {
-		lv.version, lv.packages, lv.pip = st.Version, st.Packages, st.Pip
+		lv.version, lv.packages, lv.pip = st.Version, st.Packages, pip
 	}
 	lv.heapVersion, lv.heapStale = heapVersion, heapStale
 	a.lv = lv
@@ -274,7 +281,7 @@ func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
 // restoreProc brings a saved heap back in a process primed with the base it was saved
 // against: a spare from the pool when that is the current base, else one started once
 // the node has room for it (wait bounds the wait for room).
-func (e *Engine) restoreProc(wait, ctx context.Context, st *state) (*proc, error) {
+func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc, error) {
 	var p *proc
 	if st.Base == e.rt.baseHash {
 		p = e.pool.takeSpare()
@@ -282,9 +289,9 @@ func (e *Engine) restoreProc(wait, ctx context.Context, st *state) (*proc, error
 	if p == nil {
 		base := e.currentBase()
 		if st.Base != e.rt.baseHash {
-			b, err := e.st.loadBase(ctx, st.Base)
+			b, err := e.st.LoadBase(ctx, st.Base)
 			if err != nil {
-				return nil, e.redisErr(ctx, err)
+				return nil, err
 			}
 			if b == nil {
 				return nil, &procError{msg: "the base snapshot of this session is gone"}
@@ -541,6 +548,14 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 	return res
 }
 
+// stateCap is what a session's saved state may hold when its caller allows want.
+func (e *Engine) stateCap(want int64) int64 {
+	if want > 0 {
+		return min(want, e.cfg.MaxStateBytes)
+	}
+	return e.cfg.MaxStateBytes
+}
+
 // persist makes a successful run durable before it is reported complete: its cell joins
 // the session's log in Redis with the files it changed (a few hundred bytes for most
 // runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
@@ -551,16 +566,19 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 		deleted = append(deleted, p)
 	}
 	e.mu.Lock()
-	pip := append([]pipWheel(nil), lv.pip...)
+	pip, _ := json.Marshal(nonNilSlice(lv.pip))
 	e.mu.Unlock()
-	save := saveReq{
+	save := state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
 		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
-		Cap: e.cfg.MaxStateBytes,
+		Cap: e.stateCap(req.StateCap),
 	}
-	v, stateBytes, err := e.st.save(context.WithoutCancel(ctx), key, save)
-	var full *errStateFull
+	e.mu.Lock()
+	lv.stateCap = save.Cap
+	e.mu.Unlock()
+	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
+	var full *state.Full
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
@@ -598,9 +616,9 @@ func contentType(name string, b []byte) string {
 
 // Session describes the durable state of key; ENOTFOUND when there is none.
 func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
-	st, err := e.st.load(ctx, key, false)
+	st, err := e.st.Load(ctx, key, false)
 	if err != nil {
-		return SessionInfo{}, e.redisErr(ctx, err)
+		return SessionInfo{}, err
 	}
 	if st == nil {
 		return SessionInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "This conversation has no Python session.")
@@ -610,9 +628,8 @@ func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 		info.Files = append(info.Files, p)
 	}
 	sort.Strings(info.Files)
-	info.StateBytes = int64(len(st.Header))
-	if n, err := e.st.rdb.HStrLen(ctx, e.st.key(key, "state"), "delta").Result(); err == nil {
-		info.StateBytes += n
+	if n, err := e.st.Bytes(ctx, key); err == nil {
+		info.StateBytes = n
 	}
 	info.Live = e.isLive(key, st.Version)
 	return info, nil
@@ -625,8 +642,8 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
 	}
 	return e.withLease(ctx, key, func(string) error {
-		if err := e.st.reset(ctx, key); err != nil {
-			return e.redisErr(ctx, err)
+		if err := e.st.Reset(ctx, key); err != nil {
+			return err
 		}
 		e.mu.Lock()
 		lv := e.live[key]

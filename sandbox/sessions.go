@@ -32,6 +32,10 @@ type live struct {
 	checkpoint  *time.Timer
 	gone        chan struct{} // closed once retired (checkpointed after eviction, then stopped)
 
+	// stateCap is what the session's saved state may hold, as its last run allowed
+	// (guarded by Engine.mu); checkpoints keep to it.
+	stateCap int64
+
 	// data is /data as the process holds it, name → version (guarded by Engine.mu).
 	data map[string]string
 }

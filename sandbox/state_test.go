@@ -155,7 +155,7 @@ func TestStatePersistence(t *testing.T) {
 		mustSucceed(t, e, k, "x = 1")
 		evictLive(t, e, k)
 		// What TTL expiry leaves behind: no state, only the marker that it existed.
-		b.rdb.Del(ctx, e.st.key(k, "state"), e.st.key(k, "files"), e.st.key(k, "cells"))
+		b.rdb.Del(ctx, skey(e, k, "state"), skey(e, k, "files"), skey(e, k, "cells"))
 		r := run(t, e, k, "x")
 		if r.Status != StatusError || r.Error.Type != "NameError" || !r.Session.Expired || r.Session.RestoredFrom != FromFresh {
 			t.Fatalf("status %s expired %v from %s", r.Status, r.Session.Expired, r.Session.RestoredFrom)
@@ -165,7 +165,7 @@ func TestStatePersistence(t *testing.T) {
 	t.Run("state has a TTL", func(t *testing.T) {
 		k := key("ttl")
 		mustSucceed(t, e, k, "x = 1")
-		ttl := b.rdb.PTTL(ctx, e.st.key(k, "state")).Val()
+		ttl := b.rdb.PTTL(ctx, skey(e, k, "state")).Val()
 		if ttl <= 0 || ttl > e.cfg.SessionTTL {
 			t.Fatalf("ttl %s, want up to %s", ttl, e.cfg.SessionTTL)
 		}

@@ -30,6 +30,11 @@ type Request struct {
 	// packages); they are resolved and fetched like the code's own imports. A module
 	// that does not import is reported in stderr and the code runs anyway.
 	Preload []string
+	// StateCap, when positive, is the most the session's saved state (heap, files and
+	// replay log together) may hold after this run: what is left of the conversation's
+	// storage quota. Config.MaxStateBytes bounds it either way; a save over it is refused
+	// like one over MaxStateBytes.
+	StateCap int64
 }
 
 // File is a named blob handed to Python. Version names its content (anything that

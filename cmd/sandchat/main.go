@@ -284,8 +284,11 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		}}
 	}
 	if cfg.Sandbox.Enabled {
-		var err error
-		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, m.Redis, m.Log.With("component", "sandbox")); err != nil {
+		st, err := engineStore(m.Redis, cfg.Sandbox.Engine)
+		if err != nil {
+			return nil, err
+		}
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox")); err != nil {
 			return nil, err
 		}
 		if m.Probes == nil {

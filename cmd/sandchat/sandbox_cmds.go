@@ -41,11 +41,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer rdb.Close()
-	return sandbox.Doctor(ctx, cfg.Sandbox.Engine, rdb, stdout)
+	return doctor(ctx, cfg.Sandbox.Engine, rdb, stdout)
 }
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var opt sandbox.ExecOptions
+	var opt execOptions
 	var files list
 	cfg, rdb, rest, err := sandboxCommand("exec [flags] [code]",
 		"Runs Python through the sandbox engine, code from the argument or stdin. With --session the state persists like a conversation's.",
@@ -71,7 +71,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return errors.New("no code: pass it as an argument or on stdin")
 	}
 	opt.Files = files
-	res, err := sandbox.Exec(ctx, cfg.Sandbox.Engine, rdb, code, opt, stdout, stderr)
+	res, err := execCode(ctx, cfg.Sandbox.Engine, rdb, code, opt, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -90,5 +90,5 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer rdb.Close()
-	return sandbox.Bench(ctx, cfg.Sandbox.Engine, rdb, stdout, n)
+	return bench(ctx, cfg.Sandbox.Engine, rdb, stdout, n)
 }

@@ -1,0 +1,93 @@
+// Package state holds what a session keeps between runs, as the engine and its stores
+// exchange it: the engine decides what to save, a store (sandbox/redisstore) keeps it.
+package state
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// How a session's interpreter is saved.
+const (
+	ModeSnapshot = "snapshot" // a heap, diffed against the shared base
+	ModeReplay   = "replay"   // no heap (compiled extensions, JS objects): the cells are run again
+)
+
+// LeaseTTL is how long a node that died keeps a session's lease: a live node renews it
+// every third of it, so a dead one's run is taken over in seconds.
+const LeaseTTL = 4 * time.Second
+
+// State is what survives a process, a server restart or a move to another node.
+type State struct {
+	Version int64
+	Base    string // content hash of the base snapshot the delta is against
+	Build   string
+	Mode    string // ModeSnapshot or ModeReplay
+	Header  []byte // the snapshot's own header (its length varies between snapshots)
+	Delta   []byte // the heap pages that differ from the base, XOR-ed (uncompressed)
+	// HeapVersion is the version the heap was checkpointed at; Tail holds the cells run
+	// since, which a restore replays on top of it (the log is durable, the heap lazy).
+	HeapVersion int64
+	Tail        []string
+	Packages    []string
+	Pip         json.RawMessage // the wheels installed with micropip, as the engine wrote them
+	Cells       []string
+	Files       map[string][]byte
+	Updated     time.Time
+}
+
+// Save is one run's change to a session's state.
+type Save struct {
+	Token    string
+	From     int64 // version the run started from
+	Fresh    bool  // the session started over: forget old files and cells
+	Base     string
+	Build    string
+	Mode     string
+	Header   []byte
+	Delta    []byte // raw; the store compresses it
+	Packages []string
+	Pip      json.RawMessage
+	Changed  map[string][]byte
+	Deleted  []string
+	Cells    []string // appended to the replay log
+	Cap      int64    // the most the session's state may hold, in bytes
+	// KeepHeap leaves the saved heap as it is: the run is durable by the replay log, and
+	// a checkpoint saves the heap later, off the run's path.
+	KeepHeap bool
+	DropHeap bool // the saved heap is stale (the session came back by replay): forget it
+}
+
+// Checkpoint is a session's heap taken between runs, at Version.
+type Checkpoint struct {
+	Token   string // the lease held, or empty for a session no run can reach (being evicted)
+	Version int64
+	Base    string
+	Build   string
+	Mode    string
+	Header  []byte
+	Delta   []byte // raw
+	Cap     int64
+}
+
+// ErrFenced is a save refused because the lease was lost or another run changed the
+// state since this one started: a stale node never overwrites a newer state.
+var ErrFenced = errors.New("session lease lost or state changed by another run")
+
+// Full is a save refused because the session's state would pass its cap.
+type Full struct{ Total, Cap int64 }
+
+func (e *Full) Error() string {
+	return fmt.Sprintf("the session's saved state would be %.1f MiB, over its %.1f MiB limit", float64(e.Total)/(1<<20), float64(e.Cap)/(1<<20))
+}
+
+// NewToken returns a random lease token.
+func NewToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
