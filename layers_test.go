@@ -24,6 +24,7 @@ var layers = map[string][]string{
 	"sandbox/internal/admit":   nil,
 	"sandbox/internal/state":   nil,
 	"sandbox/redisstore":       {"", "sandbox/internal/state"},
+	"sandbox/pgcold":           {"migrations/pgdb"},
 	"conversations":            {""},
 	"toolkits":                 {"", "conversations", "sandbox"},
 	"agents":                   {"", "conversations", "toolkits"},

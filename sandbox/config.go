@@ -56,7 +56,10 @@ type Config struct {
 	// RuntimeOverheadBytes is what Deno, V8 and the compiled wasm need beside the heap:
 	// the kernel caps a whole session process at MemoryBytes + RuntimeOverheadBytes.
 	RuntimeOverheadBytes int64
-	MaxStateBytes        int64 // a session's durable state in Redis (heap delta, files, replay log)
+	MaxStateBytes        int64 // a session's durable state (heap delta, files, replay log), both tiers
+	// HotStateBytes bounds what one session keeps in Redis when the server has a cold tier
+	// (Postgres): its heap and larger files live there, Redis keeps their names.
+	HotStateBytes int64
 
 	MaxOutput        int   // bytes of stdout and of stderr per run
 	MaxCode          int   // bytes of code per run
@@ -135,6 +138,7 @@ func DefaultConfig() Config {
 		MemoryBytes:          512 << 20,
 		RuntimeOverheadBytes: 384 << 20,
 		MaxStateBytes:        64 << 20,
+		HotStateBytes:        16 << 20,
 		MaxOutput:            1 << 20,
 		MaxCode:              256 << 10,
 		MaxArtifacts:         20,
@@ -223,6 +227,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxStateBytes < 1<<20 || c.MaxStateBytes > 4<<30 {
 		bad("sandbox max state must be between 1 MiB and 4 GiB, got %d bytes", c.MaxStateBytes)
+	}
+	if c.HotStateBytes < 1<<20 || c.HotStateBytes > 4<<30 {
+		bad("sandbox hot state must be between 1 MiB and 4 GiB, got %d bytes", c.HotStateBytes)
 	}
 	if c.MaxOutput < 1024 {
 		bad("sandbox max output must be at least 1024 bytes, got %d", c.MaxOutput)

@@ -128,7 +128,8 @@ func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 	sharedOnce.Do(func() {
 		rdb := testRedis(t)
 		prefix := randomPrefix("shared")
-		e, err := bootEngine(pooledConfig(prefix), rdb, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		cfg := pooledConfig(prefix)
+		e, err := bootEngine(cfg, storeFor(rdb, cfg), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			sharedErr = err.Error()
 			return
@@ -149,6 +150,12 @@ func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 // the same build would, so it does not pay for a fresh Pyodide boot.
 func newEngine(t *testing.T, mutate func(*Config)) (*Engine, bundle) {
 	t.Helper()
+	return newEngineOn(t, mutate, nil)
+}
+
+// newEngineOn is newEngine with the engine's store made by store (nil: Redis alone).
+func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store) (*Engine, bundle) {
+	t.Helper()
 	shared, sb, _ := setup(t)
 	rdb := sb.rdb
 	prefix := randomPrefix(t.Name())
@@ -163,13 +170,23 @@ func newEngine(t *testing.T, mutate func(*Config)) (*Engine, bundle) {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	e := startEngine(t, cfg, rdb)
+	st := storeFor(rdb, cfg)
+	if store != nil {
+		st = store(cfg)
+	}
+	e, err := bootEngine(cfg, st, testLogger(t))
+	if e != nil {
+		t.Cleanup(func() { _ = e.Close() })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	return e, bundle{rdb: rdb, prefix: prefix, cfg: e.Config()}
 }
 
 func startEngine(t testing.TB, cfg Config, rdb redis.UniversalClient) *Engine {
 	t.Helper()
-	e, err := bootEngine(cfg, rdb, testLogger(t))
+	e, err := bootEngine(cfg, storeFor(rdb, cfg), testLogger(t))
 	if e != nil {
 		t.Cleanup(func() { _ = e.Close() })
 	}
@@ -182,11 +199,11 @@ func startEngine(t testing.TB, cfg Config, rdb redis.UniversalClient) *Engine {
 // bootEngine is how every test starts an engine: it checks the runtime is installed,
 // starts the engine within three minutes and requires it available. On an error after
 // New the engine is returned too, for the caller to close.
-func bootEngine(cfg Config, rdb redis.UniversalClient, log *slog.Logger) (*Engine, error) {
+func bootEngine(cfg Config, st Store, log *slog.Logger) (*Engine, error) {
 	if err := checkRuntime(cfg); err != nil {
 		return nil, err
 	}
-	e, err := New(cfg, storeFor(rdb, cfg), log)
+	e, err := New(cfg, st, log)
 	if err != nil {
 		return nil, fmt.Errorf("New: %w", err)
 	}

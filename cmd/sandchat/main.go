@@ -28,7 +28,10 @@ import (
 	"github.com/sandchat/sandchat/conversations/redisbus"
 	frontendapi "github.com/sandchat/sandchat/frontend-api"
 	"github.com/sandchat/sandchat/migrations"
+	"github.com/sandchat/sandchat/migrations/pgdb"
 	"github.com/sandchat/sandchat/sandbox"
+	"github.com/sandchat/sandchat/sandbox/pgcold"
+	"github.com/sandchat/sandchat/sandbox/redisstore"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -284,7 +287,8 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		}}
 	}
 	if cfg.Sandbox.Enabled {
-		st, err := engineStore(m.Redis, cfg.Sandbox.Engine)
+		cold := pgcold.New(pgdb.NewPool(m.DB), cfg.Sandbox.Engine.SessionTTL)
+		st, err := engineStore(m.Redis, cfg.Sandbox.Engine, redisstore.Options{Cold: cold, HotBytes: cfg.Sandbox.Engine.HotStateBytes})
 		if err != nil {
 			return nil, err
 		}

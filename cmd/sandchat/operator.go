@@ -23,8 +23,10 @@ import (
 // What `sandchat doctor`, `exec` and `bench` print: the sandbox hands over findings,
 // results and figures, and the wording for an operator lives here.
 
-func engineStore(rdb redis.UniversalClient, cfg sandbox.Config) (*redisstore.Store, error) {
-	return redisstore.New(rdb, cfg.RedisPrefix, cfg.SessionTTL)
+// engineStore is the engine's state store. The operator commands keep all of a session
+// in Redis; the server adds the cold tier in Postgres.
+func engineStore(rdb redis.UniversalClient, cfg sandbox.Config, opt ...redisstore.Options) (*redisstore.Store, error) {
+	return redisstore.New(rdb, cfg.RedisPrefix, cfg.SessionTTL, opt...)
 }
 
 func randomName() string {

@@ -6,10 +6,13 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -19,17 +22,36 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// Store is the sandbox engine's state in one Redis (or Redis Cluster).
+// Store is the sandbox engine's state in one Redis (or Redis Cluster), the hot copy;
+// with a cold tier, a session's heap and larger files live there and Redis keeps what
+// a session holds bounded.
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	ttl    time.Duration
 	zenc   *zstd.Encoder
 	zdec   *zstd.Decoder
+	cold   state.Cold
+	hot    int64
 }
 
+// Options add a cold tier.
+type Options struct {
+	// Cold keeps the heaps and files that do not stay in Redis; nil keeps all in Redis.
+	Cold state.Cold
+	// HotBytes bounds what one session keeps in Redis (with Cold set): a heap, files and
+	// replay log past it are refused, after the heap and every changed file went cold.
+	HotBytes int64
+}
+
+// Items at least this large go to the cold tier: a heap (compressed) and a file.
+const (
+	coldHeapBytes = 256 << 10
+	coldFileBytes = 64 << 10
+)
+
 // New keeps state under prefix+"sandbox:"; a session's state expires ttl after its last run.
-func New(rdb redis.UniversalClient, prefix string, ttl time.Duration) (*Store, error) {
+func New(rdb redis.UniversalClient, prefix string, ttl time.Duration, opt ...Options) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("redisstore: a Redis client is required")
 	}
@@ -41,8 +63,19 @@ func New(rdb redis.UniversalClient, prefix string, ttl time.Duration) (*Store, e
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, prefix: prefix + "sandbox:", ttl: ttl, zenc: enc, zdec: dec}, nil
+	st := &Store{rdb: rdb, prefix: prefix + "sandbox:", ttl: ttl, zenc: enc, zdec: dec}
+	for _, o := range opt {
+		st.cold, st.hot = o.Cold, o.HotBytes
+	}
+	if st.cold != nil && st.hot < 1<<20 {
+		return nil, errors.New("redisstore: the hot bound must be at least 1 MiB")
+	}
+	return st, nil
 }
+
+// coldName is a session's name in the cold tier: the prefix keeps deployments that
+// share a database apart.
+func (s *Store) coldName(session string) string { return s.prefix + session }
 
 func (s *Store) key(session, part string) string { return s.prefix + "{" + session + "}:" + part }
 
@@ -79,6 +112,7 @@ func (s *Store) Load(ctx context.Context, session string, withCells bool) (*stat
 	pipe := s.rdb.Pipeline()
 	hs := pipe.HGetAll(ctx, s.key(session, "state"))
 	fs := pipe.HGetAll(ctx, s.key(session, "files"))
+	cs := pipe.HGetAll(ctx, s.key(session, "cold"))
 	var cells *redis.StringSliceCmd
 	if withCells {
 		cells = pipe.LRange(ctx, s.key(session, "cells"), 0, -1)
@@ -103,8 +137,15 @@ func (s *Store) Load(ctx context.Context, session string, withCells bool) (*stat
 	if p := h["pip"]; p != "" {
 		st.Pip = json.RawMessage(p)
 	}
-	if d := h["delta"]; d != "" {
-		raw, err := s.zdec.DecodeAll([]byte(d), nil)
+	d := []byte(h["delta"])
+	if ref := h["deltaref"]; ref != "" {
+		var err error
+		if d, err = s.coldGet(ctx, session, ref); err != nil {
+			return nil, err
+		}
+	}
+	if len(d) > 0 {
+		raw, err := s.zdec.DecodeAll(d, nil)
 		if err != nil {
 			return nil, fmt.Errorf("decompress session state: %w", err)
 		}
@@ -112,6 +153,14 @@ func (s *Store) Load(ctx context.Context, session string, withCells bool) (*stat
 	}
 	for k, v := range fs.Val() {
 		st.Files[k] = []byte(v)
+	}
+	for k, ref := range cs.Val() {
+		hash, _, _ := strings.Cut(ref, " ")
+		b, err := s.coldGet(ctx, session, hash)
+		if err != nil {
+			return nil, err
+		}
+		st.Files[k] = b
 	}
 	if cells != nil {
 		st.Cells = cells.Val()
@@ -130,14 +179,14 @@ func (s *Store) Cells(ctx context.Context, session string) ([]string, error) {
 	return cells, fail(ctx, err)
 }
 
-// Bytes is what the session's state holds as stored: its heap (compressed), files and
-// replay log, the total its cap applies to.
+// Bytes is what the session's state holds as stored, in both tiers: its heap
+// (compressed), files and replay log, the total its cap applies to.
 func (s *Store) Bytes(ctx context.Context, session string) (int64, error) {
 	k := s.key(session, "state")
 	pipe := s.rdb.Pipeline()
 	d := pipe.HStrLen(ctx, k, "delta")
 	h := pipe.HStrLen(ctx, k, "header")
-	fc := pipe.HMGet(ctx, k, "fbytes", "cbytes")
+	fc := pipe.HMGet(ctx, k, "fbytes", "cbytes", "cfbytes", "deltasize")
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fail(ctx, err)
 	}
@@ -153,85 +202,151 @@ func (s *Store) Bytes(ctx context.Context, session string) (int64, error) {
 
 // saveScript writes a run's state only while the caller still holds the lease and the
 // stored version is the one its run started from: a stale node can never overwrite a
-// newer state (fencing). It also keeps the session's total (heap delta, files, replay
-// log) under the cap, refusing the whole save rather than keeping part of it.
+// newer state (fencing). It keeps the session's total (heap, files, replay log, hot and
+// cold) under the cap and what stays in Redis under the hot bound, refusing the whole
+// save rather than keeping part of it. Files are either in the files hash (hot) or named
+// in the cold hash as "hash size".
 var saveScript = redis.NewScript(`
-local state, files, cells, lease, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0} end
+local state, files, cells, lease, seen, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, 0} end
-local ttl, cap, fixed = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if fixed < 0 then fixed = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta') end
-local i = 7
+if v ~= tonumber(ARGV[2]) then return {-2, 0, 0} end
+local ttl, cap, hotcap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local fixedhot, fixedcold = tonumber(ARGV[7]), tonumber(ARGV[8])
+local hadcold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
+if fixedhot < 0 then fixedhot = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta') end
+if fixedcold < 0 then fixedcold = tonumber(redis.call('HGET', state, 'deltasize') or '0') end
+local i = 9
 local fields = i
 local nf = tonumber(ARGV[i]); i = i + 1 + 2 * nf
 local clear = ARGV[i] == '1'; i = i + 1
-local fbytes, cbytes = 0, 0
+local fbytes, cbytes, cfbytes = 0, 0, 0
 if not clear then
   fbytes = tonumber(redis.call('HGET', state, 'fbytes') or '0')
   cbytes = tonumber(redis.call('HGET', state, 'cbytes') or '0')
+  cfbytes = tonumber(redis.call('HGET', state, 'cfbytes') or '0')
+end
+local function forget(name)
+  if clear then return end
+  fbytes = fbytes - redis.call('HSTRLEN', files, name)
+  local ref = redis.call('HGET', cold, name)
+  if ref then cfbytes = cfbytes - (tonumber(string.match(ref, ' (%d+)$')) or 0) end
 end
 local changed = i
 local nc = tonumber(ARGV[i]); i = i + 1
 for k = 0, nc - 1 do
-  local name, data = ARGV[i + 2 * k], ARGV[i + 2 * k + 1]
-  if not clear then fbytes = fbytes - redis.call('HSTRLEN', files, name) end
-  fbytes = fbytes + #data
+  forget(ARGV[i + 2 * k])
+  fbytes = fbytes + #ARGV[i + 2 * k + 1]
 end
 i = i + 2 * nc
+local colds = i
+local ncold = tonumber(ARGV[i]); i = i + 1
+for k = 0, ncold - 1 do
+  forget(ARGV[i + 3 * k])
+  cfbytes = cfbytes + tonumber(ARGV[i + 3 * k + 2])
+end
+i = i + 3 * ncold
 local deleted = i
 local nd = tonumber(ARGV[i]); i = i + 1
-for k = 0, nd - 1 do
-  if not clear then fbytes = fbytes - redis.call('HSTRLEN', files, ARGV[i + k]) end
-end
+for k = 0, nd - 1 do forget(ARGV[i + k]) end
 i = i + nd
 local ncell = tonumber(ARGV[i]); i = i + 1
 for k = 0, ncell - 1 do cbytes = cbytes + #ARGV[i + k] end
-local total = fbytes + cbytes + fixed
-if total > cap then return {-3, total} end
-if clear then redis.call('DEL', files, cells) end
+local hot = fbytes + cbytes + fixedhot
+local total = hot + cfbytes + fixedcold
+if total > cap then return {-3, total, 0} end
+if hot > hotcap then return {-4, hot, 0} end
+if clear then redis.call('DEL', files, cells, cold) end
 for k = 0, nf - 1 do redis.call('HSET', state, ARGV[fields + 1 + 2 * k], ARGV[fields + 2 + 2 * k]) end
-for k = 0, nc - 1 do redis.call('HSET', files, ARGV[changed + 1 + 2 * k], ARGV[changed + 2 + 2 * k]) end
-for k = 0, nd - 1 do redis.call('HDEL', files, ARGV[deleted + 1 + k]) end
+for k = 0, nc - 1 do
+  redis.call('HSET', files, ARGV[changed + 1 + 2 * k], ARGV[changed + 2 + 2 * k])
+  redis.call('HDEL', cold, ARGV[changed + 1 + 2 * k])
+end
+for k = 0, ncold - 1 do
+  redis.call('HSET', cold, ARGV[colds + 1 + 3 * k], ARGV[colds + 2 + 3 * k] .. ' ' .. ARGV[colds + 3 + 3 * k])
+  redis.call('HDEL', files, ARGV[colds + 1 + 3 * k])
+end
+for k = 0, nd - 1 do
+  redis.call('HDEL', files, ARGV[deleted + 1 + k])
+  redis.call('HDEL', cold, ARGV[deleted + 1 + k])
+end
 for k = 0, ncell - 1 do redis.call('RPUSH', cells, ARGV[i + k]) end
-redis.call('HSET', state, 'version', ARGV[3], 'fbytes', fbytes, 'cbytes', cbytes)
-redis.call('PEXPIRE', state, ttl)
-redis.call('PEXPIRE', files, ttl)
-redis.call('PEXPIRE', cells, ttl)
+redis.call('HSET', state, 'version', ARGV[3], 'fbytes', fbytes, 'cbytes', cbytes, 'cfbytes', cfbytes)
+for _, key in ipairs({state, files, cells, cold}) do redis.call('PEXPIRE', key, ttl) end
 redis.call('SET', seen, '1', 'PX', ttl * 7)
-return {tonumber(ARGV[3]), total}
+local hascold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
+if hadcold or hascold then return {tonumber(ARGV[3]), total, 1} end
+return {tonumber(ARGV[3]), total, 0}
 `)
 
 // Save writes a run's state; it returns the new version and the bytes the session's
 // state now holds. state.ErrFenced when the lease or the version moved on, *state.Full
-// when the state would pass r.Cap.
+// when the state would pass r.Cap, or keep more than the hot bound in Redis even with
+// the heap and every changed file in the cold tier.
 func (s *Store) Save(ctx context.Context, session string, r state.Save) (int64, int64, error) {
 	var delta []byte
 	if r.Delta != nil {
 		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
 	}
+	v, total, err := s.save(ctx, session, r, delta, false)
+	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
+		// Small items filled the hot bound: everything this save changes goes cold.
+		v, total, err = s.save(ctx, session, r, delta, true)
+	}
+	return v, total, err
+}
+
+func (s *Store) save(ctx context.Context, session string, r state.Save, delta []byte, allCold bool) (int64, int64, error) {
 	pk, _ := json.Marshal(r.Packages)
 	pip := string(r.Pip)
 	if pip == "" {
 		pip = "[]"
 	}
 	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "packages", string(pk), "pip", pip, "updated", time.Now().UnixMilli()}
-	fixed := len(delta) + len(r.Header)
+	fixedHot, fixedCold := len(delta)+len(r.Header), 0
+	put := false
 	switch {
 	case !r.KeepHeap:
-		fields = append(fields, "header", r.Header, "delta", delta, "heapv", r.From+1, "hcells", -1)
+		ref, err := s.spill(ctx, session, delta, coldHeapBytes, allCold)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ref != "" {
+			fields = append(fields, "header", r.Header, "delta", "", "deltaref", ref, "deltasize", len(delta), "heapv", r.From+1, "hcells", -1)
+			fixedHot, fixedCold, put = len(r.Header), len(delta), true
+		} else {
+			fields = append(fields, "header", r.Header, "delta", delta, "deltaref", "", "deltasize", 0, "heapv", r.From+1, "hcells", -1)
+		}
 	case r.Fresh || r.DropHeap:
 		// No heap saved yet, or none that still holds: the whole log is the tail.
-		fields = append(fields, "header", "", "delta", "", "heapv", 0, "hcells", 0)
+		fields = append(fields, "header", "", "delta", "", "deltaref", "", "deltasize", 0, "heapv", 0, "hcells", 0)
+		fixedHot = 0
 	default:
-		fixed = -1 // the heap saved before stays, and counts
+		fixedHot, fixedCold = -1, -1 // the heap saved before stays, and counts
 	}
-	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, fixed, len(fields) / 2}
+	hotCap := r.Cap
+	if s.cold != nil {
+		hotCap = s.hot
+	}
+	args := []any{r.Token, r.From, r.From + 1, s.ttl.Milliseconds(), r.Cap, hotCap, fixedHot, fixedCold, len(fields) / 2}
 	args = append(args, fields...)
-	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh], len(r.Changed))
-	for k, v := range r.Changed {
-		args = append(args, k, v)
+	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh])
+	var hot, cold []any
+	for name, data := range r.Changed {
+		ref, err := s.spill(ctx, session, data, coldFileBytes, allCold)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ref == "" {
+			hot = append(hot, name, data)
+		} else {
+			cold, put = append(cold, name, ref, len(data)), true
+		}
 	}
+	args = append(args, len(hot)/2)
+	args = append(args, hot...)
+	args = append(args, len(cold)/3)
+	args = append(args, cold...)
 	args = append(args, len(r.Deleted))
 	for _, d := range r.Deleted {
 		args = append(args, d)
@@ -240,21 +355,68 @@ func (s *Store) Save(ctx context.Context, session string, r state.Save) (int64, 
 	for _, c := range r.Cells {
 		args = append(args, c)
 	}
-	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen")}
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold")}
 	res, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, fail(ctx, err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return 0, 0, fmt.Errorf("save: unexpected reply %v", res)
 	}
 	switch {
 	case res[0] == -3:
 		return 0, res[1], &state.Full{Total: res[1], Cap: r.Cap}
+	case res[0] == -4:
+		return 0, res[1], &state.Full{Total: res[1], Cap: hotCap, Hot: true}
 	case res[0] < 0:
 		return 0, 0, state.ErrFenced
 	}
+	if res[2] == 1 || put {
+		s.keepCold(ctx, session)
+	}
 	return res[0], res[1], nil
+}
+
+// spill puts data in the cold tier when there is one and data is at least min bytes
+// (or any size, with all); it returns the blob's name, or "" when data stays hot.
+func (s *Store) spill(ctx context.Context, session string, data []byte, min int, all bool) (string, error) {
+	if s.cold == nil || len(data) == 0 || (len(data) < min && !all) {
+		return "", nil
+	}
+	sum := sha256.Sum256(data)
+	hash := hex.EncodeToString(sum[:])
+	if err := s.cold.Put(ctx, s.coldName(session), hash, data); err != nil {
+		return "", err
+	}
+	return hash, nil
+}
+
+func (s *Store) coldGet(ctx context.Context, session, hash string) ([]byte, error) {
+	if s.cold == nil {
+		return nil, errors.New("the session's saved state is in a cold tier this server has none of")
+	}
+	return s.cold.Get(ctx, s.coldName(session), hash)
+}
+
+// keepCold drops the session's cold blobs its state no longer names. It runs under the
+// session's lease, after the save that let them go; one it misses is swept with the
+// session's TTL.
+func (s *Store) keepCold(ctx context.Context, session string) {
+	pipe := s.rdb.Pipeline()
+	cs := pipe.HVals(ctx, s.key(session, "cold"))
+	ref := pipe.HGet(ctx, s.key(session, "state"), "deltaref")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return
+	}
+	keep := []string{}
+	for _, v := range cs.Val() {
+		hash, _, _ := strings.Cut(v, " ")
+		keep = append(keep, hash)
+	}
+	if r := ref.Val(); r != "" {
+		keep = append(keep, r)
+	}
+	_ = s.cold.Keep(ctx, s.coldName(session), keep)
 }
 
 // checkpointScript saves a session's heap taken between runs, only while the caller
@@ -263,46 +425,82 @@ func (s *Store) Save(ctx context.Context, session string, r state.Save) (int64, 
 // then covered by it. Mode replay (a heap that cannot be saved) drops the heap: the
 // whole log is the tail.
 var checkpointScript = redis.NewScript(`
-local state, cells, lease = KEYS[1], KEYS[2], KEYS[3]
-if ARGV[1] ~= '' and redis.call('GET', lease) ~= ARGV[1] then return {-1, 0} end
-if tonumber(redis.call('HGET', state, 'version') or '0') ~= tonumber(ARGV[2]) then return {-2, 0} end
+local state, cells, lease, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if ARGV[1] ~= '' and redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
+if tonumber(redis.call('HGET', state, 'version') or '0') ~= tonumber(ARGV[2]) then return {-2, 0, 0} end
+local hadcold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
 local fbytes = tonumber(redis.call('HGET', state, 'fbytes') or '0')
 local cbytes = tonumber(redis.call('HGET', state, 'cbytes') or '0')
-local total = fbytes + cbytes + #ARGV[3] + #ARGV[4]
-if total > tonumber(ARGV[8]) then return {-3, total} end
+local cfbytes = tonumber(redis.call('HGET', state, 'cfbytes') or '0')
+local hot = fbytes + cbytes + #ARGV[3] + #ARGV[4]
+local total = hot + cfbytes + tonumber(ARGV[11])
+if total > tonumber(ARGV[8]) then return {-3, total, 0} end
+if hot > tonumber(ARGV[9]) then return {-4, hot, 0} end
 local hcells = redis.call('LLEN', cells)
 if ARGV[7] ~= 'snapshot' then hcells = 0 end
 redis.call('HSET', state, 'header', ARGV[3], 'delta', ARGV[4], 'base', ARGV[5], 'build', ARGV[6], 'mode', ARGV[7],
-  'heapv', ARGV[2], 'hcells', hcells)
-return {tonumber(ARGV[2]), total}
+  'heapv', ARGV[2], 'hcells', hcells, 'deltaref', ARGV[10], 'deltasize', ARGV[11])
+if hadcold or redis.call('HLEN', cold) > 0 or ARGV[10] ~= '' then return {tonumber(ARGV[2]), total, 1} end
+return {tonumber(ARGV[2]), total, 0}
 `)
 
 // Checkpoint saves a heap of the session; it returns the bytes the state now holds.
 // state.ErrFenced when the lease or the version moved on, *state.Full when the heap
-// does not fit the cap.
+// does not fit the cap or the hot bound.
 func (s *Store) Checkpoint(ctx context.Context, session string, c state.Checkpoint) (int64, error) {
 	var delta []byte
 	if c.Delta != nil {
 		delta = s.zenc.EncodeAll(c.Delta, make([]byte, 0, len(c.Delta)/8))
 	}
-	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease")}
-	res, err := checkpointScript.Run(ctx, s.rdb, keys, c.Token, c.Version, c.Header, delta, c.Base, c.Build, c.Mode, c.Cap).Int64Slice()
+	total, err := s.checkpoint(ctx, session, c, delta, false)
+	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
+		total, err = s.checkpoint(ctx, session, c, delta, true)
+	}
+	return total, err
+}
+
+func (s *Store) checkpoint(ctx context.Context, session string, c state.Checkpoint, delta []byte, allCold bool) (int64, error) {
+	ref, err := s.spill(ctx, session, delta, coldHeapBytes, allCold)
+	if err != nil {
+		return 0, err
+	}
+	hotDelta, coldSize := delta, 0
+	if ref != "" {
+		hotDelta, coldSize = nil, len(delta)
+	}
+	hotCap := c.Cap
+	if s.cold != nil {
+		hotCap = s.hot
+	}
+	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "cold")}
+	res, err := checkpointScript.Run(ctx, s.rdb, keys, c.Token, c.Version, c.Header, hotDelta, c.Base, c.Build, c.Mode, c.Cap, hotCap, ref, coldSize).Int64Slice()
 	if err != nil {
 		return 0, fail(ctx, err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return 0, fmt.Errorf("checkpoint: unexpected reply %v", res)
 	}
 	switch {
 	case res[0] == -3:
 		return res[1], &state.Full{Total: res[1], Cap: c.Cap}
+	case res[0] == -4:
+		return res[1], &state.Full{Total: res[1], Cap: hotCap, Hot: true}
 	case res[0] < 0:
 		return 0, state.ErrFenced
+	}
+	if res[2] == 1 {
+		s.keepCold(ctx, session)
 	}
 	return res[1], nil
 }
 
-// Reset forgets the session's state, files and log.
+// Reset forgets the session's state, files and log, in both tiers.
 func (s *Store) Reset(ctx context.Context, session string) error {
-	return fail(ctx, s.rdb.Del(ctx, s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "seen")).Err())
+	if err := s.rdb.Del(ctx, s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen")).Err(); err != nil {
+		return fail(ctx, err)
+	}
+	if s.cold != nil {
+		return s.cold.Keep(ctx, s.coldName(session), nil)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package state
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -78,10 +79,17 @@ type Checkpoint struct {
 // state since this one started: a stale node never overwrites a newer state.
 var ErrFenced = errors.New("session lease lost or state changed by another run")
 
-// Full is a save refused because the session's state would pass its cap.
-type Full struct{ Total, Cap int64 }
+// Full is a save refused because the session's state would pass its cap, or (Hot) keep
+// more than the hot store's bound.
+type Full struct {
+	Total, Cap int64
+	Hot        bool
+}
 
 func (e *Full) Error() string {
+	if e.Hot {
+		return fmt.Sprintf("the session's state would keep %.1f MiB in Redis, over its %.1f MiB bound (its replay log and small files)", float64(e.Total)/(1<<20), float64(e.Cap)/(1<<20))
+	}
 	return fmt.Sprintf("the session's saved state would be %.1f MiB, over its %.1f MiB limit", float64(e.Total)/(1<<20), float64(e.Cap)/(1<<20))
 }
 
@@ -90,4 +98,17 @@ func NewToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Cold keeps what is too large for the hot store (a session's heap, its larger files):
+// blobs named by their content hash within a session, where storage is cheap. The hot
+// store holds only their names and sizes.
+type Cold interface {
+	// Put stores a blob of session under hash (its content's); storing one it holds
+	// again only marks it as in use.
+	Put(ctx context.Context, session, hash string, data []byte) error
+	// Get returns a blob; an error when it is missing.
+	Get(ctx context.Context, session, hash string) ([]byte, error)
+	// Keep drops session's blobs other than keep and marks those as in use.
+	Keep(ctx context.Context, session string, keep []string) error
 }
