@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // store keeps session state, leases and the shared base snapshot in Redis. Every key of
@@ -51,7 +53,7 @@ type state struct {
 	HeapVersion int64
 	Tail        []string
 	Packages    []string
-	Pip         []pipWheel // installed with micropip: installed again on restore
+	Pip         []pkgs.Wheel // installed with micropip: installed again on restore
 	Cells       []string
 	Files       map[string][]byte
 	Updated     time.Time
@@ -184,7 +186,7 @@ type saveReq struct {
 	Header   []byte
 	Delta    []byte // raw; compressed here
 	Packages []string
-	Pip      []pipWheel
+	Pip      []pkgs.Wheel
 	Changed  map[string][]byte
 	Deleted  []string
 	Cells    []string // appended to the replay log
