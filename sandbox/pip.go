@@ -62,16 +62,22 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 		out.Error = "another micropip.install is in progress in this session"
 		return out
 	}
+	var req pkgs.Request
+	if err := json.Unmarshal(raw, &req); err != nil {
+		out.Error = "unreadable install request"
+		return out
+	}
+	if s.e.fetch == nil && req.Lock && len(req.Requirements) == 1 && pkgs.ValidName(req.Requirements[0]) {
+		// No fetcher: the session's Pyodide loads its distribution's packages from the
+		// package directory itself.
+		out.Lock = req.Requirements
+		return out
+	}
 	if s.e.fetch == nil || s.run == nil {
 		out.Error = "installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported"
 		if !s.e.cfg.PipOff {
 			out.Error = "installing packages is unavailable: the server's package cache could not be set up"
 		}
-		return out
-	}
-	var req pkgs.Request
-	if err := json.Unmarshal(raw, &req); err != nil {
-		out.Error = "unreadable install request"
 		return out
 	}
 	e := s.e

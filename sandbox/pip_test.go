@@ -22,7 +22,7 @@ func (p *pipIndex) requests() int { return p.Requests() }
 // newPipIndex serves: sandchat-pipmain (needs sandchat-pipdep; two more requirements
 // that do not apply to Pyodide), sandchat-pipdep, sandchat-pipbad (the index's sha256
 // is wrong) and sandchat-compiled (only a wheel for CPython on another platform).
-func newPipIndex(t *testing.T, more ...pkgstest.Release) *pipIndex {
+func newPipIndex(t testing.TB, more ...pkgstest.Release) *pipIndex {
 	t.Helper()
 	bad := testWheel{name: "sandchat_pipbad", version: "1.0", files: map[string]string{"sandchat_pipbad/__init__.py": "X = 1\n"}}
 	rels := []pkgstest.Release{

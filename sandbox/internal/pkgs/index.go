@@ -50,6 +50,9 @@ type Request struct {
 	Requirements []string `json:"requirements"`
 	Deps         bool     `json:"deps"`
 	KeepGoing    bool     `json:"keepGoing"`
+	// Lock asks only for packages of the Pyodide distribution, as an import the
+	// session's finder missed does: served even when installing is turned off.
+	Lock bool `json:"lock"`
 }
 
 // Plan is what one install resolved to.
@@ -90,7 +93,7 @@ const pipOffMsg = "installing packages is turned off in this sandbox; the packag
 // installed.
 func (f *Fetcher) Install(ctx context.Context, r *Load, req Request, have map[string]bool) (*Plan, error) {
 	cfg := f.cfg
-	if cfg.PipOff {
+	if cfg.PipOff && !req.Lock {
 		return nil, Errorf(pipOffMsg)
 	}
 	if len(req.Requirements) == 0 || len(req.Requirements) > maxRequirements {
@@ -131,6 +134,10 @@ func (f *Fetcher) Install(ctx context.Context, r *Load, req Request, have map[st
 		if lp, ok := f.pkgs[name]; ok {
 			// The Pyodide distribution has it (built for this interpreter): use that.
 			plan.Lock = append(plan.Lock, lp.Name)
+			continue
+		}
+		if req.Lock {
+			fail(Errorf("%s is not a package of this sandbox's Pyodide distribution", it.Name))
 			continue
 		}
 		if !f.allowed(name) {
