@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // Config holds the engine's limits and locations. The zero value is not usable: start
@@ -268,7 +269,7 @@ func (c Config) Validate() error {
 			bad("sandbox pip index must be an http(s) URL, got %q", c.PipIndex)
 		}
 		for _, n := range c.PipAllow {
-			if n != "*" && !projectName.MatchString(n) {
+			if n != "*" && !pkgs.ValidName(n) {
 				bad("sandbox pip allowlist entry %q is not a project name or *", n)
 			}
 		}
@@ -277,7 +278,7 @@ func (c Config) Validate() error {
 				bad("sandbox pip host %q: %v", h, err)
 			}
 		}
-		if c.PipMaxPackages < 1 || c.PipMaxPackages > 500 || c.PipMaxBytes < 1<<20 || c.PipMaxBytes > maxWheelBytes {
+		if c.PipMaxPackages < 1 || c.PipMaxPackages > 500 || c.PipMaxBytes < 1<<20 || c.PipMaxBytes > pkgs.MaxWheelBytes {
 			bad("sandbox pip limits must be 1–500 packages and 1 MiB–512 MiB per install, got %d and %d bytes", c.PipMaxPackages, c.PipMaxBytes)
 		}
 		if c.PipMaxIndexRequests < 1 || c.PipMaxIndexRequests > 2000 {

@@ -119,7 +119,7 @@ func (j *jail) describe() string {
 func (j *jail) memoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOverheadBytes }
 
 // denoArgs is the command line of the session process inside its sandbox; pkgs is its
-// view of the package cache (pkgview.go), "" for none.
+// view of the package cache (internal/pkgs), "" for none.
 func (j *jail) denoArgs(pkgs string) []string {
 	cfg := j.cfg
 	if pkgs != "" && j.mode != IsolationProcess {

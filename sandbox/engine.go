@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // Engine runs Python sessions, each in a session process of its own (proc.go) confined
@@ -36,7 +37,7 @@ type Engine struct {
 	jail     *jail
 	cacheDir string
 	rt       runtimeInfo
-	fetch    *packageFetcher // nil unless packages come from a CDN or micropip is on
+	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
 
 	pool *pool
 	adm  *admission
@@ -123,7 +124,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
-		if e.fetch, err = newPackageFetcher(cfg, e.log); err != nil {
+		if e.fetch, err = pkgs.New(cfg.pkgConfig(), e.log); err != nil {
 			if cfg.PackageCDN != "" {
 				e.unavailable("the package source cannot be set up: " + err.Error())
 				return nil
@@ -261,10 +262,10 @@ func (e *Engine) runtimeConfig() runtimeConfig {
 	lock := filepath.Join(cfg.PackageDir, "pyodide-lock.json")
 	cdn := strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
 	switch {
-	case e.fetch != nil && e.fetch.cdn != "":
+	case e.fetch != nil && e.fetch.CDN() != "":
 		// The engine fetches and verifies wheels; sessions only read its cache.
-		cached := filepath.Join(e.fetch.dir, "pyodide-lock.json")
-		c.LockFileURL, c.PackageBaseURL = &cached, ptr(e.fetch.dir+"/")
+		cached := filepath.Join(e.fetch.Dir(), "pyodide-lock.json")
+		c.LockFileURL, c.PackageBaseURL = &cached, ptr(e.fetch.Dir()+"/")
 	case fileExists(lock):
 		c.LockFileURL, c.PackageBaseURL = &lock, ptr(cfg.PackageDir+"/")
 		if cfg.PackageCDN != "" && cfg.PackageDir == cfg.PyodideDir {
@@ -345,8 +346,8 @@ func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	defer p.close("boot done")
 	if e.fetch != nil && len(e.cfg.Preload) > 0 {
 		pk := e.packages(p)
-		defer pk.done()
-		if notes := pk.ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
+		defer pk.Done()
+		if notes := pk.Ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -37,17 +35,6 @@ func benchEngineWith(b *testing.B, mutate func(*Config)) *Engine {
 	return e
 }
 
-// forgetCache empties the package cache, as a new server with an empty disk would have it.
-func (f *packageFetcher) forgetCache() {
-	f.cacheMu.Lock()
-	defer f.cacheMu.Unlock()
-	for rel := range f.entries {
-		_ = os.Remove(filepath.Join(f.dir, rel))
-	}
-	clear(f.entries)
-	f.total = 0
-}
-
 // BenchmarkPackageImport: a new session's first import of a package with one dependency
 // (two wheels) through the local CDN, fetched and verified by the engine, against the
 // same import served from the package cache. Each iteration is a new session from the
@@ -68,7 +55,7 @@ func BenchmarkPackageImport(b *testing.B) {
 				key := fmt.Sprintf("import-%s-%d", name, i)
 				benchRun(b, e, key, "None")
 				if fetch {
-					e.fetch.forgetCache()
+					e.fetch.ForgetCache()
 				}
 				b.StartTimer()
 				benchRun(b, e, key, code)

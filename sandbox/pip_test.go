@@ -2,75 +2,38 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandchat/sandchat"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs/pkgstest"
 )
 
 // pipIndex is a local PyPI: its JSON API under /pypi/ and the wheels under /files/.
-type pipIndex struct {
-	srv *httptest.Server
-	hitCounter
-}
+type pipIndex struct{ *pkgstest.Index }
 
-func (p *pipIndex) url() string { return p.srv.URL + "/pypi/" }
+func (p *pipIndex) url() string { return p.URL() }
+
+// requests is how many requests the index answered in all.
+func (p *pipIndex) requests() int { return p.Requests() }
 
 // newPipIndex serves: sandchat-pipmain (needs sandchat-pipdep; two more requirements
 // that do not apply to Pyodide), sandchat-pipdep, sandchat-pipbad (the index's sha256
-// is wrong), sandchat-compiled (only a CPython extension wheel) and
-// sandchat-pipbig (a wheel over an install's byte limit in one test).
-func newPipIndex(t *testing.T) *pipIndex {
+// is wrong) and sandchat-compiled (only a wheel for CPython on another platform).
+func newPipIndex(t testing.TB, more ...pkgstest.Release) *pipIndex {
 	t.Helper()
-	specs := []testWheel{
-		{name: "sandchat_pipmain", version: "2.0", requires: []string{"sandchat-pipdep>=1.0", "sandchat-never; extra == 'test'", "sandchat-never ; sys_platform == 'win32'"},
-			files: map[string]string{"sandchat_pipmain/__init__.py": "from sandchat_pipdep import shout\ndef hello():\n    return shout('hi from pip')\n"}},
-		{name: "sandchat_pipdep", version: "1.1", files: map[string]string{
-			"sandchat_pipdep/__init__.py": "def shout(s):\n    return s.upper() + '!'\n"}},
-		{name: "sandchat_pipbad", version: "1.0", files: map[string]string{"sandchat_pipbad/__init__.py": "X = 1\n"}},
-		{name: "sandchat_compiled", version: "1.0", tag: "cp314-cp314-pyodide_2026_0_wasm32", files: map[string]string{"sandchat_compiled/__init__.py": ""}},
+	bad := testWheel{name: "sandchat_pipbad", version: "1.0", files: map[string]string{"sandchat_pipbad/__init__.py": "X = 1\n"}}
+	rels := []pkgstest.Release{
+		{Wheels: []pkgstest.Wheel{testWheel{name: "sandchat_pipmain", version: "2.0", requires: []string{"sandchat-pipdep>=1.0", "sandchat-never; extra == 'test'", "sandchat-never ; sys_platform == 'win32'"},
+			files: map[string]string{"sandchat_pipmain/__init__.py": "from sandchat_pipdep import shout\ndef hello():\n    return shout('hi from pip')\n"}}.wheel()}},
+		{Wheels: []pkgstest.Wheel{testWheel{name: "sandchat_pipdep", version: "1.1", files: map[string]string{
+			"sandchat_pipdep/__init__.py": "def shout(s):\n    return s.upper() + '!'\n"}}.wheel()}},
+		{Wheels: []pkgstest.Wheel{bad.wheel()}, SHA256: map[string]string{bad.fileName(): strings.Repeat("ab", 32)}},
+		{Wheels: []pkgstest.Wheel{testWheel{name: "sandchat_compiled", version: "1.0", tag: "cp314-cp314-manylinux_2_17_x86_64", files: map[string]string{"sandchat_compiled/__init__.py": ""}}.wheel()}},
 	}
-	p := &pipIndex{}
-	wheels := map[string][]byte{}
-	docs := map[string][]byte{}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.hit(r.URL.Path)
-		if b, ok := wheels[strings.TrimPrefix(r.URL.Path, "/files/")]; ok {
-			_, _ = w.Write(b)
-			return
-		}
-		if b, ok := docs[r.URL.Path]; ok {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
-			return
-		}
-		http.NotFound(w, r)
-	}))
-	t.Cleanup(p.srv.Close)
-	for _, s := range specs {
-		b := s.build(t)
-		wheels[s.fileName()] = b
-		sum := sha256Hex(b)
-		if s.name == "sandchat_pipbad" {
-			sum = strings.Repeat("ab", 32)
-		}
-		file := map[string]any{"filename": s.fileName(), "url": p.srv.URL + "/files/" + s.fileName(),
-			"digests": map[string]string{"sha256": sum}, "packagetype": "bdist_wheel", "size": len(b), "yanked": false}
-		doc := map[string]any{
-			"info":     map[string]any{"name": strings.ReplaceAll(s.name, "_", "-"), "version": s.version, "requires_dist": s.requires},
-			"urls":     []any{file},
-			"releases": map[string]any{s.version: []any{file}, "0.1": []any{}},
-		}
-		raw, _ := json.Marshal(doc)
-		docs["/pypi/"+strings.ReplaceAll(s.name, "_", "-")+"/json"] = raw
-	}
-	return p
+	return &pipIndex{pkgstest.NewIndex(t, append(rels, more...)...)}
 }
 
 func withPip(idx *pipIndex, cache string, more ...func(*Config)) func(*Config) {
@@ -135,8 +98,8 @@ func TestPip(t *testing.T) {
 	})
 	t.Run("a package with only compiled wheels is refused with where to get it", func(t *testing.T) {
 		r := run(t, e, "compiled", "import micropip\nawait micropip.install('sandchat-compiled')")
-		if r.Status != StatusError || !strings.Contains(r.Error.Message, "no pure-Python wheel for sandchat-compiled") ||
-			!strings.Contains(r.Error.Message, "compiled packages come from the Pyodide distribution") {
+		if r.Status != StatusError || !strings.Contains(r.Error.Message, "no wheel of sandchat-compiled 1.0 loads in this sandbox") ||
+			!strings.Contains(r.Error.Message, "built for Pyodide (cp314, pyemscripten_2026_0_wasm32)") {
 			t.Fatalf("status %s error %+v", r.Status, r.Error)
 		}
 	})
@@ -187,120 +150,6 @@ func TestPipRefused(t *testing.T) {
 				t.Fatalf("pip off still asked the index")
 			}
 		})
-	}
-}
-
-// TestPipResolve covers the resolver's parts that need no session.
-func TestPipResolve(t *testing.T) {
-	env := (&packageFetcher{python: "3.14.2"}).markerEnv()
-	markers := map[string]bool{
-		"extra == 'test'":                                                  false,
-		"sys_platform == 'win32'":                                          false,
-		"sys_platform == 'emscripten'":                                     true,
-		"python_version >= '3.8'":                                          true,
-		"python_version < '3.10' or platform_system != 'Windows'":          true,
-		"(python_version < '3.10' or extra == 'x') and os_name == 'posix'": false,
-		"platform_machine in 'x86_64 wasm32'":                              true,
-	}
-	for m, want := range markers {
-		if got, err := evalMarker(m, env); err != nil || got != want {
-			t.Errorf("%s: got %v, %v; want %v", m, got, err, want)
-		}
-	}
-	specs := map[string][]string{ // requirement -> versions it accepts, of 1.0 1.4.2 1.5 2.0 2.1rc1
-		"x":           {"1.0", "1.4.2", "1.5", "2.0"},
-		"x==1.5":      {"1.5"},
-		"x>=1.4.2,<2": {"1.4.2", "1.5"},
-		"x~=1.4":      {"1.4.2", "1.5"},
-		"x!=2.0,>1.0": {"1.4.2", "1.5"},
-		"x (<=1.4.2)": {"1.0", "1.4.2"},
-		"x==2.1rc1":   {"2.1rc1"},
-		"x==1.*":      {"1.0", "1.4.2", "1.5"},
-	}
-	for s, want := range specs {
-		r, err := parseRequirement(s)
-		if err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		var got []string
-		for _, v := range []string{"1.0", "1.4.2", "1.5", "2.0", "2.1rc1"} {
-			if r.satisfiedBy(v) {
-				got = append(got, v)
-			}
-		}
-		if strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("%s: got %v, want %v", s, got, want)
-		}
-	}
-	for _, bad := range []string{"x @ https://evil.example/x.whl", "../x", "x; import os"} {
-		if _, err := parseRequirement(bad); err == nil && !strings.Contains(bad, ";") {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	if pureWheel("a-1.0-cp314-cp314-pyodide_2026_0_wasm32.whl") || !pureWheel("a-1.0-py2.py3-none-any.whl") || pureWheel("a-1.0-py2-none-any.whl") {
-		t.Error("pure wheel detection")
-	}
-}
-
-// TestCacheBound: past PackageCacheMaxBytes the least recently used wheels go, except
-// those a load in flight needs.
-func TestCacheBound(t *testing.T) {
-	idx := newPipIndex(t)
-	cfg := DefaultConfig()
-	cfg.PackageDir, cfg.PackageCacheDir, cfg.PipIndex, cfg.PipHosts = t.TempDir(), t.TempDir(), idx.url(), nil
-	cfg.PackageCDN = ""
-	f, err := newPackageFetcher(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	load := f.begin(nil)
-	plan, err := f.install(ctx, load, pipRequest{Requirements: []string{"sandchat-pipmain"}, Deps: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	both := f.cacheBytes()
-	// Bound the cache below the two wheels: while the install is in flight both stay.
-	f.max = both - 1
-	f.release(nil)
-	if f.cacheBytes() != both {
-		t.Fatalf("a pinned wheel was evicted: %d of %d bytes left", f.cacheBytes(), both)
-	}
-	load.done()
-	if f.cacheBytes() > f.max {
-		t.Fatalf("cache holds %d bytes over its bound %d", f.cacheBytes(), f.max)
-	}
-	var onDisk int64
-	_ = filepath.Walk(cfg.PackageCacheDir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() && cacheable(p) {
-			onDisk += info.Size()
-		}
-		return nil
-	})
-	if onDisk != f.cacheBytes() || onDisk == 0 {
-		t.Fatalf("the cache directory holds %d bytes, the account says %d", onDisk, f.cacheBytes())
-	}
-	// The wheel evicted was the least recently used: the one fetched first (the
-	// requirement itself; its dependency came after it).
-	main, dep := plan.wheels[1], plan.wheels[0]
-	if fileExists(filepath.Join(cfg.PackageCacheDir, main.rel())) || !fileExists(filepath.Join(cfg.PackageCacheDir, dep.rel())) {
-		t.Fatalf("eviction kept %s rather than %s", main.File, dep.File)
-	}
-	// A restarted server sees the same account.
-	g, err := newPackageFetcher(cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.cacheBytes() != f.cacheBytes() {
-		t.Fatalf("after a restart the cache holds %d bytes, before %d", g.cacheBytes(), f.cacheBytes())
-	}
-	// Over the per-install byte limit: refused before anything is fetched.
-	cfg.PipMaxBytes = 1
-	h, _ := newPackageFetcher(cfg, testLogger(t))
-	_, err = h.install(ctx, h.begin(nil), pipRequest{Requirements: []string{"sandchat-pipdep"}}, nil)
-	var pe *pipError
-	if !errors.As(err, &pe) || !strings.Contains(pe.msg, "at most") {
-		t.Fatalf("byte limit: %v", err)
 	}
 }
 

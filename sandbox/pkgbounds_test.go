@@ -31,7 +31,7 @@ func watchCache(e *Engine, f func()) int64 {
 	go func() {
 		defer wg.Done()
 		for {
-			high = max(high, e.fetch.cacheBytes())
+			high = max(high, e.fetch.CacheBytes())
 			select {
 			case <-stop:
 				return

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // errProcGone is returned for a call in flight when its session process exits.
@@ -40,9 +42,9 @@ type proc struct {
 	cg       *cgroup // nil without cgroup isolation
 	req      *os.File
 	maxFrame int
-	tmp      string   // DENO_DIR of a process without a private /tmp
-	pkgs     *pkgView // its view of the package cache; nil without a fetcher
-	base     []byte   // the base snapshot it was primed with (the engine's copy, shared)
+	tmp      string     // DENO_DIR of a process without a private /tmp
+	pkgs     *pkgs.View // its view of the package cache; nil without a fetcher
+	base     []byte     // the base snapshot it was primed with (the engine's copy, shared)
 
 	callMu sync.Mutex // one call at a time
 	wmu    sync.Mutex // frame writes
@@ -119,11 +121,11 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 		}
 	}
 	if e.fetch != nil {
-		if p.pkgs, err = e.fetch.openView(id, j.mode != IsolationProcess); err != nil {
+		if p.pkgs, err = e.fetch.OpenView(id, j.mode != IsolationProcess); err != nil {
 			return nil, err
 		}
 	}
-	cmd := j.command(p.pkgs.hostDir())
+	cmd := j.command(p.pkgs.HostDir())
 	if j.mode == IsolationProcess {
 		if p.tmp, err = os.MkdirTemp(e.cacheDir, "deno-"); err != nil {
 			return nil, err
@@ -163,7 +165,7 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 		o.add(baseSlack[:])
 	}
 	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
-	p.pkgs.configure(&prime.Config, e.cfg.PackageCacheDir)
+	configureView(p.pkgs, &prime.Config, e.cfg.PackageCacheDir)
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
@@ -240,7 +242,7 @@ func (p *proc) cleanup() {
 	if p.tmp != "" {
 		_ = os.RemoveAll(p.tmp)
 	}
-	p.pkgs.close()
+	p.pkgs.Close()
 }
 
 // read takes frames from the process. Anything but the reply to the call in flight or

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -210,13 +211,13 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
 	pk := e.packages(p)
-	defer pk.done()
+	defer pk.Done()
 	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
-		a.notes = append(a.notes, pk.ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 	}
 	at.Pip = []pipInstallMsg{}
-	var pip []pipWheel
+	var pip []pkgs.Wheel
 	if st != nil && len(st.Pip) > 0 {
 		if err := json.Unmarshal(st.Pip, &pip); err != nil {
 			e.log.Warn("session's micropip record does not decode", "session", key, "err", err)
@@ -355,14 +356,14 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	// What the run loads from the package cache is its own until it ends.
 	pk := e.packages(p)
-	defer pk.done()
+	defer pk.Done()
 	if e.fetch != nil {
 		if req.OnOutput != nil {
 			// Progress of what the run waits for before its code: shown live, not kept.
-			pk.progress = func(name string) { req.OnOutput("stderr", "[sandbox] fetching the package "+name+"…\n") }
+			pk.Progress = func(name string) { req.OnOutput("stderr", "[sandbox] fetching the package "+name+"…\n") }
 		}
 		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
-		notes = append(notes, pk.ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
+		notes = append(notes, pk.Ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
 	}
 	pip := e.newPipServer(ctx, lv, pk)
@@ -566,7 +567,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 		deleted = append(deleted, p)
 	}
 	e.mu.Lock()
-	pip, _ := json.Marshal(nonNilSlice(lv.pip))
+	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
 	e.mu.Unlock()
 	save := state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // live is a session whose interpreter is warm in a process of its own.
@@ -15,7 +17,7 @@ type live struct {
 	base     string
 	mode     string
 	packages []string
-	pip      []pipWheel // what micropip installed, guarded by Engine.mu
+	pip      []pkgs.Wheel // what micropip installed, guarded by Engine.mu
 	used     time.Time
 	busy     bool
 	// Files changed by runs that were not saved (a Python error): the next save carries them.

@@ -1,23 +1,16 @@
 package sandbox
 
 import (
-	"archive/zip"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs/pkgstest"
 )
 
-// testWheel is a wheel the tests build, serve and install: the one builder behind the
-// package mirror, the CDN and the pip index fixtures.
+// testWheel is a wheel the tests build, serve and install (built by pkgstest).
 type testWheel struct {
 	name, version string
 	files         map[string]string // path in the wheel -> content
@@ -26,66 +19,16 @@ type testWheel struct {
 	tag           string            // wheel tag; default py3-none-any
 }
 
-func (w testWheel) fileName() string {
-	tag := w.tag
-	if tag == "" {
-		tag = "py3-none-any"
-	}
-	return w.name + "-" + w.version + "-" + tag + ".whl"
+func (w testWheel) wheel() pkgstest.Wheel {
+	return pkgstest.Wheel{Name: w.name, Version: w.version, Files: w.files, Requires: w.requires, Depends: w.depends, Tag: w.tag}
 }
+
+func (w testWheel) fileName() string { return w.wheel().FileName() }
 
 // build zips the wheel as `pip wheel` would for a small package.
-func (w testWheel) build(t testing.TB) []byte {
-	t.Helper()
-	tag := w.tag
-	if tag == "" {
-		tag = "py3-none-any"
-	}
-	dist := w.name + "-" + w.version + ".dist-info/"
-	meta := "Metadata-Version: 2.1\nName: " + w.name + "\nVersion: " + w.version + "\n"
-	for _, r := range w.requires {
-		meta += "Requires-Dist: " + r + "\n"
-	}
-	all := map[string]string{
-		dist + "METADATA": meta,
-		dist + "WHEEL":    "Wheel-Version: 1.0\nGenerator: sandchat-test\nRoot-Is-Purelib: true\nTag: " + tag + "\n",
-	}
-	for k, v := range w.files {
-		all[k] = v
-	}
-	names := make([]string, 0, len(all))
-	for k := range all {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	record := ""
-	for _, k := range names {
-		sum := sha256.Sum256([]byte(all[k]))
-		record += k + ",sha256=" + hex.EncodeToString(sum[:]) + "," + strconv.Itoa(len(all[k])) + "\n"
-	}
-	all[dist+"RECORD"] = record + dist + "RECORD,,\n"
-	names = append(names, dist+"RECORD")
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, k := range names {
-		f, err := zw.Create(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write([]byte(all[k])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+func (w testWheel) build(t testing.TB) []byte { return w.wheel().Build(t) }
 
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
+func sha256Hex(b []byte) string { return pkgstest.SHA256Hex(b) }
 
 // writeLock writes into dir Pyodide's lock file with the wheels added, each with the
 // given sha256 (its own when absent from sums).
@@ -129,33 +72,9 @@ func readableTempDir(t testing.TB) string {
 }
 
 // hitCounter counts the requests a test server answered, by path.
-type hitCounter struct {
-	mu   sync.Mutex
-	hits map[string]int
-}
+type hitCounter struct{ pkgstest.HitCounter }
 
-func (h *hitCounter) hit(path string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.hits == nil {
-		h.hits = map[string]int{}
-	}
-	h.hits[path]++
-}
+func (h *hitCounter) hit(path string) { h.Hit(path) }
 
 // requests is how many requests were answered in all.
-func (h *hitCounter) requests() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, v := range h.hits {
-		n += v
-	}
-	return n
-}
-
-func (h *hitCounter) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return fmt.Sprint(h.hits)
-}
+func (h *hitCounter) requests() int { return h.Requests() }

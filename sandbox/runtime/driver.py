@@ -1,6 +1,6 @@
 # The driver of every session: installed as the module _sandchat before the base
 # snapshot is taken (runtime/worker.ts, "boot"), so every restored session has it.
-import sys, types, traceback, linecache, os, random, importlib.abc, importlib.util
+import sys, types, traceback, linecache, os, random, importlib.abc, importlib.util, importlib.machinery
 
 _m = types.ModuleType("_sandchat")
 sys.modules["_sandchat"] = _m
@@ -315,6 +315,34 @@ def _install():
 
     mp.install, mp.list, mp.Package = install, list_, Package
     sys.modules["micropip"] = mp
+
+    from pyodide.ffi import can_run_sync, run_sync
+
+    class DistributionFinder(importlib.abc.MetaPathFinder):
+        # Last on sys.meta_path: asked only when no other finder has the module. If a
+        # package of the Pyodide distribution provides it, the engine serves it (within
+        # the run's package bounds) and the Worker loads it, so importlib.import_module
+        # and __import__ load packages as import statements do.
+        inflight = set()
+
+        def find_spec(self, name, path, target=None):
+            if path is not None or name in self.inflight or not can_run_sync():
+                return None
+            import js
+            self.inflight.add(name)
+            try:
+                answer = str(run_sync(js.sandchatImport(name)))
+            finally:
+                self.inflight.discard(name)
+            if not answer:
+                return None
+            answer = _pjson.loads(answer)
+            if answer.get("error"):
+                raise ModuleNotFoundError(f"No module named {name!r}: {answer['error']}", name=name)
+            importlib.invalidate_caches()
+            return importlib.machinery.PathFinder.find_spec(name)
+
+    sys.meta_path.append(DistributionFinder())
 
     builtins.display = display
     _m.display = display

@@ -119,7 +119,7 @@ function onWorker(m: any) {
     pipInFlight = true;
     output.send({
       id: 0, op: "pip", seq: m.seq,
-      req: { requirements: req.requirements.map(String).slice(0, 100), deps: req.deps !== false, keepGoing: !!req.keepGoing },
+      req: { requirements: req.requirements.map(String).slice(0, 100), deps: req.deps !== false, keepGoing: !!req.keepGoing, lock: !!req.lock },
     });
     return;
   }

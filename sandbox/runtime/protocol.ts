@@ -45,7 +45,7 @@ export type RuntimeConfig = {
 export type FileBlob = { path: string; data: Blob };
 export type PipWheel = { name: string; version: string; path: string };
 /** micropip.install during a run (id 0): the engine answers with a pipDone request. */
-export type Pip = { id: 0; op: "pip"; seq: number; req: { requirements: string[]; deps: boolean; keepGoing: boolean } };
+export type Pip = { id: 0; op: "pip"; seq: number; req: { requirements: string[]; deps: boolean; keepGoing: boolean; lock: boolean } };
 export type DataFile = { name: string; data: Blob };
 
 /** Replies carry the request's id; "out" and "display" frames stream a run's output (id 0). */

@@ -87,7 +87,17 @@ async function installWheels(lock: string[], wheels: PipWheel[]) {
   } catch (e) {
     return JSON.stringify({ error: `the install failed: ${String((e as Error)?.message ?? e).slice(0, 500)}` });
   }
-  return JSON.stringify({ installed: (r.wheels ?? []).map((w: PipWheel) => w.name) });
+  return JSON.stringify({ installed: (r.wheels ?? []).map((w: PipWheel) => w.name), lock: r.lock ?? [] });
+};
+
+// An import no finder resolved (importlib.import_module, __import__, a name the engine
+// did not see in the code): when a package of the Pyodide distribution provides the
+// module, the driver's finder asks the engine for it here, as micropip.install would,
+// within the run's package bounds. "" when no package provides it.
+(globalThis as any).sandchatImport = async (name: unknown): Promise<string> => {
+  const pkg = py?._api?._import_name_to_package_name?.get?.(String(name));
+  if (typeof pkg !== "string" || installedNames().has(normName(pkg))) return "";
+  return await (globalThis as any).sandchatPip(JSON.stringify({ requirements: [pkg], deps: true, keepGoing: false, lock: true }));
 };
 
 (globalThis as any).sandchatPipList = (): string => {
@@ -725,7 +735,9 @@ async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; de
 async function callDriver(code: string, filename: string, limit: number): Promise<any[]> {
   const mod = py.pyimport("_sandchat");
   const fn = mod.run;
-  let r = fn(code, filename, limit);
+  // Called so that it may suspend (JSPI): an import the finder resolves through the
+  // engine waits for the answer inside otherwise synchronous code.
+  let r = typeof fn.callPromising === "function" ? await fn.callPromising(code, filename, limit) : fn(code, filename, limit);
   fn.destroy();
   if (r === undefined || r === null) {
     const afn = mod.run_async;

@@ -1,8 +1,8 @@
-package sandbox
+package pkgs
 
 import "strings"
 
-// importedModules returns the top-level modules the import statements of code name,
+// ImportedModules returns the top-level modules the import statements of code name,
 // as Python's tokenizer sees them: a name in a string, a comment or an expression is
 // not an import. It is what Pyodide's loadPackagesFromImports loads (that walks the
 // parsed tree for Import and ImportFrom nodes), so the engine fetches no package the
@@ -12,7 +12,7 @@ import "strings"
 // the ":" of a compound statement on one line (`try: import x`). F-strings whose fields
 // hold the string's own quote (valid since Python 3.12) are read as ending early: the
 // rest is then scanned as code, which can only add names an import would name.
-func importedModules(code string) []string {
+func ImportedModules(code string) []string {
 	var out []string
 	seen := map[string]bool{}
 	add := func(m string) {

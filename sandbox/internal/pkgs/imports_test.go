@@ -1,12 +1,13 @@
-package sandbox
+package pkgs
 
 import (
 	"strings"
 	"testing"
 )
 
-// TestPackageFetchImports: the engine reads import statements as Python does.
-func TestPackageFetchImports(t *testing.T) {
+// TestImportedModules: the engine reads import statements as Python does.
+func TestImportedModules(t *testing.T) {
+	t.Parallel()
 	code := `import a, b.c as d
 from e.f import (g,
     h)
@@ -26,7 +27,7 @@ v = [
 import_thing for import_thing in ()]
 def f(): import w
 `
-	got := strings.Join(importedModules(code), " ")
+	got := strings.Join(ImportedModules(code), " ")
 	if want := "a b e o p t w"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
