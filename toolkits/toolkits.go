@@ -3,6 +3,7 @@
 package toolkits
 
 import (
+	"fmt"
 	"sort"
 )
 
@@ -30,6 +31,9 @@ type Catalogue struct {
 	tools    []Tool
 	probes   map[string]Probe
 	disabled map[string]bool
+	// defaults are the tools the deployment has on where neither the conversation nor
+	// its agent says; every other tool is off there.
+	defaults map[string]bool
 }
 
 // NewCatalogue returns the catalogue. probes tell, per tool id, whether its engine runs;
@@ -45,11 +49,25 @@ func NewCatalogue(probes map[string]Probe, disabled []string) *Catalogue {
 		},
 		probes:   probes,
 		disabled: map[string]bool{},
+		defaults: map[string]bool{},
 	}
 	for _, id := range disabled {
 		c.disabled[id] = true
 	}
 	return c
+}
+
+// DefaultOn makes the tools ids on by default: in a conversation that does not set them
+// whose agent (if any) has no setting for them either. It is part of building the
+// catalogue, before it serves. Unknown ids are the caller's bug, reported as an error.
+func (c *Catalogue) DefaultOn(ids ...string) error {
+	for _, id := range ids {
+		if !c.Has(id) {
+			return fmt.Errorf("toolkits: %q is not an internal tool", id)
+		}
+		c.defaults[id] = true
+	}
+	return nil
 }
 
 // Has reports whether id names a catalogue tool.
@@ -107,14 +125,15 @@ type State struct {
 }
 
 // Resolve applies, for every catalogue tool: the deployment policy, then the
-// conversation's override, then the agent's saved setting, then the default (off).
+// conversation's override, then the agent's saved setting, then the deployment's
+// default (off unless DefaultOn named the tool). It is the one place that order lives.
 // overrides only apply to the conversation's primary agent; callers resolving for a
 // swarm child pass nil.
 func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
 	tools := c.List()
 	out := make([]State, 0, len(tools))
 	for _, t := range tools {
-		s := State{Tool: t, Source: SourceDefault}
+		s := State{Tool: t, Source: SourceDefault, Enabled: c.defaults[t.ID]}
 		if v, ok := overrides[t.ID]; ok {
 			s.Override = &v
 		}
@@ -123,7 +142,7 @@ func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
 		}
 		switch {
 		case !t.Available:
-			s.Source = SourcePolicy
+			s.Enabled, s.Source = false, SourcePolicy
 		case s.Override != nil:
 			s.Enabled, s.Source = *s.Override, SourceConversation
 		case s.AgentSetting != nil:

@@ -9,7 +9,7 @@ function sourceText(t) {
     case "conversation": return `Set for this conversation (${t.enabled ? "on" : "off"})`;
     case "agent": return `From the agent (${t.enabled ? "on" : "off"})`;
     case "policy": return "Deployment policy";
-    default: return "Default (off)";
+    default: return `From the deployment default (${t.enabled ? "on" : "off"})`;
   }
 }
 
