@@ -439,8 +439,8 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 	tools := box.Specs()
 	for step := 0; step < r.maxSteps; step++ {
 		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
-		if agent.SystemPrompt != "" {
-			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
+		if system := systemPrompt(agent.SystemPrompt, off); system != "" {
+			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: system})
 		}
 		req.Messages = append(req.Messages, msgs...)
 		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
@@ -497,6 +497,20 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		}
 	}
 	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.maxSteps)
+}
+
+// systemPrompt is the agent's own prompt followed by what the model must know of the
+// tools that are off in this turn: a prompt written for an agent with the sandbox on
+// ("you run Python") must not make a model without the tool claim it.
+func systemPrompt(own string, off map[string]string) string {
+	note := toolkits.OffNote(off)
+	switch {
+	case own == "":
+		return note
+	case note == "":
+		return own
+	}
+	return own + "\n\n" + note
 }
 
 // children loads the agent's children when swarm mode is on for it.

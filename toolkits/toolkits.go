@@ -5,6 +5,7 @@ package toolkits
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Tool ids. They are stored in Postgres and sent to models; never rename one.
@@ -185,6 +186,35 @@ func OffReasons(states []State, agentName string, child bool) map[string]string 
 		}
 	}
 	return out
+}
+
+// OffNote is what a model is told about the tools it was not given in a turn, so it
+// neither claims them nor leaves the user without the way to switch them on. off is
+// OffReasons'; the note is empty when every tool is on.
+func OffNote(off map[string]string) string {
+	if len(off) == 0 {
+		return ""
+	}
+	names := map[string]string{}
+	for _, t := range NewCatalogue(nil, nil).tools {
+		names[t.ID] = t.Name
+	}
+	ids := make([]string, 0, len(off))
+	for id := range off {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	b.WriteString("These internal tools are off for you in this turn; you cannot use them, so never say or imply that you can (")
+	b.WriteString("when the user asks for one, say that it is off and where it is switched on):")
+	for _, id := range ids {
+		name := names[id]
+		if name == "" {
+			name = id
+		}
+		fmt.Fprintf(&b, "\n- %s: %s.", name, off[id])
+	}
+	return b.String()
 }
 
 // Enabled returns the ids of the tools that are on in states.
