@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -53,5 +54,35 @@ func TestSystemPromptSaysWhatIsOff(t *testing.T) {
 	}
 	if got := systemPrompt("", nil); got != "" {
 		t.Fatalf("no prompt and every tool on: %q", got)
+	}
+}
+
+// TestModelContextOfARetry: a turn that answers the latest message again replaces the
+// answer before it, for itself and for every later turn.
+func TestModelContextOfARetry(t *testing.T) {
+	t.Parallel()
+	turn := func(id int64) *int64 { return &id }
+	call, _ := json.Marshal([]ToolCall{{ID: "c", Name: "pyodide_sandbox", Arguments: json.RawMessage(`{"code":"1"}`)}})
+	history := []conversations.Message{
+		{TurnID: turn(1), Role: RoleUser, Content: "```python\n1\n```"},
+		{TurnID: turn(1), Role: RoleAssistant, Content: "The Python sandbox is off here"},
+		{TurnID: turn(2), Role: RoleAssistant, ToolCalls: call},
+		{TurnID: turn(2), Role: RoleTool, ToolCallID: "c", Content: "result 1"},
+		{TurnID: turn(2), Role: RoleAssistant, Content: "1"},
+		{TurnID: turn(3), Role: RoleUser, Content: "thanks"},
+	}
+	roles := func(msgs []ChatMessage) string {
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.Role+":"+m.Content)
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := roles(modelContext(history)), "user:```python\n1\n``` assistant: tool:result 1 assistant:1 user:thanks"; got != want {
+		t.Fatalf("later turn sees\n%s\nwant\n%s", got, want)
+	}
+	// The retry itself, before it wrote anything: the message it answers, last.
+	if got, want := roles(untilLastUser(modelContext(history[:2]))), "user:```python\n1\n```"; got != want {
+		t.Fatalf("the retry sees %q, want %q", got, want)
 	}
 }
