@@ -14,7 +14,8 @@ import (
 // Builtin is the offline, deterministic model. It runs each fenced ```python block of
 // the user's message through pyodide_sandbox when that tool is on and answers with the
 // output; says plainly when it is off; hands "@child-name task" to a child agent when
-// swarm mode offers the delegate tool; and otherwise replies briefly.
+// swarm mode offers the delegate tool; and otherwise says what it can do with the tools
+// it was given in this turn, and nothing more.
 type Builtin struct{}
 
 var (
@@ -73,15 +74,12 @@ func answer(text string, req CompletionRequest, n int) Completion {
 		return Completion{ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d_0", n), Name: DelegateTool, Arguments: args}}}
 	}
 	blocks := fenced.FindAllStringSubmatch(text, -1)
+	python := offered(tools, toolkits.PyodideSandbox) != nil
 	if len(blocks) == 0 {
-		return Completion{Content: "I am the built-in offline assistant. Send Python in a fenced ```python block and I will run it in this conversation's sandbox."}
+		return Completion{Content: introduction(req, python)}
 	}
-	if offered(tools, "pyodide_sandbox") == nil {
-		why := req.Off["pyodide_sandbox"]
-		if why == "" {
-			why = "switch it on in the chat toolbar (Internal tools → Python sandbox)"
-		}
-		return Completion{Content: "The Python sandbox is off here, so I cannot run this code: " + why + "."}
+	if !python {
+		return Completion{Content: "The Python sandbox is off here, so I cannot run this code: " + offReason(req) + "."}
 	}
 	var out Completion
 	for i, b := range blocks {
@@ -89,6 +87,30 @@ func answer(text string, req CompletionRequest, n int) Completion {
 		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: fmt.Sprintf("call_%d_%d", n, i), Name: "pyodide_sandbox", Arguments: args})
 	}
 	return out
+}
+
+// introduction says what this model can do in this turn: only what its tools allow, so
+// it never claims to run Python with the sandbox off.
+func introduction(req CompletionRequest, python bool) string {
+	var b strings.Builder
+	b.WriteString("I am the built-in offline assistant. ")
+	if python {
+		b.WriteString("Send Python in a fenced ```python block and I will run it in this conversation's sandbox, where variables, imports and files persist from one message to the next.")
+	} else {
+		b.WriteString("The Python sandbox is off here, so I cannot run code: " + offReason(req) + ". Until then I can only reply briefly.")
+	}
+	if spec := offered(req.Tools, DelegateTool); spec != nil {
+		b.WriteString(" Write @name and a task to hand it to one of my child agents (" + strings.Join(delegateChoices(*spec), ", ") + ").")
+	}
+	return b.String()
+}
+
+// offReason is where the setting that keeps the sandbox off lives.
+func offReason(req CompletionRequest) string {
+	if why := req.Off[toolkits.PyodideSandbox]; why != "" {
+		return why
+	}
+	return "switch it on in the chat toolbar (Internal tools → Python sandbox)"
 }
 
 // summarizeResults answers with the results of the tool calls of the last assistant

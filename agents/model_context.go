@@ -18,9 +18,18 @@ func modelContext(history []conversations.Message) []ChatMessage {
 	}
 	var out []ChatMessage
 	asked := map[string]bool{}
+	var turn int64
 	for _, m := range history {
 		if len(m.AgentPath) > 1 {
 			continue
+		}
+		if m.TurnID != nil && *m.TurnID != turn {
+			turn = *m.TurnID
+			// A turn that opens without a user message answered the one before again
+			// (Runner.Retry): its answer replaces the earlier ones.
+			if m.Role != RoleUser {
+				out = untilLastUser(out)
+			}
 		}
 		switch m.Role {
 		case RoleUser:
@@ -47,4 +56,15 @@ func modelContext(history []conversations.Message) []ChatMessage {
 		}
 	}
 	return out
+}
+
+// untilLastUser is msgs up to its last user message: what a turn answering that message
+// again sees.
+func untilLastUser(msgs []ChatMessage) []ChatMessage {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleUser {
+			return msgs[:i+1]
+		}
+	}
+	return msgs
 }

@@ -30,6 +30,8 @@ type TurnStore interface {
 	FindConversationByID(ctx context.Context, id int64) (*conversations.Conversation, error)
 	ToolSettings(ctx context.Context, id int64) (conversations.ToolSettings, error)
 	StartTurn(ctx context.Context, convID int64, nodeID, owner, content string) (conversations.Turn, conversations.Message, []conversations.Event, error)
+	// RetryTurn starts a turn that answers the latest user message again.
+	RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string) (conversations.Turn, []conversations.Event, error)
 	History(ctx context.Context, convID int64) ([]conversations.Message, error)
 	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
 	// The writes of a turn are fenced: they fail with conversations.ErrFenced once the
@@ -211,19 +213,55 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 	if err != nil {
 		return Started{}, err
 	}
+	r.launch(ctx, &turnRun{r: r, convID: convID, turnID: turn.ID, fence: conversations.Fence{TurnID: turn.ID, Owner: owner}}, evs)
+	return Started{Message: msg, TurnID: turn.ID}, nil
+}
+
+// Retried is the answer to a request to answer a message again.
+type Retried struct {
+	TurnID int64 `json:"turn_id"`
+}
+
+// Retry answers the conversation's latest user message again, in a new turn, with the
+// tools as they are now: what a user asks for after switching on a tool the first
+// answer lacked. The earlier answer stays in the history, but no model sees it again.
+func (r *Runner) Retry(ctx context.Context, convID, messageID int64) (Retried, error) {
+	r.mu.Lock()
+	closing := r.closing
+	r.mu.Unlock()
+	if closing {
+		return Retried{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The server is shutting down; ask again.")
+	}
+	if r.limiter != nil {
+		if err := r.limiter.Allow(ctx, "messages"); err != nil {
+			return Retried{}, err
+		}
+	}
+	owner := ownerToken()
+	turn, evs, err := r.store.RetryTurn(ctx, convID, messageID, r.nodeID, owner)
+	if err != nil {
+		return Retried{}, err
+	}
+	r.launch(ctx, &turnRun{r: r, convID: convID, turnID: turn.ID, fence: conversations.Fence{TurnID: turn.ID, Owner: owner}, retry: true}, evs)
+	return Retried{TurnID: turn.ID}, nil
+}
+
+// launch publishes the events that started t and runs it in the background, for the
+// user in ctx.
+func (r *Runner) launch(ctx context.Context, t *turnRun, evs []conversations.Event) {
 	for _, ev := range evs {
 		r.publish(ctx, ev)
 	}
 	tctx, cancel := context.WithCancelCause(sandchat.WithUser(context.Background(), sandchat.UserFromContext(ctx)))
+	t.cancel = cancel
 	r.mu.Lock()
 	if r.running == nil {
 		r.running = map[int64]*activeTurn{}
 	}
-	r.running[turn.ID] = &activeTurn{convID: convID, cancel: cancel}
+	r.running[t.turnID] = &activeTurn{convID: t.convID, cancel: cancel}
 	r.finished.Add(1)
 	r.mu.Unlock()
-	go r.run(tctx, &turnRun{r: r, convID: convID, turnID: turn.ID, fence: conversations.Fence{TurnID: turn.ID, Owner: owner}, cancel: cancel})
-	return Started{Message: msg, TurnID: turn.ID}, nil
+	go r.run(tctx, t)
 }
 
 // Cancel stops a running turn on whichever node runs it.
@@ -389,8 +427,12 @@ func (t *turnRun) turn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	msgs := modelContext(history)
+	if t.retry {
+		msgs = untilLastUser(msgs)
+	}
 	states := r.catalogue.Resolve(ts.Overrides, ts.Agent)
-	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, modelContext(history), toolkits.Enabled(states), toolkits.OffReasons(states, agent.Name, false), 0)
+	_, err = t.agentLoop(ctx, agent, []string{agent.Name}, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, agent.Name, false), 0)
 	return err
 }
 
@@ -407,6 +449,8 @@ type turnRun struct {
 	turnID int64
 	fence  conversations.Fence
 	cancel context.CancelCauseFunc
+	// retry: the turn answers the latest user message again (Runner.Retry).
+	retry bool
 }
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
@@ -439,8 +483,8 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 	tools := box.Specs()
 	for step := 0; step < r.maxSteps; step++ {
 		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
-		if agent.SystemPrompt != "" {
-			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: agent.SystemPrompt})
+		if system := systemPrompt(agent.SystemPrompt, off); system != "" {
+			req.Messages = append(req.Messages, ChatMessage{Role: RoleSystem, Content: system})
 		}
 		req.Messages = append(req.Messages, msgs...)
 		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
@@ -497,6 +541,20 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		}
 	}
 	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.maxSteps)
+}
+
+// systemPrompt is the agent's own prompt followed by what the model must know of the
+// tools that are off in this turn: a prompt written for an agent with the sandbox on
+// ("you run Python") must not make a model without the tool claim it.
+func systemPrompt(own string, off map[string]string) string {
+	note := toolkits.OffNote(off)
+	switch {
+	case own == "":
+		return note
+	case note == "":
+		return own
+	}
+	return own + "\n\n" + note
 }
 
 // children loads the agent's children when swarm mode is on for it.

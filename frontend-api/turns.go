@@ -12,6 +12,7 @@ import (
 // TurnService starts and cancels assistant turns.
 type TurnService interface {
 	Start(ctx context.Context, convID int64, content string) (agents.Started, error)
+	Retry(ctx context.Context, convID, messageID int64) (agents.Retried, error)
 	Cancel(ctx context.Context, convID, turnID int64) error
 }
 
@@ -38,6 +39,21 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 			return err
 		}
 		return c.Status(fiber.StatusAccepted).JSON(started)
+	})
+	v1.Post("/conversations/:id/messages/:message_id/retry", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		msgID, err := paramID(c, "message_id")
+		if err != nil {
+			return err
+		}
+		retried, err := s.turns.Retry(c.UserContext(), id, msgID)
+		if err != nil {
+			return err
+		}
+		return c.Status(fiber.StatusAccepted).JSON(retried)
 	})
 	v1.Get("/conversations/:id/messages", func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")

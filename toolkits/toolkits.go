@@ -3,7 +3,9 @@
 package toolkits
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 )
 
 // Tool ids. They are stored in Postgres and sent to models; never rename one.
@@ -30,6 +32,9 @@ type Catalogue struct {
 	tools    []Tool
 	probes   map[string]Probe
 	disabled map[string]bool
+	// defaults are the tools the deployment has on where neither the conversation nor
+	// its agent says; every other tool is off there.
+	defaults map[string]bool
 }
 
 // NewCatalogue returns the catalogue. probes tell, per tool id, whether its engine runs;
@@ -45,11 +50,25 @@ func NewCatalogue(probes map[string]Probe, disabled []string) *Catalogue {
 		},
 		probes:   probes,
 		disabled: map[string]bool{},
+		defaults: map[string]bool{},
 	}
 	for _, id := range disabled {
 		c.disabled[id] = true
 	}
 	return c
+}
+
+// DefaultOn makes the tools ids on by default: in a conversation that does not set them
+// whose agent (if any) has no setting for them either. It is part of building the
+// catalogue, before it serves. Unknown ids are the caller's bug, reported as an error.
+func (c *Catalogue) DefaultOn(ids ...string) error {
+	for _, id := range ids {
+		if !c.Has(id) {
+			return fmt.Errorf("toolkits: %q is not an internal tool", id)
+		}
+		c.defaults[id] = true
+	}
+	return nil
 }
 
 // Has reports whether id names a catalogue tool.
@@ -107,14 +126,15 @@ type State struct {
 }
 
 // Resolve applies, for every catalogue tool: the deployment policy, then the
-// conversation's override, then the agent's saved setting, then the default (off).
+// conversation's override, then the agent's saved setting, then the deployment's
+// default (off unless DefaultOn named the tool). It is the one place that order lives.
 // overrides only apply to the conversation's primary agent; callers resolving for a
 // swarm child pass nil.
 func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
 	tools := c.List()
 	out := make([]State, 0, len(tools))
 	for _, t := range tools {
-		s := State{Tool: t, Source: SourceDefault}
+		s := State{Tool: t, Source: SourceDefault, Enabled: c.defaults[t.ID]}
 		if v, ok := overrides[t.ID]; ok {
 			s.Override = &v
 		}
@@ -123,7 +143,7 @@ func (c *Catalogue) Resolve(overrides, agent map[string]bool) []State {
 		}
 		switch {
 		case !t.Available:
-			s.Source = SourcePolicy
+			s.Enabled, s.Source = false, SourcePolicy
 		case s.Override != nil:
 			s.Enabled, s.Source = *s.Override, SourceConversation
 		case s.AgentSetting != nil:
@@ -166,6 +186,35 @@ func OffReasons(states []State, agentName string, child bool) map[string]string 
 		}
 	}
 	return out
+}
+
+// OffNote is what a model is told about the tools it was not given in a turn, so it
+// neither claims them nor leaves the user without the way to switch them on. off is
+// OffReasons'; the note is empty when every tool is on.
+func OffNote(off map[string]string) string {
+	if len(off) == 0 {
+		return ""
+	}
+	names := map[string]string{}
+	for _, t := range NewCatalogue(nil, nil).tools {
+		names[t.ID] = t.Name
+	}
+	ids := make([]string, 0, len(off))
+	for id := range off {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	b.WriteString("These internal tools are off for you in this turn; you cannot use them, so never say or imply that you can (")
+	b.WriteString("when the user asks for one, say that it is off and where it is switched on):")
+	for _, id := range ids {
+		name := names[id]
+		if name == "" {
+			name = id
+		}
+		fmt.Fprintf(&b, "\n- %s: %s.", name, off[id])
+	}
+	return b.String()
 }
 
 // Enabled returns the ids of the tools that are on in states.

@@ -114,3 +114,51 @@ func TestResolveChild(t *testing.T) {
 		t.Fatalf("the primary agent's reason: %q", why)
 	}
 }
+
+// TestResolveDeploymentDefault: a deployment that has the sandbox on by default has it
+// on only where neither the conversation nor its agent says otherwise, and never past
+// its own policy; the source stays "default", so a client can say where it comes from.
+func TestResolveDeploymentDefault(t *testing.T) {
+	t.Parallel()
+	up := func() (bool, string) { return true, "" }
+	down := func() (bool, string) { return false, "Deno is not installed." }
+	on, off := map[string]bool{"pyodide_sandbox": true}, map[string]bool{"pyodide_sandbox": false}
+	cases := []struct {
+		name             string
+		probe            toolkits.Probe
+		disabled         []string
+		overrides, agent map[string]bool
+		child            bool
+		enabled          bool
+		source           string
+	}{
+		{"no setting anywhere: on", up, nil, nil, nil, false, true, "default"},
+		{"the agent's off wins", up, nil, nil, off, false, false, "agent"},
+		{"the conversation's off wins", up, nil, off, on, false, false, "conversation"},
+		{"the engine down still wins", down, nil, nil, nil, false, false, "policy"},
+		{"the deployment's switch-off still wins", up, []string{"pyodide_sandbox"}, nil, nil, false, false, "policy"},
+		{"a child with no setting: on", up, nil, nil, nil, true, true, "default"},
+		{"the user's off vetoes a child", up, nil, off, nil, true, false, "conversation"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := toolkits.NewCatalogue(map[string]toolkits.Probe{toolkits.PyodideSandbox: tc.probe}, tc.disabled)
+			if err := c.DefaultOn(toolkits.PyodideSandbox); err != nil {
+				t.Fatal(err)
+			}
+			states := c.Resolve(tc.overrides, tc.agent)
+			if tc.child {
+				states = c.ResolveChild(tc.overrides, tc.agent)
+			}
+			if s := states[0]; s.ID != toolkits.PyodideSandbox || s.Enabled != tc.enabled || s.Source != tc.source {
+				t.Fatalf("got %+v, want enabled=%v source=%s", s, tc.enabled, tc.source)
+			}
+			if states[1].Enabled {
+				t.Fatalf("swarm mode on without being asked for: %+v", states[1])
+			}
+		})
+	}
+	if err := toolkits.NewCatalogue(nil, nil).DefaultOn("pyodide"); err == nil {
+		t.Fatal("an unknown tool id was accepted as a default")
+	}
+}

@@ -34,6 +34,7 @@ func TestAuth(t *testing.T) {
 		{"PUT", "/api/v1/agents/1"}, {"DELETE", "/api/v1/agents/1"}, {"GET", "/api/v1/agents/1/members"},
 		{"GET", "/api/v1/conversations"}, {"POST", "/api/v1/conversations"}, {"GET", "/api/v1/conversations/1"},
 		{"GET", "/api/v1/conversations/1/internal-tools"}, {"PUT", "/api/v1/conversations/1/internal-tools/pyodide_sandbox"},
+		{"POST", "/api/v1/conversations/1/messages/1/retry"},
 		{"GET", "/api/v1/ws"},
 	}
 	for _, r := range routes {

@@ -26,6 +26,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"non-numeric retries", "LLM_MAX_RETRIES", "2x", `SANDCHAT_LLM_MAX_RETRIES: "2x" is not a whole number`},
 		{"non-numeric sandbox count", "SANDBOX_WARM_POOL", "two", `SANDCHAT_SANDBOX_WARM_POOL: "two" is not a whole number`},
 		{"pip neither on nor off", "SANDBOX_PIP", "maybe", `SANDCHAT_SANDBOX_PIP: "maybe" is not on or off`},
+		{"sandbox default neither on nor off", "SANDBOX_DEFAULT", "yes", `SANDCHAT_SANDBOX_DEFAULT: "yes" is not on or off`},
 		{"pip allowlist entry that is no name", "SANDBOX_PIP_ALLOW", "ok,../evil", `sandbox pip allowlist entry "../evil"`},
 		{"preload entry that is no module", "SANDBOX_PRELOAD", "numpy,os;x", `sandbox preload: Preload entry "os;x" is not a module name`},
 		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "sandbox package cache bound must be at least 16 MiB"},

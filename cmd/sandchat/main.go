@@ -307,7 +307,13 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 	if _, ok := probes[toolkits.SwarmMode]; !ok {
 		probes[toolkits.SwarmMode] = func() (bool, string) { return true, "" }
 	}
-	return toolkits.NewCatalogue(probes, cfg.ToolsDisabled), nil
+	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
+	if cfg.Sandbox.Default == "on" {
+		if err := catalogue.DefaultOn(toolkits.PyodideSandbox); err != nil {
+			return nil, err
+		}
+	}
+	return catalogue, nil
 }
 
 // buildServices wires the stores, the tools, the turn runner and the HTTP server.

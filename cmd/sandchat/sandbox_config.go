@@ -12,7 +12,10 @@ import (
 
 // SandboxConfig is the Python sandbox part of Config.
 type SandboxConfig struct {
-	Enabled          bool
+	Enabled bool
+	// Default is on or off: the Python sandbox's state in conversations where neither
+	// the conversation nor its agent sets it.
+	Default          string
 	PerAgentSessions bool
 	// Pip is on or off: whether micropip.install may fetch wheels through the server.
 	Pip    string
@@ -34,6 +37,8 @@ var sandboxSettings = func() []setting {
 	return []setting{
 		{env: "SANDBOX_ENABLED", flag: "sandbox", def: "true", help: "run the Python sandbox engine",
 			into: boolean(func(c *Config) *bool { return &c.Sandbox.Enabled })},
+		{env: "SANDBOX_DEFAULT", def: "off", help: "the Python sandbox's state where neither the conversation nor its agent sets it: off (users switch it on from the chat toolbar) or on",
+			into: text(func(c *Config) *string { return &c.Sandbox.Default }), check: func(c *Config) error { return oneOf(c.Sandbox.Default, "on", "off") }},
 		{env: "SANDBOX_PER_AGENT_SESSIONS", def: "false", help: "give each agent of a swarm its own Python session instead of the conversation's",
 			into: boolean(func(c *Config) *bool { return &c.Sandbox.PerAgentSessions })},
 		{env: "SANDBOX_DENO", help: "Deno binary; default: sandbox/runtime/node_modules",

@@ -57,6 +57,20 @@ func lastTool(t *testing.T, req openaitest.Request) openaitest.Message {
 	return last
 }
 
+// systemText is the request's system message, which must come first if there is one.
+func systemText(t *testing.T, req openaitest.Request) string {
+	t.Helper()
+	for i, m := range req.Messages {
+		if m.Role == "system" {
+			if i != 0 {
+				t.Fatalf("a system message at %d: %+v", i, req.Messages)
+			}
+			return m.Content
+		}
+	}
+	return ""
+}
+
 func sandboxCall(code string) openaitest.Reply {
 	args, _ := json.Marshal(map[string]string{"code": code})
 	return openaitest.Reply{ToolCalls: []openaitest.Call{{Name: "pyodide_sandbox", Arguments: string(args)}}}
@@ -86,7 +100,8 @@ func TestTurnsOpenAI(t *testing.T) {
 		c.LLM = LLMConfig{Provider: "openai", BaseURL: srv.URL, APIKey: srv.APIKey, Model: "fake-model", MaxRetries: 1}
 	})
 	alice, _ := m.user(t, "alice", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "model": "fake-model",
+	prompt := "You run Python for the user."
+	agent := alice.createAgent(map[string]any{"name": "Coder", "model": "fake-model", "system_prompt": prompt,
 		"internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	conv := alice.createConversation(agent.ID)
 
@@ -115,6 +130,9 @@ func TestTurnsOpenAI(t *testing.T) {
 			if len(r.Tools) != 1 || r.Tools[0].Name != "pyodide_sandbox" {
 				t.Fatalf("request %d offers tools %+v, want pyodide_sandbox alone", i, r.Tools)
 			}
+		}
+		if sys := systemText(t, reqs[0]); !strings.HasPrefix(sys, prompt) || strings.Contains(sys, "Python sandbox") {
+			t.Fatalf("with the sandbox on the system prompt is %q", sys)
 		}
 		if desc := strings.ToLower(reqs[0].Tools[0].Description); !strings.Contains(desc, "persist") {
 			t.Fatalf("tool description does not say state persists: %q", reqs[0].Tools[0].Description)
@@ -240,6 +258,11 @@ func TestTurnsOpenAI(t *testing.T) {
 		for i, r := range reqs {
 			if len(r.Tools) != 0 {
 				t.Fatalf("request %d offers %+v with the sandbox off", i, r.Tools)
+			}
+			// The agent's prompt says it runs Python: the model is told it cannot now.
+			if sys := systemText(t, r); !strings.HasPrefix(sys, prompt) || !strings.Contains(sys, "- Python sandbox: it is switched off for this conversation in the chat toolbar") ||
+				!strings.Contains(sys, "never say or imply that you can") {
+				t.Fatalf("request %d: with the sandbox off the system prompt is %q", i, sys)
 			}
 		}
 		res := lastTool(t, reqs[1])

@@ -93,6 +93,49 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 	return turn, msg, evs, err
 }
 
+// RetryTurn stores a running turn that answers the conversation's latest user message
+// again, with its turn.started event: no message is added. Only the latest message can
+// be answered again (409 for an earlier one), with edit access, and not while a turn runs.
+func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string) (conversations.Turn, []conversations.Event, error) {
+	var turn conversations.Turn
+	var evs []conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := findConversation(ctx, tx, convID, sandchat.Editors...); err != nil {
+			return err
+		}
+		var latest int64
+		err := tx.QueryRow(ctx, `select id from messages where conversation_id = $1 and role = 'user' order by id desc limit 1`, convID).Scan(&latest)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && messageID > latest {
+			return sandchat.Errorf(sandchat.ENOTFOUND, "Message %d not found in this conversation.", messageID)
+		} else if err != nil {
+			return err
+		}
+		if messageID != latest {
+			var role string
+			err := tx.QueryRow(ctx, `select role from messages where conversation_id = $1 and id = $2`, convID, messageID).Scan(&role)
+			if errors.Is(err, pgx.ErrNoRows) || err == nil && role != "user" {
+				return sandchat.Errorf(sandchat.ENOTFOUND, "Message %d is not a user message of this conversation.", messageID)
+			} else if err != nil {
+				return err
+			}
+			return sandchat.Errorf(sandchat.ECONFLICT, "Only the latest message can be answered again; send this one anew instead.")
+		}
+		err = tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id, owner) values ($1, $2, $3, $4)
+			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID, owner).
+			Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			return sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; wait for the turn to end or cancel it.")
+		} else if err != nil {
+			return err
+		}
+		started, err := AppendEvent(ctx, tx, convID, conversations.EventTurnStarted, nil, eventData(map[string]any{"turn_id": turn.ID, "message_id": messageID, "retry": true}))
+		evs = []conversations.Event{started}
+		return err
+	})
+	return turn, evs, err
+}
+
 // History returns the conversation's messages, oldest first. The turn loop calls it on
 // behalf of a user already authorized.
 func (s *Store) History(ctx context.Context, convID int64) ([]conversations.Message, error) {

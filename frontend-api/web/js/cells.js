@@ -50,6 +50,7 @@ export function finishCell(callID, r) {
   }
   if (!cell || cell.dataset.done) return;
   cell.dataset.done = "1";
+  cell.dataset.status = r.status || "";
   const ok = r.status === "success";
   // A run the user stopped keeps what it printed; the interrupt's traceback is not news.
   const stopped = r.status === "stopped";

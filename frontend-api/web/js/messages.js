@@ -4,6 +4,7 @@ import { $, el, markdown } from "/js/dom.js";
 import { cellEl, ensureCell, appendOutput, finishCell, endOpenCells, addDisplay } from "/js/cells.js";
 import { releaseBlobs, touchFiles } from "/js/files.js";
 import { renderTools } from "/js/tools.js";
+import { updateOffer } from "/js/offer.js";
 
 // Where a message of an agent path goes: the top list for the primary agent, the body
 // of the latest handoff block for a child (nested as deep as the path).
@@ -240,6 +241,7 @@ export function setRunning(turnID) {
   if (!turnID) ind?.remove();
   else if (ind) $("messages").append(ind); // keep it last
   if (!turnID && stopFocused && !$("input").disabled) $("input").focus();
+  updateOffer();
 }
 
 export function showTurnEnd(status, error) {

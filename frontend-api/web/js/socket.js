@@ -70,7 +70,7 @@ function onToast(d) {
 // toolChange is the second line of a toggle's toast: the tool and its new state.
 function toolChange(d) {
   if (!d.tool_name) return "";
-  const from = { agent: " (from the agent)", default: " (the default)", policy: " (deployment policy)" }[d.source] || "";
+  const from = { agent: " (from the agent)", default: " (the deployment default)", policy: " (deployment policy)" }[d.source] || "";
   return `${d.tool_name}: ${d.enabled ? "on" : "off"}${from}`;
 }
 

@@ -2,6 +2,7 @@
 import { state } from "/js/state.js";
 import { $, el } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
+import { offerTools } from "/js/offer.js";
 
 function sourceText(t) {
   if (!t.available) return `Unavailable: ${t.unavailable_reason || "policy"}`;
@@ -9,7 +10,7 @@ function sourceText(t) {
     case "conversation": return `Set for this conversation (${t.enabled ? "on" : "off"})`;
     case "agent": return `From the agent (${t.enabled ? "on" : "off"})`;
     case "policy": return "Deployment policy";
-    default: return "Default (off)";
+    default: return `From the deployment default (${t.enabled ? "on" : "off"})`;
   }
 }
 
@@ -36,6 +37,7 @@ export function showToolsState(tools) {
 export function renderTools(tools) {
   if (!tools) return;
   showToolsState(tools);
+  offerTools(tools);
   // A redraw under the keyboard keeps its place.
   const focused = $("tools-list").contains(document.activeElement) && document.activeElement.matches(".switch") ? document.activeElement.closest("[data-tool]").dataset.tool : null;
   $("tools-list").replaceChildren(...tools.map((t) => {
