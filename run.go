@@ -1,6 +1,9 @@
 package sandchat
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // RunOutcome is what one run of Python did. The sandbox engine reports it, the
 // conversation's record keeps it and the API answers it: one record, so no layer
@@ -59,4 +62,13 @@ type DisplayImage struct {
 	Size        int64  `json:"size"`
 	FileID      int64  `json:"file_id,omitempty"`
 	Data        []byte `json:"-"`
+}
+
+// SessionRun is one finished run of a session as its record keeps it: what rebuilding
+// the session by replay reads when the sandbox's store lost it.
+type SessionRun struct {
+	Code       string
+	Status     string
+	StartedAt  time.Time
+	FinishedAt time.Time
 }

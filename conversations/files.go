@@ -81,11 +81,3 @@ type StoredExecution struct {
 	CreatedAt  time.Time       `json:"created_at"`
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }
-
-// SessionRun is one finished run of a session, as replay sees it.
-type SessionRun struct {
-	Code       string
-	Status     string
-	StartedAt  time.Time
-	FinishedAt time.Time
-}

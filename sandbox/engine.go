@@ -39,8 +39,9 @@ type Engine struct {
 	rt       runtimeInfo
 	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
 
-	pool *pool
-	adm  *admission
+	pool    *pool
+	adm     *admission
+	history History // nil: a session the store lost starts fresh
 
 	mu        sync.Mutex
 	available bool
@@ -67,7 +68,7 @@ type runtimeInfo struct {
 
 // New checks cfg and prepares an engine that keeps its sessions in st (see
 // sandbox/redisstore); Start brings up the session processes.
-func New(cfg Config, st Store, log *slog.Logger) (*Engine, error) {
+func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, sandchat.Errorf(sandchat.EINVALID, "%v", err)
 	}
@@ -85,6 +86,9 @@ func New(cfg Config, st Store, log *slog.Logger) (*Engine, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(e)
 	e.adm = newAdmission(cfg, e.reclaim)
+	for _, o := range opts {
+		o(e)
+	}
 	return e, nil
 }
 

@@ -152,8 +152,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		if e.cfg.ForceReplay {
 			mode = modeReplay
 		}
-		if !seen && req.History != nil {
-			cells, err := req.History(ctx)
+		if !seen {
+			cells, err := e.lostCells(ctx, key)
 			if err != nil {
 				return nil, fmt.Errorf("session history: %w", err)
 			}

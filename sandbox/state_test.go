@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandchat/sandchat"
 )
@@ -286,15 +288,16 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 // of its runs brings it back by replay, and the next save carries the whole history.
 func TestRedisLossReplaysHistory(t *testing.T) {
 	e, b := newEngine(t, nil)
+	history := &runLog{}
+	e.history = history
 	ctx := context.Background()
 	k := "flushed"
-	var history []string
 	runRecorded := func(code string) Result {
-		r, err := e.Execute(ctx, k, Request{Code: code, History: func(context.Context) ([]string, error) { return history, nil }})
+		r, err := e.Execute(ctx, k, Request{Code: code})
 		if err != nil || r.Status != StatusSuccess {
 			t.Fatalf("Execute(%q): %v %s %+v", code, err, r.Status, r.Error)
 		}
-		history = append(history, code)
+		history.add(k, code)
 		return r
 	}
 	runRecorded("counter = 0")
@@ -319,4 +322,27 @@ func TestRedisLossReplaysHistory(t *testing.T) {
 	if resultOf(r) != "(2, ['kept'])" || r.Session.RestoredFrom != FromSnapshot {
 		t.Fatalf("after eviction: %s from %s", resultOf(r), r.Session.RestoredFrom)
 	}
+}
+
+// runLog keeps the runs of sessions as a caller's record would (the server's is the
+// executions table, which cmd/sandchat's fault tests replay from).
+type runLog struct {
+	mu   sync.Mutex
+	runs map[string][]sandchat.SessionRun
+}
+
+func (l *runLog) add(session, code string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs == nil {
+		l.runs = map[string][]sandchat.SessionRun{}
+	}
+	now := time.Now()
+	l.runs[session] = append(l.runs[session], sandchat.SessionRun{Code: code, Status: StatusSuccess, StartedAt: now, FinishedAt: now})
+}
+
+func (l *runLog) SessionRuns(_ context.Context, session string) ([]sandchat.SessionRun, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]sandchat.SessionRun(nil), l.runs[session]...), nil
 }

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -22,10 +21,6 @@ type Request struct {
 	// expression, a matplotlib figure) as the code shows it, after the output printed
 	// before it. Same goroutine rules as OnOutput. Result.Displays holds them all.
 	OnDisplay func(sandchat.Display)
-	// History, when set, returns the code of the session's earlier successful runs, in
-	// order. The engine calls it when Redis holds no state for a session that did not
-	// expire (Redis lost it) and rebuilds the interpreter by running them again.
-	History func(ctx context.Context) ([]string, error)
 	// Preload names modules the session imports before the code (e.g. an agent's usual
 	// packages); they are resolved and fetched like the code's own imports. A module
 	// that does not import is reported in stderr and the code runs anyway.

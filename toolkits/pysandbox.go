@@ -37,8 +37,6 @@ type ExecutionStore interface {
 	// transaction; failure set marks a run the engine could not complete. Retrying it
 	// after an error is safe.
 	FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error)
-	// SessionRuns returns a session's finished runs since its last reset, oldest first.
-	SessionRuns(ctx context.Context, convID int64, key string) ([]conversations.SessionRun, error)
 	// RecordReset notes a reset of the session.
 	RecordReset(ctx context.Context, convID int64, key string) error
 	// DataFiles returns the conversation's uploads, for /data, with the bytes of those
@@ -183,8 +181,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
-		History: func(hctx context.Context) ([]string, error) { return s.History(hctx, req.ConversationID, key) }}
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay}
 	r, later := s.call(func() (sandbox.Result, error) {
 		res, err := s.Engine.Execute(ctx, key, sreq)
 		if errors.Is(err, sandbox.ErrDataStale) {
@@ -462,43 +459,6 @@ func (s *Sandbox) log() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return s.Log
-}
-
-// History is the code of the session's successful runs, oldest first, since it was last
-// reset: what the engine replays to rebuild a session whose state Redis lost. A
-// session that had expired (no run for longer than the session TTL) is not revived:
-// history starts after the last such gap, and is empty if the session is expired now.
-func (s *Sandbox) History(ctx context.Context, convID int64, key string) ([]string, error) {
-	runs, err := s.Store.SessionRuns(ctx, convID, key)
-	if err != nil {
-		return nil, err
-	}
-	return replayable(runs, s.SessionTTL, time.Now()), nil
-}
-
-func replayable(runs []conversations.SessionRun, ttl time.Duration, now time.Time) []string {
-	if len(runs) == 0 {
-		return nil
-	}
-	from := 0
-	if ttl > 0 {
-		if now.Sub(runs[len(runs)-1].FinishedAt) > ttl {
-			return nil
-		}
-		for i := len(runs) - 1; i > 0; i-- {
-			if runs[i].StartedAt.Sub(runs[i-1].FinishedAt) > ttl {
-				from = i
-				break
-			}
-		}
-	}
-	var code []string
-	for _, r := range runs[from:] {
-		if r.Status == sandbox.StatusSuccess {
-			code = append(code, r.Code)
-		}
-	}
-	return code
 }
 
 // ExecuteDirect is the REST path: the caller must be able to edit the conversation and

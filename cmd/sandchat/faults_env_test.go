@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -235,10 +236,12 @@ func (r *redisServer) client(t *testing.T) *redis.Client {
 //	block NAME       waits until the test releases NAME (or the run is cancelled)
 //
 // State is committed to Redis only when the run ends, as the real engine does; with no
-// state in Redis it rebuilds the session from req.History and says "replay".
+// state in Redis it rebuilds the session from the node's record of runs (the History the
+// real engine is given) and says "replay".
 type scriptedEngine struct {
-	rdb    *redis.Client
-	prefix string
+	rdb     *redis.Client
+	prefix  string
+	history atomic.Pointer[sandbox.History]
 
 	mu      sync.Mutex
 	gates   map[string]chan struct{}
@@ -300,10 +303,16 @@ func (e *scriptedEngine) Execute(ctx context.Context, key string, req sandbox.Re
 	res.Session.RestoredFrom = sandbox.FromLive
 	if !found {
 		res.Session.RestoredFrom = sandbox.FromFresh
-		if req.History != nil {
-			cells, err := req.History(ctx)
+		if h := e.history.Load(); h != nil {
+			runs, err := (*h).SessionRuns(ctx, key)
 			if err != nil {
 				return sandbox.Result{}, err
+			}
+			var cells []string
+			for _, r := range runs {
+				if r.Status == sandbox.StatusSuccess {
+					cells = append(cells, r.Code)
+				}
 			}
 			for _, c := range cells {
 				var discard sandbox.Result
@@ -424,6 +433,8 @@ func (f *faultEnv) node(t *testing.T, mutate ...func(*Config, *Main)) *Main {
 		m.Close()
 		t.Fatalf("start node: %v", err)
 	}
+	var h sandbox.History = m.Store
+	f.engine.history.Store(&h)
 	t.Cleanup(func() { m.Close() })
 	return m
 }

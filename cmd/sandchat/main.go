@@ -286,13 +286,15 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 			return false, "The Python sandbox is switched off in this deployment (SANDCHAT_SANDBOX_ENABLED=false)."
 		}}
 	}
+	// The conversations' store: also the record of runs that rebuilds a session Redis lost.
+	m.Store = convstore.New(m.DB, cfg.EventRetention)
 	if cfg.Sandbox.Enabled {
 		cold := pgcold.New(pgdb.NewPool(m.DB), cfg.Sandbox.Engine.SessionTTL)
 		st, err := engineStore(m.Redis, cfg.Sandbox.Engine, redisstore.Options{Cold: cold, HotBytes: cfg.Sandbox.Engine.HotStateBytes})
 		if err != nil {
 			return nil, err
 		}
-		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox")); err != nil {
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store)); err != nil {
 			return nil, err
 		}
 		if m.Probes == nil {
@@ -320,7 +322,6 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) (err error) {
 	cfg := m.Config
 	m.Users = agentstore.NewUsers(m.DB)
-	m.Store = convstore.New(m.DB, cfg.EventRetention)
 	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
 	bus := redisbus.New(m.Redis, cfg.RedisPrefix)
 	m.Limiter = redisbus.NewLimiter(m.Redis, cfg.RedisPrefix, map[string]int{

@@ -163,18 +163,19 @@ func marshalRaw(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// SessionRuns returns the finished runs of a session since it was last reset, oldest
-// first: what rebuilding the session by replay needs.
-func (s *Store) SessionRuns(ctx context.Context, convID int64, key string) ([]conversations.SessionRun, error) {
+// SessionRuns returns the finished runs of a sandbox session since it was last reset,
+// oldest first: what the engine replays to rebuild a session its store lost. A session
+// key names its conversation, so the key alone finds them.
+func (s *Store) SessionRuns(ctx context.Context, key string) ([]sandchat.SessionRun, error) {
 	rows, err := s.db.Query(ctx, `select code, status, created_at, coalesce(finished_at, created_at) from executions
-		where conversation_id = $1 and session_key = $2 and status <> 'pending'
-		and id > coalesce((select max(after_execution_id) from sandbox_resets where conversation_id = $1 and session_key = $2), 0)
-		order by id`, convID, key)
+		where session_key = $1 and status <> 'pending'
+		and id > coalesce((select max(after_execution_id) from sandbox_resets where session_key = $1), 0)
+		order by id`, key)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.SessionRun, error) {
-		var sr conversations.SessionRun
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.SessionRun, error) {
+		var sr sandchat.SessionRun
 		var code []byte
 		err := r.Scan(&code, &sr.Status, &sr.StartedAt, &sr.FinishedAt)
 		sr.Code = string(code)
