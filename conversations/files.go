@@ -2,24 +2,73 @@ package conversations
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/sandchat/sandchat"
 )
 
-// Limits on a conversation's files: one upload, all uploads (they are mounted under
-// /data for every run), and what its runs may store.
+// Limits on a conversation's files. Everything a conversation stores (its uploads, the
+// files its runs made, and the Python state of its sessions) counts against one quota
+// (Quota, a setting; DefaultQuota unless configured). Within it, one upload is at most
+// MaxUploadBytes and all uploads together at most MaxConversationBytes: every run mounts
+// the uploads under /data, so they are read into the session's process on each run
+// whatever room the quota leaves, and the engine bounds what one run may mount.
+// Artifacts have no total of their own: the quota is theirs.
 const (
 	MaxUploadBytes       = 10 << 20
 	MaxConversationBytes = 64 << 20
-	// MaxArtifactBytes bounds what a conversation's runs may store as artifacts; past it
-	// a run's files are not kept, and its stderr says so.
-	MaxArtifactBytes = 256 << 20
+	DefaultQuota         = 256 << 20
 )
 
 // UploadTooLarge is the refusal of one file over MaxUploadBytes, with both sizes.
 func UploadTooLarge(name string, size int64) error {
 	return sandchat.Errorf(sandchat.ETOOLARGE, "%s is %s; uploads are limited to %s per file.", name, sandchat.Size(size), sandchat.Size(MaxUploadBytes))
+}
+
+// Quota is a conversation's storage quota as a store applies it to the files it keeps:
+// Limit bounds uploads, artifacts and State together; State is what the conversation's
+// Python sessions hold, which the store does not see (the engine keeps it).
+type Quota struct {
+	Limit int64
+	State int64
+}
+
+// Bytes is the quota's limit; an unset one is DefaultQuota.
+func (q Quota) Bytes() int64 {
+	if q.Limit <= 0 {
+		return DefaultQuota
+	}
+	return q.Limit
+}
+
+// FileUsage is what a conversation's files take, and the Python sessions its runs used
+// (whose state counts against its quota too).
+type FileUsage struct {
+	Uploads     int64
+	Artifacts   int64
+	SessionKeys []string
+}
+
+// Storage is what a conversation holds against its quota.
+type Storage struct {
+	Uploads   int64 `json:"uploads"`
+	Artifacts int64 `json:"artifacts"`
+	State     int64 `json:"state"` // the Python state of all its sessions
+	Used      int64 `json:"used"`
+	Quota     int64 `json:"quota"`
+}
+
+// NewStorage adds up a conversation's usage.
+func NewStorage(uploads, artifacts, state, quota int64) Storage {
+	return Storage{Uploads: uploads, Artifacts: artifacts, State: state, Used: uploads + artifacts + state, Quota: quota}
+}
+
+// String is the usage as refusals state it: "uploads 6 MiB + artifacts 0 bytes + Python
+// state 1.2 MiB = 7.2 MiB of its 8 MiB quota".
+func (s Storage) String() string {
+	return fmt.Sprintf("uploads %s + artifacts %s + Python state %s = %s of its %s quota",
+		sandchat.Size(s.Uploads), sandchat.Size(s.Artifacts), sandchat.Size(s.State), sandchat.Size(s.Used), sandchat.Size(s.Quota))
 }
 
 // FileRef names a stored file: uploads and artifacts alike.
@@ -58,6 +107,9 @@ type Execution struct {
 	Outcome        sandchat.RunOutcome
 	SessionVersion int64
 	RestoredFrom   string
+	// Quota is the conversation's quota as the run ended, with what its sessions' state
+	// held then: the room its artifacts must fit in.
+	Quota Quota
 }
 
 // StoredExecution is a run as recorded, with its whole output.

@@ -21,9 +21,9 @@ type SandboxStatus interface {
 	Status(ctx context.Context) sandbox.Status
 }
 
-// FileStore is the upload and download side of conversation files.
+// FileStore is the download side of conversation files (uploads go through the
+// SandboxService, which holds the conversation's quota).
 type FileStore interface {
-	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error)
 	Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error)
 	File(ctx context.Context, id int64) (conversations.StoredFile, []byte, error)
 	Execution(ctx context.Context, convID, id int64) (conversations.StoredExecution, error)
@@ -76,6 +76,17 @@ func (s *Server) sandboxRoutes(v1 fiber.Router) {
 		return c.SendStatus(fiber.StatusNoContent)
 	})
 	v1.Post("/conversations/:id/files", s.uploadFile)
+	v1.Get("/conversations/:id/storage", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		st, err := s.sandbox.Storage(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(st)
+	})
 	v1.Get("/conversations/:id/files", func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")
 		if err != nil {
@@ -169,7 +180,7 @@ func (s *Server) uploadFile(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ref, replaced, err := s.files.UploadFile(c.UserContext(), id, name, fh.Header.Get(fiber.HeaderContentType), data)
+	ref, replaced, err := s.sandbox.UploadFile(c.UserContext(), id, name, fh.Header.Get(fiber.HeaderContentType), data)
 	if err != nil {
 		return err
 	}

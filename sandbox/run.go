@@ -615,6 +615,12 @@ func contentType(name string, b []byte) string {
 	return http.DetectContentType(b)
 }
 
+// StateBytes is what key's saved state holds in both tiers (heap, files, replay log),
+// from the store's counters alone; zero when it has none.
+func (e *Engine) StateBytes(ctx context.Context, key string) (int64, error) {
+	return e.st.Bytes(ctx, key)
+}
+
 // Session describes the durable state of key; ENOTFOUND when there is none.
 func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 	st, err := e.st.Load(ctx, key, false)

@@ -23,6 +23,8 @@ import (
 type Engine interface {
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
+	// StateBytes is what the session's saved state holds; zero when it has none.
+	StateBytes(ctx context.Context, key string) (int64, error)
 	Reset(ctx context.Context, key string) error
 	// DataVersions is what the session's warm process holds of /data, or nil.
 	DataVersions(key string) map[string]string
@@ -35,13 +37,18 @@ type ExecutionStore interface {
 	BeginExecution(ctx context.Context, ex conversations.Execution) (id int64, err error)
 	// FinishExecution stores the outcome and artifacts of a pending run in one
 	// transaction; failure set marks a run the engine could not complete. Retrying it
-	// after an error is safe.
-	FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error)
+	// after an error is safe. Artifacts past ex.Quota are not kept, and notKept (also in
+	// the record's stderr) says which.
+	FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, notKept string, err error)
 	// RecordReset notes a reset of the session.
 	RecordReset(ctx context.Context, convID int64, key string) error
 	// DataFiles returns the conversation's uploads, for /data, with the bytes of those
 	// whose version is not the one have names.
 	DataFiles(ctx context.Context, convID int64, have map[string]string) ([]conversations.DataFile, error)
+	// FileUsage is what the conversation's files take and the sessions its runs used.
+	FileUsage(ctx context.Context, convID int64) (conversations.FileUsage, error)
+	// UploadFile stores an upload (editors) if it fits in q.
+	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte, q conversations.Quota) (ref conversations.FileRef, replaced bool, err error)
 }
 
 // Limiter admits or refuses an action of the user in ctx (per-user rate limits).
@@ -62,7 +69,13 @@ type Sandbox struct {
 	// SessionTTL is how long the engine keeps an idle session; replay never revives a
 	// session that had expired (zero: no expiry).
 	SessionTTL time.Duration
-	Log        *slog.Logger
+	// Quota bounds what one conversation stores: uploads, artifacts and the Python state
+	// of all its sessions together (zero: conversations.DefaultQuota). See quota.go.
+	Quota int64
+	// MaxStateBytes is the engine's own limit on one session's state: a refused save
+	// names the conversation's quota only when the quota left less than this.
+	MaxStateBytes int64
+	Log           *slog.Logger
 
 	background sync.WaitGroup
 	closing    atomic.Bool
@@ -174,6 +187,10 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
+	quota, err := s.quotaFor(ctx, req.ConversationID, key)
+	if err != nil {
+		return Run{}, err
+	}
 	ex := conversations.Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
 	id, err := s.Store.BeginExecution(ctx, ex)
 	if err != nil {
@@ -181,7 +198,8 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay}
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
+		StateCap: quota.cap}
 	r, later := s.call(func() (sandbox.Result, error) {
 		res, err := s.Engine.Execute(ctx, key, sreq)
 		if errors.Is(err, sandbox.ErrDataStale) {
@@ -193,12 +211,14 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		return res, err
 	})
 	if later != nil {
-		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, <-later) })
+		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, quota, <-later) })
 		return Run{}, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
 			"The server shut down before the run finished, and stops it now; check its outcome (GET /api/v1/conversations/%d/sandbox/executions/%d) before running it again.",
 			req.ConversationID, id)}
 	}
 	res, err := r.res, r.err
+	s.explain(&res, quota)
+	ex = s.withQuota(wctx, ex, quota, res)
 	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The code ended as it was being stopped, and its state was saved: it succeeded,
 		// and is answered so, as its record says.
@@ -214,7 +234,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		return Run{ID: id, Result: res}, s.failed(ctx, wctx, id, ex, res, err)
 	}
 	ex = finished(ex, withDisplayImages(res))
-	files, err := s.finish(wctx, id, ex, "")
+	files, notKept, err := s.finish(wctx, id, ex, "")
 	if err != nil {
 		run := Run{ID: id, Result: res, Artifacts: make([]conversations.FileRef, 0, len(res.Artifacts)),
 			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
@@ -226,6 +246,8 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		s.finishLater(wctx, id, ex)
 		return run, nil
 	}
+	// The record's stderr says which files did not fit in the quota; so does the answer.
+	res.Stderr += notKept
 	files = linkDisplayImages(res, files)
 	if files == nil {
 		files = []conversations.FileRef{}
@@ -297,7 +319,7 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 		reason = "The server shut down during the run, which was cut off; run it again."
 		err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
 	}
-	if _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
+	if _, _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
 		s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
 	}
 	return err
@@ -305,13 +327,15 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 
 // recordLate records the outcome of a run whose caller was answered before the engine
 // let go of it.
-func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, r engineReply) {
+func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota runQuota, r engineReply) {
+	s.explain(&r.res, quota)
+	ex = s.withQuota(wctx, ex, quota, r.res)
 	if r.err != nil {
 		_ = s.failed(ctx, wctx, id, ex, r.res, r.err)
 		return
 	}
 	ex = finished(ex, withDisplayImages(r.res))
-	if _, err := s.finish(wctx, id, ex, ""); err != nil {
+	if _, _, err := s.finish(wctx, id, ex, ""); err != nil {
 		s.log().WarnContext(ctx, "record run", "execution_id", id, "err", err)
 	}
 }
@@ -408,15 +432,15 @@ var errNoEngine = sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is 
 // notice, and finishLater goes on.
 var finishWait = sandchat.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second, For: 4 * time.Second}
 
-func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, err error) {
+func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, notKept string, err error) {
 	err = finishWait.Retry(ctx, func() (err error) {
-		files, err = s.Store.FinishExecution(ctx, id, ex, failure)
+		files, notKept, err = s.Store.FinishExecution(ctx, id, ex, failure)
 		return err
 	}, sandchat.IsUnavailable)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return files, nil
+	return files, notKept, nil
 }
 
 // finishLater keeps writing a run's outcome until it is stored (or for an hour, after
@@ -427,7 +451,7 @@ func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Ex
 		defer s.background.Done()
 		later := sandchat.Backoff{Initial: 2 * time.Second, Max: 2 * time.Second, For: time.Hour}
 		err := later.Retry(ctx, func() error {
-			_, err := s.Store.FinishExecution(ctx, id, ex, "")
+			_, _, err := s.Store.FinishExecution(ctx, id, ex, "")
 			return err
 		}, func(err error) bool { return sandchat.IsUnavailable(err) && !s.abandoned.Load() })
 		switch {

@@ -40,8 +40,11 @@ type Config struct {
 	// Per-user limits per minute; 0 disables one.
 	RateMessages   int
 	RateExecutions int
-	Sandbox        SandboxConfig
-	LLM            LLMConfig
+	// ConversationQuota bounds what one conversation stores: its uploads, its runs'
+	// files and the Python state of all its sessions, together.
+	ConversationQuota int64
+	Sandbox           SandboxConfig
+	LLM               LLMConfig
 	// TurnStaleAfter: a running turn whose node has not renewed it for this long is
 	// failed (its node crashed).
 	TurnStaleAfter time.Duration
@@ -165,6 +168,13 @@ var serveSettings = []setting{
 		into: wholeNumber(func(c *Config) *int { return &c.RateMessages }), check: func(c *Config) error { return unlimitedOrPositive(c.RateMessages) }},
 	{env: "RATE_EXECUTIONS", def: "120", help: "sandbox runs one user may start per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateExecutions }), check: func(c *Config) error { return unlimitedOrPositive(c.RateExecutions) }},
+	{env: "CONVERSATION_QUOTA", def: "256MiB", help: "what one conversation may store: uploads, files from runs and Python session state together", serve: true,
+		into: size(func(c *Config) *int64 { return &c.ConversationQuota }), check: func(c *Config) error {
+			if c.ConversationQuota < 1<<20 || c.ConversationQuota > 1<<40 {
+				return fmt.Errorf("%d bytes is not between 1 MiB and 1 TiB", c.ConversationQuota)
+			}
+			return nil
+		}},
 	{env: "LLM_PROVIDER", def: "builtin", help: "builtin (offline) or openai: the model of agents that name none", serve: true,
 		into: text(func(c *Config) *string { return &c.LLM.Provider }), check: func(c *Config) error {
 			if c.LLM.Provider == "openai" && c.LLM.APIKey == "" {

@@ -22,6 +22,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"unknown tool id", "TOOLS_DISABLED", "swarm_mode,pyodide", `SANDCHAT_TOOLS_DISABLED: "pyodide" is not an internal tool id`},
 		{"overflowing size", "SANDBOX_MEMORY", "9999999999999GiB", `SANDCHAT_SANDBOX_MEMORY: "9999999999999GiB" is too large`},
 		{"non-numeric rate", "RATE_MESSAGES", "ten", `SANDCHAT_RATE_MESSAGES: "ten" is not a whole number`},
+		{"conversation quota below a MiB", "CONVERSATION_QUOTA", "512KiB", "SANDCHAT_CONVERSATION_QUOTA: 524288 bytes is not between 1 MiB and 1 TiB"},
 		{"non-numeric queue", "WS_QUEUE_BYTES", "lots", `SANDCHAT_WS_QUEUE_BYTES: "lots" is not a whole number`},
 		{"non-numeric retries", "LLM_MAX_RETRIES", "2x", `SANDCHAT_LLM_MAX_RETRIES: "2x" is not a whole number`},
 		{"non-numeric sandbox count", "SANDBOX_WARM_POOL", "two", `SANDCHAT_SANDBOX_WARM_POOL: "two" is not a whole number`},

@@ -389,6 +389,12 @@ func (e *scriptedEngine) Session(ctx context.Context, key string) (sandbox.Sessi
 	return sandbox.SessionInfo{Version: st.Version, Live: found, Packages: []string{}}, nil
 }
 
+// StateBytes counts the scripted state's JSON, as the real engine counts what it stored.
+func (e *scriptedEngine) StateBytes(ctx context.Context, key string) (int64, error) {
+	n, err := e.rdb.StrLen(ctx, e.prefix+key).Result()
+	return n, sandchat.RedisError(err)
+}
+
 func (e *scriptedEngine) Reset(ctx context.Context, key string) error {
 	return sandchat.RedisError(e.rdb.Del(ctx, e.prefix+key).Err())
 }

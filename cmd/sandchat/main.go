@@ -335,7 +335,8 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	}
 	tools := &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
 	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
-		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Log: m.Log.With("component", "executions")}
+		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Quota: cfg.ConversationQuota, MaxStateBytes: cfg.Sandbox.Engine.MaxStateBytes,
+		Log: m.Log.With("component", "executions")}
 	var status frontendapi.SandboxStatus
 	if m.Engine != nil {
 		m.sandbox.Engine, status = m.Engine, m.Engine

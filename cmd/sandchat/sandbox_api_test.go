@@ -514,7 +514,7 @@ func TestFiles(t *testing.T) {
 			}
 		}
 		code, body = alice.uploadAt(full, "input.csv", "", strings.Repeat("z", 5<<20))
-		if d := problem(t, body); code != 413 || !strings.HasPrefix(d, "This conversation has 60 MiB of 64 MiB used; input.csv (5 MiB) does not fit.") {
+		if d := problem(t, body); code != 413 || !strings.HasPrefix(d, "This conversation's uploads take 60 MiB of the 64 MiB uploads may take; input.csv (5 MiB) does not fit.") {
 			t.Fatalf("over the conversation's total: %d %q", code, d)
 		}
 		r := alice.run(conv, "open('huge.bin', 'wb').write(b'0' * (11 << 20))\nopen('fine.txt', 'w').write('ok')")

@@ -29,12 +29,12 @@ func (s *Store) BeginExecution(ctx context.Context, ex conversations.Execution) 
 // FinishExecution completes a pending run with its outcome and artifacts in one
 // transaction. It is safe to retry: once the row is finished, a retry returns the
 // artifacts already stored. failure, when set, marks a run the engine could not
-// complete (status "failed") and says why.
-func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) ([]conversations.FileRef, error) {
+// complete (status "failed") and says why. Artifacts that do not fit in ex.Quota are
+// not kept; notKept is what the record's stderr says of them, after the run's own.
+func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) (refs []conversations.FileRef, notKept string, err error) {
 	r := ex.Outcome
 	status := r.Status
 	var errJSON []byte
-	var err error
 	switch {
 	case failure != "":
 		status = "failed"
@@ -43,19 +43,19 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		errJSON, err = json.Marshal(r.Error)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var result []byte
 	if r.Result != nil {
 		result = []byte(*r.Result)
 	}
 	uid := nullID(sandchat.UserIDFromContext(ctx))
-	var refs []conversations.FileRef
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr)
+		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr, ex.Quota)
 		if err != nil {
 			return err
 		}
+		notKept = strings.TrimPrefix(stderr, r.Stderr)
 		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
 			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
 			where id = $1 and status = 'pending'`,
@@ -65,6 +65,14 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		}
 		if tag.RowsAffected() == 0 {
 			// Finished by an earlier attempt whose commit we did not hear about.
+			var stored []byte
+			if err := tx.QueryRow(ctx, `select stderr from executions where id = $1`, id).Scan(&stored); err != nil {
+				return pgdb.PgError(err, "execution")
+			}
+			notKept = ""
+			if after, ok := strings.CutPrefix(string(stored), r.Stderr); ok {
+				notKept = after
+			}
 			rows, err := tx.Query(ctx, `select id, name, content_type, size from files where execution_id = $1 order by id`, id)
 			if err != nil {
 				return err
@@ -99,9 +107,9 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		return pgdb.PgError(err, "execution")
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return refs, nil
+	return refs, notKept, nil
 }
 
 // MaxStoredDisplayBytes bounds the display items kept with one execution record; items
@@ -261,42 +269,54 @@ func (s *Store) DataFiles(ctx context.Context, convID int64, have map[string]str
 	})
 }
 
-// lockTotal locks a conversation's row and then sums the size of its files from source:
-// the sum is a statement of its own, so it sees what a transaction that held the lock
-// before committed (one statement's snapshot would not), and concurrent writers cannot
-// both pass a quota.
-func lockTotal(ctx context.Context, tx pgx.Tx, convID int64, source string) (int64, error) {
+// lockUsage locks a conversation's row and then sums the size of its uploads and of
+// its artifacts: the sums are a statement of their own, so they see what a transaction
+// that held the lock before committed (one statement's snapshot would not), and
+// concurrent writers cannot both pass a quota.
+func lockUsage(ctx context.Context, tx pgx.Tx, convID int64) (uploads, artifacts int64, err error) {
 	if _, err := tx.Exec(ctx, `select 1 from conversations where id = $1 for update`, convID); err != nil {
-		return 0, pgdb.PgError(err, "conversation")
+		return 0, 0, pgdb.PgError(err, "conversation")
 	}
-	var total int64
-	err := tx.QueryRow(ctx, `select coalesce(sum(size), 0) from files where conversation_id = $1 and source = $2`, convID, source).Scan(&total)
-	return total, pgdb.PgError(err, "files")
+	err = tx.QueryRow(ctx, `select coalesce(sum(size) filter (where source = 'upload'), 0), coalesce(sum(size) filter (where source = 'artifact'), 0)
+		from files where conversation_id = $1`, convID).Scan(&uploads, &artifacts)
+	return uploads, artifacts, pgdb.PgError(err, "files")
 }
 
-// capArtifacts keeps the artifacts that fit under the conversation's total and says in
-// stderr which did not.
-func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.Artifact, stderr string) ([]sandchat.Artifact, string, error) {
+// FileUsage is what a conversation's files take and the sessions its runs used, in one
+// statement; no permission check (runs call it for a conversation they were
+// authorized on; the storage endpoint authorizes first).
+func (s *Store) FileUsage(ctx context.Context, convID int64) (conversations.FileUsage, error) {
+	var u conversations.FileUsage
+	err := s.db.QueryRow(ctx, `select coalesce(sum(size) filter (where source = 'upload'), 0), coalesce(sum(size) filter (where source = 'artifact'), 0),
+			(select coalesce(array_agg(distinct session_key), '{}') from executions where conversation_id = $1)
+		from files where conversation_id = $1`, convID).Scan(&u.Uploads, &u.Artifacts, &u.SessionKeys)
+	return u, pgdb.PgError(err, "files")
+}
+
+// capArtifacts keeps the artifacts that fit in the conversation's quota and says in
+// stderr which did not, with the sizes.
+func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.Artifact, stderr string, q conversations.Quota) ([]sandchat.Artifact, string, error) {
 	if len(arts) == 0 {
 		return arts, stderr, nil
 	}
-	total, err := lockTotal(ctx, tx, convID, "artifact")
+	uploads, artifacts, err := lockUsage(ctx, tx, convID)
 	if err != nil {
 		return nil, stderr, err
 	}
 	var keep []sandchat.Artifact
 	var dropped []string
 	for _, a := range arts {
-		if size := int64(len(a.Data)); total+size > conversations.MaxArtifactBytes {
+		size := int64(len(a.Data))
+		if uploads+artifacts+q.State+size > q.Bytes() {
 			dropped = append(dropped, fmt.Sprintf("%s (%s)", sandchat.ArtifactName(a.Name), sandchat.Size(size)))
 			continue
 		}
-		total += int64(len(a.Data))
+		artifacts += size
 		keep = append(keep, a)
 	}
 	if len(dropped) > 0 {
-		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's files from runs take %s of %s, and these do not fit (delete some to make room): %s\n",
-			sandchat.Size(total), sandchat.Size(conversations.MaxArtifactBytes), strings.Join(dropped, ", "))
+		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's storage is full (%s), and these do not fit (delete files or reset the Python session to make room): %s\n",
+			conversations.NewStorage(uploads, artifacts, q.State, q.Bytes()), strings.Join(dropped, ", "))
 	}
 	return keep, stderr, nil
 }
@@ -304,7 +324,10 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.
 // UploadFile stores a file for /data at its relative path (reports/2025/q1.csv, in
 // NFC: see sandchat.DataPath); a file already at that path is replaced, keeping its
 // id. Editors only. replaced says which happened.
-func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error) {
+//
+// The upload must fit in q with everything else the conversation holds; q.State is what
+// its Python sessions hold, read by the caller just before.
+func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte, q conversations.Quota) (ref conversations.FileRef, replaced bool, err error) {
 	name, err = sandchat.DataPath(name)
 	if err != nil {
 		return ref, false, err
@@ -323,7 +346,7 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	if _, err := share.Authorize(ctx, tx, convID, sandchat.Editors...); err != nil {
 		return ref, false, err
 	}
-	total, err := lockTotal(ctx, tx, convID, "upload")
+	uploads, artifacts, err := lockUsage(ctx, tx, convID)
 	if err != nil {
 		return ref, false, err
 	}
@@ -342,9 +365,15 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return ref, false, pgdb.PgError(err, "files")
 	}
-	if used := total - oldSize; used+int64(len(data)) > conversations.MaxConversationBytes {
-		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation has %s of %s used; %s (%s) does not fit. Delete files to make room.",
-			sandchat.Size(used), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(int64(len(data))))
+	size := int64(len(data))
+	uploads -= oldSize // a replaced file frees its own size first
+	if uploads+size > conversations.MaxConversationBytes {
+		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's uploads take %s of the %s uploads may take; %s (%s) does not fit. Delete files to make room.",
+			sandchat.Size(uploads), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(size))
+	}
+	if use := conversations.NewStorage(uploads, artifacts, q.State, q.Bytes()); use.Used+size > use.Quota {
+		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's storage is full: %s; %s (%s) does not fit. Delete files or reset the Python session to make room.",
+			use, name, sandchat.Size(size))
 	}
 	ref = conversations.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
 	if oldID != 0 {

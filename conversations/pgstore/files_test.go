@@ -60,7 +60,7 @@ func TestFilesUploadPaths(t *testing.T) {
 	b := setupFiles(t)
 
 	t.Run("a folder path is kept", func(t *testing.T) {
-		ref, replaced, err := b.store.UploadFile(b.alice, b.conv, "reports/2025/q1.csv", "text/csv", []byte("a,b\n"))
+		ref, replaced, err := b.store.UploadFile(b.alice, b.conv, "reports/2025/q1.csv", "text/csv", []byte("a,b\n"), conversations.Quota{})
 		if err != nil || replaced || ref.ID == 0 || ref.Name != "reports/2025/q1.csv" {
 			t.Fatalf("upload: %+v %v %v", ref, replaced, err)
 		}
@@ -69,11 +69,11 @@ func TestFilesUploadPaths(t *testing.T) {
 		}
 	})
 	t.Run("the same path again replaces the file", func(t *testing.T) {
-		first, _, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("one"))
+		first, _, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("one"), conversations.Quota{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		second, replaced, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("two!"))
+		second, replaced, err := b.store.UploadFile(b.alice, b.conv, "notes.txt", "", []byte("two!"), conversations.Quota{})
 		if err != nil || !replaced || second.ID != first.ID || second.Size != 4 {
 			t.Fatalf("re-upload: %+v replaced=%v err=%v (first %+v)", second, replaced, err, first)
 		}
@@ -94,20 +94,20 @@ func TestFilesUploadPaths(t *testing.T) {
 	t.Run("bad paths are refused", func(t *testing.T) {
 		// The rule itself is sandchat.CheckDataPath's, tested there.
 		for _, p := range []string{"../etc/passwd", "a//b.csv", ""} {
-			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x")); sandchat.ErrorCode(err) != sandchat.EINVALID {
+			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x"), conversations.Quota{}); sandchat.ErrorCode(err) != sandchat.EINVALID {
 				t.Errorf("%q: %v", p, err)
 			}
 		}
 	})
 	t.Run("a path cannot be a file and a folder", func(t *testing.T) {
 		for _, p := range []string{"reports/2025", "reports/2025/q1.csv/more.csv"} {
-			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x")); sandchat.ErrorCode(err) != sandchat.ECONFLICT {
+			if _, _, err := b.store.UploadFile(b.alice, b.conv, p, "", []byte("x"), conversations.Quota{}); sandchat.ErrorCode(err) != sandchat.ECONFLICT {
 				t.Errorf("%q: %v", p, err)
 			}
 		}
 	})
 	t.Run("viewers cannot upload", func(t *testing.T) {
-		if _, _, err := b.store.UploadFile(b.viewer, b.conv, "v.csv", "", []byte("x")); sandchat.ErrorCode(err) != sandchat.EFORBIDDEN {
+		if _, _, err := b.store.UploadFile(b.viewer, b.conv, "v.csv", "", []byte("x"), conversations.Quota{}); sandchat.ErrorCode(err) != sandchat.EFORBIDDEN {
 			t.Fatalf("viewer upload: %v", err)
 		}
 	})
@@ -115,38 +115,47 @@ func TestFilesUploadPaths(t *testing.T) {
 
 func TestFilesLimitsStateSizes(t *testing.T) {
 	b := setupFiles(t)
-	_, _, err := b.store.UploadFile(b.alice, b.conv, "input.csv", "", make([]byte, 25<<19)) // 12.5 MiB
+	_, _, err := b.store.UploadFile(b.alice, b.conv, "input.csv", "", make([]byte, 25<<19), conversations.Quota{}) // 12.5 MiB
 	if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || sandchat.ErrorMessage(err) != "input.csv is 12.5 MiB; uploads are limited to 10 MiB per file." {
 		t.Fatalf("one file over the limit: %v", err)
 	}
 	chunk := make([]byte, 10<<20)
 	for i := range 6 {
-		if _, _, err := b.store.UploadFile(b.alice, b.conv, "part"+string(rune('a'+i))+".bin", "", chunk); err != nil {
+		if _, _, err := b.store.UploadFile(b.alice, b.conv, "part"+string(rune('a'+i))+".bin", "", chunk, conversations.Quota{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, _, err = b.store.UploadFile(b.alice, b.conv, "big.bin", "", make([]byte, 5<<20))
-	want := "This conversation has 60 MiB of 64 MiB used; big.bin (5 MiB) does not fit."
+	_, _, err = b.store.UploadFile(b.alice, b.conv, "big.bin", "", make([]byte, 5<<20), conversations.Quota{})
+	want := "This conversation's uploads take 60 MiB of the 64 MiB uploads may take; big.bin (5 MiB) does not fit."
 	if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || !strings.HasPrefix(sandchat.ErrorMessage(err), want) {
-		t.Fatalf("over the conversation's quota: %v, want %q", err, want)
+		t.Fatalf("over the uploads' total: %v, want %q", err, want)
 	}
 	// Replacing a file frees its own size first.
-	if _, replaced, err := b.store.UploadFile(b.alice, b.conv, "parta.bin", "", chunk); err != nil || !replaced {
+	if _, replaced, err := b.store.UploadFile(b.alice, b.conv, "parta.bin", "", chunk, conversations.Quota{}); err != nil || !replaced {
 		t.Fatalf("replacing within the quota: %v %v", replaced, err)
 	}
 
-	t.Run("artifacts past the conversation's total say which and why", func(t *testing.T) {
-		arts := []sandchat.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, conversations.MaxArtifactBytes)}}
+	t.Run("an upload past the quota with the sessions' state names every size", func(t *testing.T) {
+		_, _, err := b.store.UploadFile(b.alice, b.conv, "more.bin", "", make([]byte, 1<<20), conversations.Quota{Limit: 64 << 20, State: 7 << 19})
+		want := "This conversation's storage is full: uploads 60 MiB + artifacts 0 bytes + Python state 3.5 MiB = 63.5 MiB of its 64 MiB quota; more.bin (1 MiB) does not fit."
+		if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || !strings.HasPrefix(sandchat.ErrorMessage(err), want) {
+			t.Fatalf("got %v, want %q", err, want)
+		}
+	})
+
+	t.Run("artifacts past the quota say which and why", func(t *testing.T) {
+		arts := []sandchat.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, 3<<20)}}
 		tx, err := b.store.db.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(context.Background())
-		keep, stderr, err := capArtifacts(context.Background(), tx, b.conv, arts, "")
+		keep, stderr, err := capArtifacts(context.Background(), tx, b.conv, arts, "", conversations.Quota{Limit: 64 << 20, State: 2 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(keep) != 1 || keep[0].Name != "small.txt" || !strings.Contains(stderr, "huge.bin (256 MiB)") || !strings.Contains(stderr, "of 256 MiB") {
+		want := "uploads 60 MiB + artifacts 2 bytes + Python state 2 MiB = 62.0 MiB of its 64 MiB quota"
+		if len(keep) != 1 || keep[0].Name != "small.txt" || !strings.Contains(stderr, "huge.bin (3 MiB)") || !strings.Contains(stderr, want) {
 			t.Fatalf("kept %d, stderr %q", len(keep), stderr)
 		}
 	})
@@ -168,7 +177,7 @@ func TestFilesExecutionDisplays(t *testing.T) {
 			{Kind: "display", Text: "<Picture>", Image: &sandchat.DisplayImage{Name: "display-1.png", ContentType: "image/png", Width: 3, Height: 2, Size: int64(len(png))}},
 			{Kind: "result", Text: "nul\x00inside", JSON: json.RawMessage(`{"k":"a\u0000b"}`)},
 		}}
-	refs, err := b.store.FinishExecution(ctx, id, ex, "")
+	refs, _, err := b.store.FinishExecution(ctx, id, ex, "")
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("finish: %v %+v", err, refs)
 	}
@@ -251,7 +260,7 @@ func TestFilesDataVersions(t *testing.T) {
 	b := setupFiles(t)
 	ctx := context.Background()
 	for _, name := range []string{"a.txt", "b.txt"} {
-		if _, _, err := b.store.UploadFile(b.alice, b.conv, name, "", []byte(name)); err != nil {
+		if _, _, err := b.store.UploadFile(b.alice, b.conv, name, "", []byte(name), conversations.Quota{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -275,7 +284,7 @@ func TestFilesDataVersions(t *testing.T) {
 	if again := byName(held); again["a.txt"].Data != nil || again["b.txt"].Data != nil || again["a.txt"].Version != held["a.txt"] {
 		t.Fatalf("nothing changed, yet bytes came: %+v", again)
 	}
-	if _, _, err := b.store.UploadFile(b.alice, b.conv, "a.txt", "", []byte("new a")); err != nil {
+	if _, _, err := b.store.UploadFile(b.alice, b.conv, "a.txt", "", []byte("new a"), conversations.Quota{}); err != nil {
 		t.Fatal(err)
 	}
 	after := byName(held)

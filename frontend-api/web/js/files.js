@@ -83,6 +83,18 @@ function renderFilesPanel() {
     canEdit() ? el("button", { type: "button", className: "danger", textContent: "Delete", attrs: { "aria-label": `Delete ${f.name}` }, onclick: () => guard(() => deleteFile(f)) }) : null)));
   // A redraw under the keyboard keeps its place.
   if (focused) $("files-list").querySelector(`[data-file="${focused}"] button`)?.focus();
+  if (!$("files-panel").hidden) showStorage();
+}
+
+// showStorage writes what the conversation holds against its quota (uploads, files from
+// Python and Python's state together); a failure leaves the line empty.
+function showStorage() {
+  const conv = state.conv;
+  if (!conv) return;
+  const mib = (n) => `${(n / (1 << 20)).toFixed(1).replace(/\.0$/, "")} MiB`;
+  api("GET", `/conversations/${conv.id}/storage`).then(
+    (s) => { if (state.conv === conv) $("files-storage").textContent = `Storage: ${mib(s.used)} of ${mib(s.quota)}`; },
+    () => { if (state.conv === conv) $("files-storage").textContent = ""; });
 }
 
 async function refreshFiles() {
