@@ -311,3 +311,47 @@ print('end of output')`
 		})
 	}
 }
+
+// TestBrowserAgentChildren: the swarm children of the agent form are a list, one agent
+// a row, its checkbox beside its name, at both sizes.
+func TestBrowserAgentChildren(t *testing.T) {
+	e := newEnv(t)
+	m := e.node()
+	alice, _ := m.user(t, "alice", false)
+	parent := alice.createAgent(map[string]any{"name": "Lead", "model": "builtin"})
+	for _, name := range []string{"helper", "checker", "writer"} {
+		alice.createAgent(map[string]any{"name": name, "model": "builtin", "description": "does " + name + " work"})
+	}
+	tb := openTab(t, browser(t), "alice", screenshotDir(t))
+	tb.run(t, "open the parent",
+		chromedp.Navigate(fmt.Sprintf("http://%s/#/agents/%d", m.Addr(), parent.ID)),
+		chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+		chromedp.Click("#login button", chromedp.ByQuery),
+		until(`document.querySelector("#agent-title").textContent === "Lead" && document.querySelectorAll("#agent-children input").length === 3`),
+	)
+	for _, size := range [][2]int64{{1366, 850}, {390, 844}} {
+		var rows []struct {
+			Top, BoxW, BoxMid, LabelMid, LabelLeft, BoxRight float64
+		}
+		var found []cdp.BackendNodeID
+		tb.run(t, "measure the rows",
+			chromedp.EmulateViewport(size[0], size[1]),
+			chromedp.Evaluate(`document.querySelector("#agent-children").scrollIntoView(); true`, nil),
+			controls("checkbox", "checker", "#agent-children", &found),
+			chromedp.Evaluate(`[...document.querySelectorAll("#agent-children > li")].map((li) => {
+  const b = li.querySelector("input").getBoundingClientRect(), l = li.querySelector("label").getBoundingClientRect();
+  return { Top: li.getBoundingClientRect().top, BoxW: b.width, BoxMid: b.top + b.height / 2, LabelMid: l.top + l.height / 2, LabelLeft: l.left, BoxRight: b.right };
+})`, &rows),
+		)
+		tb.shot(t, fmt.Sprintf("children-%d", size[0]))
+		if len(found) != 1 || len(rows) != 3 {
+			t.Fatalf("%d checkboxes named checker, %d rows", len(found), len(rows))
+		}
+		for i, r := range rows {
+			if r.BoxW > 30 || r.LabelLeft < r.BoxRight || r.LabelMid-r.BoxMid > 6 || r.BoxMid-r.LabelMid > 6 || (i > 0 && r.Top <= rows[i-1].Top) {
+				t.Errorf("at %d px row %d is not a checkbox beside its name, under the one before: %+v", size[0], i, r)
+			}
+		}
+	}
+}
