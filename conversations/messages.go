@@ -31,6 +31,10 @@ type Turn struct {
 	Error          string     `json:"error,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// StartedSeq is the seq of the turn's turn.started event, given while it runs: a
+	// client that opens the conversation mid-turn subscribes with since StartedSeq-1 to
+	// get the whole turn so far (output printed before it came included), then live.
+	StartedSeq *int64 `json:"started_seq,omitempty"`
 }
 
 // Turn statuses.

@@ -265,6 +265,16 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 	if errText != nil {
 		t.Error = *errText
 	}
+	if err != nil || t.Status != conversations.TurnRunning {
+		return t, pgdb.PgError(err, "Turn")
+	}
+	// A running turn is the conversation's newest: its turn.started is found walking the
+	// log back from the end. A log pruned past it leaves StartedSeq unset.
+	err = s.db.QueryRow(ctx, `select seq from conversation_events where conversation_id = $1 and type = $2
+		and data->>'turn_id' = $3::bigint::text order by seq desc limit 1`, convID, conversations.EventTurnStarted, turnID).Scan(&t.StartedSeq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
 	return t, pgdb.PgError(err, "Turn")
 }
 

@@ -10,8 +10,12 @@ import { convTitle, enterSends, loadConversations, closeConversation, renderHead
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
 import { openPopup, closePopup } from "/js/tools.js";
 import { loadAgents, renderAgentForm, renderAgentTools, isDirty, markDirty, saveAgent } from "/js/agents.js";
+import { startFollowing } from "/js/follow.js";
+import { startToasts } from "/js/toasts.js";
 
 function bind() {
+  startFollowing();
+  startToasts();
   $("login").onsubmit = (e) => {
     e.preventDefault();
     state.token = $("token").value.trim();

@@ -81,7 +81,7 @@ function renderChildren() {
       a.children = box.checked ? [...a.children, o.id] : a.children.filter((c) => c !== o.id);
       markDirty();
     };
-    return el("li", {}, box, el("label", { htmlFor: box.id, textContent: o.name }), o.description ? el("small", { textContent: ` — ${o.description}` }) : null);
+    return el("li", {}, box, el("label", { htmlFor: box.id, textContent: o.name }), o.description ? el("small", { textContent: o.description }) : null);
   }));
 }
 

@@ -1,10 +1,11 @@
 // Code cells and the display items of their runs.
 import { marked } from "/vendor/marked-15.0.12.esm.js";
 import { state } from "/js/state.js";
-import { $, el, sanitize, codeBlock } from "/js/dom.js";
+import { $, el, sanitize, codeBlock, copyButton } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
 import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/messages.js";
 import { fileURL, thumbnail, downloadChip } from "/js/files.js";
+import { drawOutput } from "/js/outputs.js";
 
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
 
@@ -22,7 +23,7 @@ export function ensureCell(callID, code, path, turnID) {
   const displays = el("div", { className: "cell-displays", hidden: true, attrs: { role: "group", "aria-label": "Displayed" } });
   cell = el("li", { className: "cell", dataset: { call: callID, turn: turnID ? String(turnID) : "" } },
     el("div", { className: "cell-head" }, el("span", { className: "who", textContent: `${whoOf(path)} ran Python` }), status),
-    codeDetails, out, displays, el("div", { className: "cell-result" }));
+    codeDetails, el("div", { className: "code-wrap out-wrap" }, out, copyButton("Copy output", () => out.textContent)), displays, el("div", { className: "cell-result" }));
   cell.statusEl = status;
   cell.outEl = out;
   cell.displayBox = displays;
@@ -56,11 +57,7 @@ export function finishCell(callID, r) {
   const stopped = r.status === "stopped";
   cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
   cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${(r.execution_ms / 1000).toFixed(1)} s` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
-  // The final output replaces what streamed: it is complete and in order.
-  cell.outEl.replaceChildren();
-  if (r.stdout) cell.outEl.append(el("span", { className: "stdout", textContent: r.stdout }));
-  if (r.stderr) cell.outEl.append(el("span", { className: "stderr", textContent: r.stderr }));
-  cell.outEl.hidden = !cell.outEl.childNodes.length;
+  drawOutput(cell, r);
   const res = cell.querySelector(".cell-result");
   res.replaceChildren();
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;

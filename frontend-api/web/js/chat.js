@@ -65,6 +65,9 @@ export async function openConversation(id) {
   state.conv = conv;
   state.seq = 0;
   state.pending = [];
+  state.resumed = null;
+  state.resuming = false;
+  state.replaySince = null;
   releaseBlobs(); // the last conversation's images
   closePopup(false);
   closeFiles(false);
@@ -109,21 +112,30 @@ export async function loadConversation() {
       api("GET", `/conversations/${conv.id}/internal-tools`),
       api("GET", `/conversations/${conv.id}/files`).catch(() => []),
     ]);
+    const last = [...msgs].reverse().find((m) => m.turn_id);
+    const turn = last ? await api("GET", `/conversations/${conv.id}/turns/${last.turn_id}`) : null;
     if (!current()) return;
     renderTools(tools);
     renderFiles(files);
-    renderHistory(msgs, runs);
-    const last = [...msgs].reverse().find((m) => m.turn_id);
+    // A turn still running is drawn from its events, replayed from its start: the
+    // output its cells printed before this page subscribed is in them, and nowhere else.
+    // Once per turn: when its events were pruned, the next picture is the REST one.
+    const replay = turn?.status === "running" && turn.started_seq && state.resumed !== turn.id;
+    renderHistory(replay ? msgs.filter((m) => m.turn_id !== turn.id) : msgs, runs);
     setRunning(null);
     let running = null;
-    if (last) {
-      const turn = await api("GET", `/conversations/${conv.id}/turns/${last.turn_id}`);
-      if (!current()) return;
-      if (turn.status === "running") running = turn.id;
-      else if (turn.status !== "completed") showTurnEnd(turn.status, turn.error);
-    }
+    if (turn?.status === "running") running = turn.id;
+    else if (turn && turn.status !== "completed") showTurnEnd(turn.status, turn.error);
     endOpenCells("did not finish", running);
     setRunning(running);
+    if (replay) {
+      state.resumed = turn.id;
+      state.pending = []; // the replay brings them again, in order
+      state.seq = turn.started_seq - 1;
+      state.replaySince = state.seq; // also for a socket that opens later
+      // Until the server answers this subscription, what comes is from the old one.
+      state.resuming = subscribe(conv.id, state.replaySince);
+    }
   } finally {
     if (current()) {
       state.loading = false;

@@ -96,11 +96,32 @@ export function markdown(text) {
   div.querySelectorAll("pre code").forEach((c) => {
     if (/language-(python|py)\b/.test(c.className)) { c.className = "language-python"; hljs.highlightElement(c); }
   });
+  // Each code block gets a Copy button of the page's own, next to it.
+  div.querySelectorAll("pre").forEach((pre) => {
+    const wrap = el("div", { className: "code-wrap" });
+    pre.replaceWith(wrap);
+    wrap.append(pre, copyButton("Copy code", () => pre.textContent));
+  });
   return div;
+}
+
+// copyButton copies what text() returns, and says so on itself for a moment.
+export function copyButton(label, text) {
+  const b = el("button", { type: "button", className: "copy", textContent: "Copy", attrs: { "aria-label": label } });
+  b.onclick = async () => {
+    try {
+      await navigator.clipboard.writeText(text());
+      b.textContent = "Copied";
+      setTimeout(() => { b.textContent = "Copy"; }, 1500);
+    } catch {
+      toast("The browser did not let the page copy; select the text and copy it instead.", "error");
+    }
+  };
+  return b;
 }
 
 export function codeBlock(code) {
   const c = el("code", { className: "language-python", textContent: code });
   hljs.highlightElement(c);
-  return el("pre", { className: "code" }, c);
+  return el("div", { className: "code-wrap" }, el("pre", { className: "code" }, c), copyButton("Copy code", () => code));
 }

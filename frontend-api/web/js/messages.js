@@ -5,6 +5,7 @@ import { cellEl, ensureCell, appendOutput, finishCell, endOpenCells, addDisplay 
 import { releaseBlobs, touchFiles } from "/js/files.js";
 import { renderTools } from "/js/tools.js";
 import { updateOffer } from "/js/offer.js";
+import { isFollowing, follow } from "/js/follow.js";
 
 // Where a message of an agent path goes: the top list for the primary agent, the body
 // of the latest handoff block for a child (nested as deep as the path).
@@ -64,7 +65,7 @@ export function renderHistory(msgs, runs) {
           const run = runFor(m.turn_id, c.arguments?.code);
           // A run is recorded as pending before it starts: that one is still going, and
           // its cell goes on with the live events.
-          if (run && run.status !== "pending") finishCell(c.id, { ...run, status: run.status });
+          if (run && run.status !== "pending") finishCell(c.id, { ...run, execution_id: run.id });
         }
       }
     } else if (m.role === "tool") addToolResult(m, calls.get(m.tool_call_id));
@@ -249,16 +250,9 @@ export function showTurnEnd(status, error) {
   $("messages").append(el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), attrs: { role: "note" }, textContent: text }));
 }
 
-export function nearBottom() {
-  const m = $("messages");
-  return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
-}
+// Whether the reader follows the newest output (js/follow.js).
+export function nearBottom() { return isFollowing(); }
 
 // Callers decide: they scroll only when the reader was at the end before the change,
 // so someone who scrolled up to read is left where they are.
-export function scrollToEnd() {
-  const m = $("messages");
-  const ind = m.querySelector(":scope > .thinking");
-  if (ind && ind !== m.lastElementChild) m.append(ind);
-  m.scrollTop = m.scrollHeight;
-}
+export function scrollToEnd() { follow(); }

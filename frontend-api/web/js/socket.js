@@ -12,7 +12,7 @@ export function connect() {
   state.ws = ws;
   ws.onopen = () => {
     state.retry = 0;
-    if (state.conv) subscribe(state.conv.id, state.seq || undefined);
+    if (state.conv) subscribe(state.conv.id, state.replaySince ?? (state.seq || undefined));
   };
   ws.onmessage = (m) => {
     let ev;
@@ -36,7 +36,7 @@ export function send(frame) {
 
 export function subscribe(convID, since) {
   const f = { type: "subscribe", conversation_id: convID };
-  if (since) f.since = since;
+  if (since !== undefined && since !== null) f.since = since;
   return send(f);
 }
 
@@ -50,9 +50,13 @@ function onEvent(ev) {
     // A subscription without since delivers what happens from the moment the server
     // takes it, which may be well after it was sent: the picture is fetched once it has
     // answered. One with since that could not be replayed is fetched again too.
-    if (!ev.data?.recovered || !state.seq) guard(loadConversation);
+    const replayed = state.replaySince !== null;
+    state.resuming = false;
+    state.replaySince = null;
+    if (!ev.data?.recovered || (!state.seq && !replayed)) guard(loadConversation);
     return;
   }
+  if (state.resuming) return; // the subscription that replays a running turn brings it again
   if (state.loading) { state.pending.push(ev); return; }
   applyEvent(ev);
 }

@@ -11,6 +11,9 @@ export const state = {
   loading: false, // until the picture is drawn (true, then the REST load under way): events wait in pending
   pending: [],
   turn: null, // id of its running turn
+  resumed: null, // the running turn whose events were replayed when it was opened
+  resuming: false, // until the server answers that replay's subscription
+  replaySince: null, // the since of that subscription, until it is answered
   ws: null,
   retry: 0,
   agent: null, // the agent being edited (a copy)
