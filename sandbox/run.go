@@ -512,6 +512,9 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 		res.Stderr += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
 	}
 	res.Stderr = notesPrefix(notes) + res.Stderr
+	if len(r.Outside) > 0 {
+		res.Stderr += "[sandbox] not kept: " + strings.Join(r.Outside, ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
+	}
 	var skipped, unsaved []string
 	for _, c := range r.Changed {
 		b := f.bytes(c.Data)

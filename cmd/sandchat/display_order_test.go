@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sandchat/sandchat/sandbox/sandboxtest"
@@ -76,5 +77,46 @@ func TestDisplayOrder(t *testing.T) {
 			t.Fatalf("%d runs", len(list))
 		}
 		check(t, list[1])
+	})
+}
+
+// TestRunFiles: a file written to /tmp is named as not kept, in the run's stderr; a PNG
+// the code saved and displayed is one file, which the displayed item shows.
+func TestRunFiles(t *testing.T) {
+	t.Parallel()
+	_, alice, conv := newEnv(t).coder()
+	if r := alice.run(conv, sandboxtest.RichDisplay); r.Status != "success" {
+		t.Fatalf("setup: %+v", r)
+	}
+	t.Run("outside the working directory", func(t *testing.T) {
+		r := alice.run(conv, `open("/tmp/scratch.csv", "w").write("a,b\n")
+open("kept.csv", "w").write("a,b\n")`)
+		if r.Status != "success" || len(r.Artifacts) != 1 || r.Artifacts[0].Name != "kept.csv" {
+			t.Fatalf("run: %+v", r)
+		}
+		if !strings.Contains(r.Stderr, "[sandbox] not kept: /tmp/scratch.csv (only files in the working directory /home/pyodide are kept") {
+			t.Errorf("stderr does not name the file that was not kept: %q", r.Stderr)
+		}
+		if r := alice.run(conv, `print(1)`); strings.Contains(r.Stderr, "not kept") {
+			t.Errorf("a run that wrote nothing to /tmp: %q", r.Stderr)
+		}
+	})
+	t.Run("saved and displayed", func(t *testing.T) {
+		var r struct {
+			runJSON
+			Displays []displayJSON
+		}
+		alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), map[string]any{"code": `from IPython.display import Image
+open("chart.png", "wb").write(make_png(30, 20))
+display(Image(filename="chart.png"))`}, &r)
+		if r.Status != "success" || len(r.Displays) != 1 || r.Displays[0].Image == nil {
+			t.Fatalf("run: %+v", r)
+		}
+		if len(r.Artifacts) != 1 || r.Artifacts[0].Name != "chart.png" || r.Displays[0].Image.FileID != r.Artifacts[0].ID {
+			t.Errorf("artifacts %+v, displayed image %+v: want chart.png once, shown by the item", r.Artifacts, r.Displays[0].Image)
+		}
+		if files := alice.files(conv); len(files) != 2 { // kept.csv and chart.png
+			t.Errorf("conversation files: %+v", files)
+		}
 	})
 }
