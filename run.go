@@ -49,7 +49,20 @@ type Display struct {
 	SVG      string          `json:"svg,omitempty"`
 	LaTeX    string          `json:"latex,omitempty"`
 	JSON     json.RawMessage `json:"json,omitempty"`
-	Image    *DisplayImage   `json:"image,omitempty"`
+	// Plotly is a Plotly figure (application/vnd.plotly.v1+json), drawn by the client's
+	// own copy of Plotly.
+	Plotly json.RawMessage `json:"plotly,omitempty"`
+	Image  *DisplayImage   `json:"image,omitempty"`
+	// At is where in the run's output the item was shown. Items of runs recorded before
+	// it was kept have none, and show after the output.
+	At *OutputAt `json:"at,omitempty"`
+}
+
+// OutputAt places a display item in its run's output: the bytes of Stdout and of
+// Stderr written before it, so a client draws text and items in the order they came.
+type OutputAt struct {
+	Stdout int `json:"stdout"`
+	Stderr int `json:"stderr"`
 }
 
 // DisplayImage is a raster image of a display item. The server stores it as a file;

@@ -60,13 +60,21 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 			return sandchat.Display{}, err
 		}
 	}
-	if js, err := text("application/json"); err != nil {
-		return sandchat.Display{}, err
-	} else if js != "" {
-		if !json.Valid([]byte(js)) || len(js) > displayTextMax {
-			return sandchat.Display{}, fmt.Errorf("display part application/json is not JSON")
+	for _, p := range []struct {
+		mime string
+		dst  *json.RawMessage
+	}{{"application/json", &d.JSON}, {"application/vnd.plotly.v1+json", &d.Plotly}} {
+		js, err := text(p.mime)
+		if err != nil {
+			return sandchat.Display{}, err
 		}
-		d.JSON = json.RawMessage(js)
+		if js == "" {
+			continue
+		}
+		if !json.Valid([]byte(js)) || len(js) > displayTextMax {
+			return sandchat.Display{}, fmt.Errorf("display part %s is not JSON", p.mime)
+		}
+		*p.dst = json.RawMessage(js)
 	}
 	for _, mime := range []string{"image/png", "image/jpeg"} {
 		enc, err := text(mime)
@@ -119,7 +127,7 @@ func truncUTF8(s string, n int) string {
 
 // displaySize is what a display item weighs against MaxDisplayBytes.
 func displaySize(d sandchat.Display) int64 {
-	n := int64(len(d.Text) + len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON))
+	n := int64(len(d.Text) + len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON) + len(d.Plotly))
 	if d.Image != nil {
 		n += d.Image.Size
 	}
@@ -139,6 +147,20 @@ type displays struct {
 	bytes   int64
 	dropped int
 	images  int
+	// at is the run's output so far: the process sends what was printed before an item
+	// ahead of the item, on the same pipe.
+	at sandchat.OutputAt
+}
+
+// wrote counts output the process sent, to place the items that follow it.
+func (c *displays) wrote(stream string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if stream == "stderr" {
+		c.at.Stderr += n
+	} else {
+		c.at.Stdout += n
+	}
 }
 
 func (c *displays) add(kind, item string) error {
@@ -156,6 +178,8 @@ func (c *displays) add(kind, item string) error {
 	if d.Image != nil {
 		c.images++
 	}
+	at := c.at
+	d.At = &at
 	c.bytes += displaySize(d)
 	c.items = append(c.items, d)
 	on := c.on
@@ -166,10 +190,16 @@ func (c *displays) add(kind, item string) error {
 	return nil
 }
 
-// done returns the items and stderr with a note of what did not fit.
-func (c *displays) done(stderr string, droppedInProcess int) ([]sandchat.Display, string) {
+// done returns the items and stderr with a note of what did not fit; stderrBefore is
+// what the engine put ahead of the process's own stderr.
+func (c *displays) done(stderr string, stderrBefore, droppedInProcess int) ([]sandchat.Display, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for i, d := range c.items {
+		at := *d.At
+		at.Stderr += stderrBefore
+		c.items[i].At = &at
+	}
 	if n := c.dropped + droppedInProcess; n > 0 {
 		stderr += fmt.Sprintf("[sandbox] %d display items not shown: over the limit of %d items or %d bytes per run\n", n, c.max, c.maxBytes)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/sandchat/sandchat"
 )
@@ -268,6 +269,7 @@ type runReply struct {
 	Changed         []changedFile      `json:"changed"`
 	Omitted         int                `json:"omitted"` // changed files past maxChangedFiles, not listed
 	Deleted         []string           `json:"deleted"`
+	Outside         []string           `json:"outside"` // files the run wrote under /tmp, which are not kept
 	Packages        []string           `json:"packages"`
 	DisplaysDropped int                `json:"displaysDropped"`
 }
@@ -281,6 +283,9 @@ func (r *runReply) check(cfg Config, f frame) error {
 	}
 	if len(r.Stdout) > 4*cfg.MaxOutput+4096 || len(r.Stderr) > 4*cfg.MaxOutput+4096 {
 		return fmt.Errorf("output over limit")
+	}
+	if len(r.Outside) > 20 || slices.ContainsFunc(r.Outside, func(p string) bool { return len(p) > 4096 }) {
+		return fmt.Errorf("%d files outside", len(r.Outside))
 	}
 	if r.DisplaysDropped < 0 {
 		return fmt.Errorf("displays dropped %d", r.DisplaysDropped)

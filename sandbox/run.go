@@ -371,11 +371,14 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	defer p.setPip(nil)
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	if req.OnOutput != nil {
-		p.setOutput(req.OnOutput)
-		defer p.setOutput(nil)
-	}
 	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
+	p.setOutput(func(stream, chunk string) {
+		disp.wrote(stream, len(chunk))
+		if req.OnOutput != nil {
+			req.OnOutput(stream, chunk)
+		}
+	})
+	defer p.setOutput(nil)
 	p.setDisplay(disp.add)
 	defer p.setDisplay(nil)
 	session := func() SessionInfo {
@@ -475,7 +478,7 @@ wait:
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.result(&r, rep.f, lv, notes)
-	res.Displays, res.Stderr = disp.done(res.Stderr, r.DisplaysDropped)
+	res.Displays, res.Stderr = disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.ExecutionMS = ms
 	if interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {
@@ -497,6 +500,15 @@ wait:
 	return res, e.persist(ctx, key, token, lv, a, req, &r, &res, ctxErr)
 }
 
+// notesPrefix is what the engine says ahead of a run's stderr (how its session came
+// back, packages it could not fetch).
+func notesPrefix(notes []string) string {
+	if len(notes) == 0 {
+		return ""
+	}
+	return strings.Join(notes, "\n") + "\n"
+}
+
 // result turns a run reply into a Result: output with truncation markers, artifacts
 // within their limits, and what happened to changed files the session keeps.
 func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
@@ -507,8 +519,9 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 	if r.StderrTruncated {
 		res.Stderr += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
 	}
-	if len(notes) > 0 {
-		res.Stderr = strings.Join(notes, "\n") + "\n" + res.Stderr
+	res.Stderr = notesPrefix(notes) + res.Stderr
+	if len(r.Outside) > 0 {
+		res.Stderr += "[sandbox] not kept: " + strings.Join(r.Outside, ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
 	}
 	var skipped, unsaved []string
 	for _, c := range r.Changed {

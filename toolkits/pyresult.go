@@ -87,6 +87,8 @@ func describeDisplay(d sandchat.Display) string {
 	switch {
 	case d.Image != nil:
 		return fmt.Sprintf("image %s (%s, %d×%d)", what, d.Image.Name, d.Image.Width, d.Image.Height)
+	case len(d.Plotly) > 0:
+		return fmt.Sprintf("interactive Plotly chart %s; its text form: %s", what, preview(d.Text))
 	case d.HTML != "":
 		return fmt.Sprintf("HTML %s; its text form: %s", what, preview(d.Text))
 	case d.Markdown != "":
@@ -117,11 +119,21 @@ func displayData(index int, d sandchat.Display) map[string]any {
 		}
 		data[k] = v
 	}
-	if len(d.JSON) > 0 && len(d.JSON) <= partMax {
-		data["json"] = d.JSON
+	for k, v := range map[string]json.RawMessage{"json": d.JSON, "plotly": d.Plotly} {
+		if len(v) == 0 {
+			continue
+		}
+		if len(v) > partMax {
+			data["truncated"] = true
+			continue
+		}
+		data[k] = v
 	}
 	if d.Image != nil {
 		data["image"] = d.Image
+	}
+	if d.At != nil {
+		data["at"] = d.At
 	}
 	return data
 }
@@ -134,9 +146,9 @@ func eventDisplays(ds []sandchat.Display) []map[string]any {
 	used := 0
 	for i, d := range ds {
 		item := displayData(i, d)
-		n := len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON)
+		n := len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON) + len(d.Plotly)
 		if used+n > budget {
-			for _, k := range []string{"html", "markdown", "svg", "latex", "json"} {
+			for _, k := range []string{"html", "markdown", "svg", "latex", "json", "plotly"} {
 				if _, ok := item[k]; ok {
 					delete(item, k)
 					item["truncated"] = true

@@ -1,6 +1,7 @@
 package toolkits
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -365,6 +366,11 @@ func withDisplayImages(res sandbox.Result) sandbox.Result {
 		if size, ok := names[img.Name]; ok && size == img.Size {
 			continue
 		}
+		// An image the code also saved (savefig, then display) is that file, shown once.
+		if i := slices.IndexFunc(res.Artifacts, func(a sandchat.Artifact) bool { return bytes.Equal(a.Data, img.Data) }); i >= 0 {
+			img.Name = res.Artifacts[i].Name
+			continue
+		}
 		base, ext := strings.TrimSuffix(img.Name, path.Ext(img.Name)), path.Ext(img.Name)
 		for i := 2; ; i++ {
 			if _, taken := names[img.Name]; !taken {
@@ -588,7 +594,7 @@ func pipText(on bool) string {
 func PythonToolSpec(limits sandbox.StatusLimits, packages string) (name, description string, parameters json.RawMessage) {
 	description = fmt.Sprintf(`Run Python 3 code (Pyodide, CPython in WebAssembly) in this conversation's persistent session.
 State persists between calls and turns: variables, imports, functions, classes and files in the working directory (/home/pyodide) stay until the session is reset or expires; if a result says the session expired or started fresh, re-run your setup.
-The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data, in their folders (/data/reports/q1.csv); /data is on sys.path, so an uploaded mymodule.py is imported with import mymodule. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
+The value of a trailing expression is returned as its repr, with stdout and stderr. Files the user uploaded are read-only under /data, in their folders (/data/reports/q1.csv); /data is on sys.path, so an uploaded mymodule.py is imported with import mymodule. Only the working directory is kept: files written elsewhere (/tmp, other folders) vanish and are not shown to the user, so write files there with relative paths. Files you create or change in the working directory come back to the user as artifacts (images, CSV, ...); with matplotlib, plt.show() saves each open figure as a PNG.
 Packages: the standard library%s. An import of one of these loads it automatically; anything else raises ModuleNotFoundError.%s
 Limits per call: %d s timeout (then KeyboardInterrupt; state is kept), %d MiB of memory (MemoryError), %d KiB of stdout/stderr (truncated), %d KiB of code.`,
 		packages, pipText(limits.Pip), limits.TimeoutMS/1000, limits.MemoryBytes>>20, limits.MaxOutput>>10, limits.MaxCode>>10)

@@ -693,13 +693,14 @@ func TestBrowserChat(t *testing.T) {
 	})
 }
 
-// hostileDisplays shows an object whose HTML tries to run script (a <script>, an
+// hostileDisplays shows an object whose Markdown (HTML in it) tries to run script (a <script>, an
 // onerror handler, a javascript: link) and to shadow the page's #input, then a 40×24
 // PNG built without packages; the sleep keeps the cell running while the items show.
 var hostileDisplays = sandboxtest.RichDisplay + `
 import time
 class Hostile:
-    def _repr_html_(self):
+    # Markdown is drawn in the page, through the sanitizer (HTML with scripts gets a frame).
+    def _repr_markdown_(self):
         return ('<p id="input">Report: <b>bold</b></p>'
                 '<script>window.pwned = "script"; document.title = "pwned"</script>'
                 '<img src="x" onerror="window.pwned = \'onerror\'; document.title = \'pwned\'">'
@@ -734,7 +735,7 @@ type displaysReport struct {
 
 const displaysReportJS = `(() => {
   const cell = [...document.querySelectorAll("#messages .cell")].find((c) => c.textContent.includes("class Hostile"));
-  const box = cell.querySelector(".cell-displays");
+  const box = cell.querySelector(".cell-stream");
   const png = box.querySelector("img.display-image");
   return {
     images: cell.querySelectorAll("img.display-image, .thumbs img").length,
@@ -773,8 +774,8 @@ func (r displaysReport) check(t *testing.T) {
 // the image loaded.
 const hostileCellDone = `(() => {
   const c = [...document.querySelectorAll("#messages .cell")].find((c) => c.textContent.includes("class Hostile"));
-  return !!c?.dataset.done && c.querySelector(".cell-out").textContent.includes("after") &&
-    c.querySelector(".cell-displays img.display-image")?.naturalWidth === 40;
+  return !!c?.dataset.done && c.querySelector(".cell-stream").textContent.includes("after") &&
+    c.querySelector(".cell-stream img.display-image")?.naturalWidth === 40;
 })()`
 
 // TestBrowserDisplays: what Python displays shows in the page, sanitized, live and from
@@ -810,7 +811,7 @@ func TestBrowserDisplays(t *testing.T) {
 		signIn(t, alice)
 		tb.run(t, "run the cell; its items show while it runs",
 			say("Show them:\n"+py(hostileDisplays)),
-			until(lastCell+`?.querySelector(".cell-displays .display-html b") && `+lastCell+`.querySelector(".display-pending") && !`+lastCell+`.dataset.done`),
+			until(lastCell+`?.querySelector(".cell-stream .display-html b") && `+lastCell+`.querySelector(".display-pending") && !`+lastCell+`.dataset.done`),
 		)
 		tb.shot(t, "01-displays-running")
 		var r displaysReport

@@ -131,10 +131,13 @@ func displaysJSON(items []sandchat.Display, fileIDs map[string]int64) ([]byte, e
 	budget := MaxStoredDisplayBytes
 	for _, d := range items {
 		sd := storedDisplay{Display: sandchat.Display{Kind: d.Kind, Text: clean(d.Text), HTML: clean(d.HTML),
-			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX)}}
+			Markdown: clean(d.Markdown), SVG: clean(d.SVG), LaTeX: clean(d.LaTeX), At: d.At}}
+		// jsonb refuses the NUL character.
 		if len(d.JSON) > 0 {
-			// jsonb refuses the NUL character.
 			sd.JSON = json.RawMessage(bytes.ReplaceAll(d.JSON, []byte(`\u0000`), []byte(`\ufffd`)))
+		}
+		if len(d.Plotly) > 0 {
+			sd.Plotly = json.RawMessage(bytes.ReplaceAll(d.Plotly, []byte(`\u0000`), []byte(`\ufffd`)))
 		}
 		if d.Image != nil {
 			img := *d.Image
@@ -147,7 +150,7 @@ func displaysJSON(items []sandchat.Display, fileIDs map[string]int64) ([]byte, e
 		}
 		if len(b) > budget {
 			const keep = 1 << 10
-			sd.Display = sandchat.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image}
+			sd.Display = sandchat.Display{Kind: sd.Kind, Text: sandchat.TruncateUTF8(sd.Text, keep, "…"), Image: sd.Image, At: sd.At}
 			sd.Truncated = true
 			if b, err = marshalRaw(sd); err != nil {
 				return nil, err

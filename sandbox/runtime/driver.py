@@ -144,6 +144,10 @@ def _install():
                 data["image/png"] = png
         if "text/plain" not in data:
             data["text/plain"] = repr(obj)
+        return parts(data), meta
+
+    def parts(data):
+        # Every part as the engine takes it: a string (images in base64, JSON encoded).
         out = {}
         for mime, v in data.items():
             if mime in ("image/png", "image/jpeg"):
@@ -156,7 +160,7 @@ def _install():
             elif not isinstance(v, str):
                 v = v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
             out[mime] = v
-        return out, meta
+        return out
 
     def emit(kind, data, meta):
         # The control code checks and bounds what arrives; the engine checks it again.
@@ -166,7 +170,7 @@ def _install():
     def display(*objs, raw=False, metadata=None, **kwargs):
         for obj in objs:
             if raw and isinstance(obj, dict):
-                data, meta = dict(obj), dict(metadata or {})
+                data, meta = parts(obj), dict(metadata or {})
             else:
                 data, meta = bundle(obj)
                 if metadata:

@@ -610,6 +610,8 @@ async function run(m: any) {
   await syncData(m.data ?? [], m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : {});
   const before = files;
   const startMs = Date.now();
+  const tmpBefore = new Map<string, string>();
+  try { walk("/tmp", tmpBefore); } catch { /* no /tmp */ }
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
   const so = makeSink("stdout", out), se = makeSink("stderr", err);
   sinks.stdout = so.write;
@@ -694,11 +696,15 @@ async function run(m: any) {
     changed.push({ path: p.slice(WORKDIR.length + 1), size, data: size <= m.maxFileBytes ? py.FS.readFile(p) : null });
   }
   const deleted = [...before.keys()].filter((p) => !after.has(p)).map((p) => p.slice(WORKDIR.length + 1));
+  // Files written to /tmp live in this process only: the engine names them as not kept.
+  const scratch = new Map<string, string>();
+  try { walk("/tmp", scratch); } catch { /* no /tmp */ }
+  const outside = [...scratch].filter(([p, sig]) => tmpBefore.get(p) !== sig).map(([p]) => p).slice(0, 20);
   const packages = Object.keys(py.loadedPackages ?? {});
   const reply: any = {
     op: "done", run: runId, status, result, error,
     stdout: out.text, stderr: err.text, stdoutTruncated: out.truncated, stderrTruncated: err.truncated,
-    changed, omitted, deleted, packages, timings, displaysDropped: displays.dropped,
+    changed, omitted, deleted, outside, packages, timings, displaysDropped: displays.dropped,
   };
   compiledLoaded = compiled;
   post(reply);

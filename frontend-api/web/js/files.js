@@ -36,13 +36,16 @@ export function thumbnail(f) {
   const img = el("img", { alt: f.name });
   const button = el("button", { type: "button", className: "thumb", title: `${f.name} — open full size`, attrs: { "aria-label": `Open ${f.name} full size` } }, img);
   fileURL(f.id).then((u) => { img.src = u; }, () => { img.alt = `${f.name} (unavailable)`; });
-  button.onclick = () => guard(async () => {
-    $("viewer-img").src = await fileURL(f.id);
-    $("viewer-img").alt = f.name;
-    $("viewer-name").textContent = f.name;
-    $("viewer").showModal();
-  });
+  button.onclick = () => guard(() => openViewer(f));
   return el("figure", {}, button, el("figcaption", {}, downloadChip(f)));
+}
+
+// openViewer shows an image file of the conversation full size.
+export async function openViewer(f) {
+  $("viewer-img").src = await fileURL(f.id);
+  $("viewer-img").alt = f.name;
+  $("viewer-name").textContent = f.name;
+  $("viewer").showModal();
 }
 
 export function downloadChip(f) {
@@ -121,7 +124,7 @@ async function deleteFile(f) {
   if (!$("files-panel").hidden) ($("files-list").querySelector("button") || $("files-close")).focus();
 }
 
-async function download(f) {
+export async function download(f) {
   const a = el("a", { href: await fileURL(f.id), download: f.name.split("/").pop() });
   document.body.append(a);
   a.click();

@@ -1,28 +1,28 @@
-// A finished cell's printed output. Up to 16 KiB of it is drawn (what an event carries);
-// past that the cell says so and offers "Show all", which fetches the stored run, whose
-// output is whole, and draws it.
+// A finished cell's printed output. Up to 16 KiB of each stream is drawn (what an event
+// carries); past that the cell says so and offers "Show all", which fetches the stored
+// run, whose output is whole, and draws it in place, display items in their order.
 import { state } from "/js/state.js";
 import { el } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
 
 const SHOWN = 16 << 10;
+const ELLIPSIS = new TextEncoder().encode("\n…");
 
-function spans(cell, stdout, stderr) {
-  cell.outEl.replaceChildren();
-  if (stdout) cell.outEl.append(el("span", { className: "stdout", textContent: stdout }));
-  if (stderr) cell.outEl.append(el("span", { className: "stderr", textContent: stderr }));
-  cell.outEl.hidden = !cell.outEl.childNodes.length;
+// clipOutput is the part of one stream's bytes the cell draws.
+export function clipOutput(cell, bytes) {
+  if (cell.showAll || bytes.length <= SHOWN) return bytes;
+  const out = new Uint8Array(SHOWN + ELLIPSIS.length);
+  out.set(bytes.subarray(0, SHOWN));
+  out.set(ELLIPSIS, SHOWN);
+  return out;
 }
 
-function clip(s) { return s.length > SHOWN ? s.slice(0, SHOWN) + "\n…" : s; }
-
-// drawOutput replaces what streamed with the run's final output: complete and in order.
-export function drawOutput(cell, r) {
-  const stdout = r.stdout || "", stderr = r.stderr || "";
-  const long = !!r.truncated || stdout.length > SHOWN || stderr.length > SHOWN;
-  spans(cell, clip(stdout), clip(stderr));
+// offerShowAll puts "Show all" under a cell whose run printed more than it shows;
+// draw lays the fetched run out.
+export function offerShowAll(cell, r, draw) {
   cell.querySelector(":scope > .cell-more")?.remove();
-  if (!long || !r.execution_id) return;
+  const long = !!r.truncated || (r.stdout || "").length > SHOWN || (r.stderr || "").length > SHOWN;
+  if (cell.showAll || !long || !r.execution_id) return;
   const show = el("button", { type: "button", textContent: "Show all" });
   const more = el("p", { className: "cell-more" }, el("span", { className: "hint", textContent: "Only the first 16 KiB of each output is shown. " }), show);
   show.onclick = () => guard(async () => {
@@ -31,10 +31,11 @@ export function drawOutput(cell, r) {
     try {
       const run = await api("GET", `/conversations/${conv.id}/sandbox/executions/${r.execution_id}`);
       if (state.conv !== conv || !cell.isConnected) return;
-      spans(cell, run.stdout || "", run.stderr || "");
+      cell.showAll = true;
+      draw(run);
       more.remove();
       cell.querySelector(".out-wrap .copy")?.focus(); // where the focus was is gone
     } finally { show.disabled = false; }
   });
-  cell.outEl.closest(".out-wrap").after(more);
+  cell.querySelector(":scope > .out-wrap").after(more);
 }

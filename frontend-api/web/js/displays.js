@@ -1,0 +1,103 @@
+// Display items of a run: what each shows, and the frames that hold interactive ones.
+import { marked } from "/vendor/marked-15.0.12.esm.js";
+import { $, el, sanitize } from "/js/dom.js";
+import { guard } from "/js/api.js";
+import { fileURL, openViewer, download } from "/js/files.js";
+
+// HTML that only shows as meant with its scripts or styles (charts, styled tables) is
+// drawn in a frame of its own; other HTML is sanitized and drawn in the page.
+const NEEDS_FRAME = /<(script|style|link|iframe|object|embed|canvas)\b|\s(style|on[a-z]+)\s*=/i;
+
+// A frame is as tall as its content says, within bounds: what runs there may say
+// anything.
+const FRAME_MIN = 24, FRAME_MAX = 1200;
+addEventListener("message", (e) => {
+  if (!e.data || e.data.type !== "sandchat.height") return;
+  const frame = [...document.querySelectorAll("iframe.display-frame")].find((f) => f.contentWindow === e.source);
+  const h = Number(e.data.height);
+  if (frame && Number.isFinite(h)) frame.style.height = `${Math.min(FRAME_MAX, Math.max(FRAME_MIN, Math.ceil(h)))}px`;
+});
+
+// displayFrame holds an item's HTML or Plotly figure in a sandboxed frame: scripts run
+// there under an opaque origin (no page, no token, no cookies) and, by the frame
+// document's policy, without network. The item is handed over once the frame loaded.
+function displayFrame(d, label) {
+  const frame = el("iframe", {
+    className: "display-frame", src: "/frame.html", title: label,
+    attrs: { sandbox: "allow-scripts", referrerpolicy: "no-referrer", loading: "lazy" },
+  });
+  const item = d.plotly ? { plotly: typeof d.plotly === "string" ? JSON.parse(d.plotly) : d.plotly } : { html: d.html };
+  frame.addEventListener("load", () => frame.contentWindow?.postMessage({ type: "sandchat.display", ...item }, "*"), { once: true });
+  return frame;
+}
+
+function sanitizedBox(className, html) {
+  const box = el("div", { className: "display-html " + className });
+  box.innerHTML = sanitize(html);
+  return box;
+}
+
+function imageActions(name, open, save) {
+  return el("div", { className: "display-actions" },
+    el("button", { type: "button", className: "link", textContent: "Open", attrs: { "aria-label": `Open ${name}` }, onclick: () => guard(open) }),
+    el("button", { type: "button", className: "link", textContent: "Download", attrs: { "aria-label": `Download ${name}` }, onclick: () => guard(save) }));
+}
+
+// What an item shows: the richest part the page can render safely, as Jupyter does.
+function displayBody(d, cell, index) {
+  if (d.plotly) return displayFrame(d, `Display ${index + 1}: interactive chart`);
+  if (d.html) return NEEDS_FRAME.test(d.html) ? displayFrame(d, `Display ${index + 1}: interactive HTML`) : sanitizedBox("html", d.html);
+  if (d.markdown) return sanitizedBox("md", marked.parse(d.markdown));
+  if (d.svg) {
+    // An SVG is shown as an image: in an <img> it runs no script and loads nothing.
+    const url = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
+    cell.displayURLs.push(url);
+    const name = `display-${index + 1}.svg`;
+    const openSVG = () => showImage(url, name);
+    const saveSVG = () => { const a = el("a", { href: url, download: name }); document.body.append(a); a.click(); a.remove(); };
+    return el("div", { className: "display-figure" },
+      el("img", { className: "display-svg", src: url, alt: d.text && d.text !== "<display>" ? d.text : "SVG image" }),
+      imageActions(name, openSVG, saveSVG));
+  }
+  if (d.image) return displayImage(d.image);
+  if (d.latex) return el("pre", { className: "display-text latex", textContent: d.latex });
+  if (d.json !== undefined && d.json !== null) {
+    let text;
+    try { text = JSON.stringify(typeof d.json === "string" ? JSON.parse(d.json) : d.json, null, 2); } catch { text = String(d.json); }
+    return el("pre", { className: "display-text json", textContent: text });
+  }
+  return el("pre", { className: "display-text", textContent: d.text || "" });
+}
+
+function showImage(src, name) {
+  $("viewer-img").src = src;
+  $("viewer-img").alt = name;
+  $("viewer-name").textContent = name;
+  $("viewer").showModal();
+}
+
+// An image is a file of the conversation once its run is stored: it is fetched with the
+// token (an <img src> cannot send it), and can be opened full size or downloaded. While
+// the run streams it has no file yet, and a box of its size holds its place.
+function displayImage(img) {
+  const w = img.width || undefined, h = img.height || undefined;
+  if (!img.file_id) {
+    const box = el("div", { className: "display-pending", attrs: { role: "img", "aria-label": `${img.name}, ${w}×${h}, loading` }, textContent: `${img.name} · ${w}×${h}` });
+    if (w && h && w >= 160) { box.style.aspectRatio = `${w} / ${h}`; box.style.width = `min(${w}px, 100%)`; }
+    return box;
+  }
+  const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
+  fileURL(img.file_id).then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
+  const f = { id: img.file_id, name: img.name, size: img.size };
+  return el("div", { className: "display-figure" }, i, imageActions(img.name, () => openViewer(f), () => download(f)));
+}
+
+function label(d) {
+  return d.plotly ? "interactive chart" : d.html ? "HTML" : d.markdown ? "Markdown" : d.svg ? "SVG image" : d.image ? "image" : d.latex ? "LaTeX" : d.json !== undefined && d.json !== null ? "JSON" : "text";
+}
+
+export function displayEl(d, cell, index) {
+  return el("div", { className: "display", dataset: { index: String(index) }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label(d)}` } },
+    displayBody(d, cell, index),
+    d.truncated ? el("p", { className: "hint", textContent: "Too large to show here in full." }) : null);
+}
