@@ -5,10 +5,11 @@ import (
 	"testing"
 )
 
-// TestDynamicImport: a package of the Pyodide distribution loads by itself when the
-// code imports it through importlib.import_module or __import__ (which the engine
+// TestDynamicImport: a package of the Pyodide distribution loads by itself when a cell
+// that awaits imports it through importlib.import_module or __import__ (which the engine
 // cannot see before the run), served by the engine within the run's package bounds,
-// with installing turned off too, and the session restores with it.
+// with installing turned off too, and the session restores with it. Plain code cannot
+// wait for the download: it is told what loads the package.
 func TestDynamicImport(t *testing.T) {
 	shared, _, _ := setup(t)
 	cdn := newCDN(t, shared.cfg.PyodideDir)
@@ -22,7 +23,11 @@ func TestDynamicImport(t *testing.T) {
 	}
 	e, _ := newEngine(t, withCDN(nil))
 	want := "'hi from the cdn, hi from the cdn'"
-	r := mustSucceed(t, e, "dyn", "import importlib\nname = 'sandchat' + '_cdn'\nimportlib.import_module(name).hello()")
+	r := run(t, e, "dyn", "import importlib\nname = 'sandchat' + '_cdn'\nimportlib.import_module(name).hello()")
+	if r.Status != StatusError || r.Error.Type != "ModuleNotFoundError" || !strings.Contains(r.Error.Message, "import sandchat_cdn") {
+		t.Fatalf("import_module in plain code: %s %+v", r.Status, r.Error)
+	}
+	r = mustSucceed(t, e, "dyn", "import asyncio, importlib\nawait asyncio.sleep(0)\nname = 'sandchat' + '_cdn'\nimportlib.import_module(name).hello()")
 	if resultOf(r) != want {
 		t.Fatalf("import_module: %s (stderr %q)", resultOf(r), r.Stderr)
 	}
@@ -47,7 +52,7 @@ func TestDynamicImport(t *testing.T) {
 	})
 	t.Run("the run's package bounds hold", func(t *testing.T) {
 		e, _ := newEngine(t, withCDN(func(c *Config) { c.PackageRunMaxFetches = 1 }))
-		r := run(t, e, "bound", "import importlib\nimportlib.import_module('sandchat' + '_cdn')")
+		r := run(t, e, "bound", "import asyncio, importlib\nawait asyncio.sleep(0)\nimportlib.import_module('sandchat' + '_cdn')")
 		if r.Status != StatusError || r.Error.Type != "ModuleNotFoundError" || !strings.Contains(r.Error.Message, "PackageRunMaxFetches") {
 			t.Fatalf("status %s error %+v", r.Status, r.Error)
 		}

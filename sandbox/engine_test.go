@@ -272,6 +272,14 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("err %v status %s error %+v", err, r.Status, r.Error)
 		}
 	})
+	t.Run("an interrupted run keeps what it printed", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(1200*time.Millisecond, cancel)
+		r, err := e.Execute(ctx, key("printed"), Request{Code: "import time\nwhile True:\n    print('spinning', flush=True)\n    time.sleep(0.2)"})
+		if !errors.Is(err, context.Canceled) || !strings.Contains(r.Stdout, "spinning\nspinning\n") {
+			t.Fatalf("err %v status %s stdout %q", err, r.Status, r.Stdout)
+		}
+	})
 	t.Run("live output arrives in chunks", func(t *testing.T) {
 		var mu sync.Mutex
 		var got strings.Builder

@@ -330,9 +330,18 @@ def _install():
         inflight = set()
 
         def find_spec(self, name, path, target=None):
-            if path is not None or name in self.inflight or not can_run_sync():
+            if path is not None or name in self.inflight:
                 return None
             import js
+            if not can_run_sync():
+                # Plain code cannot wait for a download: say what loads it.
+                pkg = str(js.sandchatImportable(name))
+                if pkg:
+                    raise ModuleNotFoundError(
+                        f"No module named {name!r} yet: it is in the package {pkg!r}, which loads when "
+                        f"the code imports it with a statement (import {name}) or in a cell that awaits "
+                        f"(for example after `await asyncio.sleep(0)`)", name=name)
+                return None
             self.inflight.add(name)
             try:
                 answer = str(run_sync(js.sandchatImport(name)))

@@ -94,6 +94,11 @@ async function installWheels(lock: string[], wheels: PipWheel[]) {
 // did not see in the code): when a package of the Pyodide distribution provides the
 // module, the driver's finder asks the engine for it here, as micropip.install would,
 // within the run's package bounds. "" when no package provides it.
+// The distribution's package that provides a module not yet loaded; "" when none does.
+(globalThis as any).sandchatImportable = (name: unknown): string => {
+  const pkg = py?._api?._import_name_to_package_name?.get?.(String(name));
+  return typeof pkg === "string" && !installedNames().has(normName(pkg)) ? pkg : "";
+};
 (globalThis as any).sandchatImport = async (name: unknown): Promise<string> => {
   const pkg = py?._api?._import_name_to_package_name?.get?.(String(name));
   if (typeof pkg !== "string" || installedNames().has(normName(pkg))) return "";
@@ -741,9 +746,10 @@ async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; de
 async function callDriver(code: string, filename: string, limit: number): Promise<any[]> {
   const mod = py.pyimport("_sandchat");
   const fn = mod.run;
-  // Called so that it may suspend (JSPI): an import the finder resolves through the
-  // engine waits for the answer inside otherwise synchronous code.
-  let r = typeof fn.callPromising === "function" ? await fn.callPromising(code, filename, limit) : fn(code, filename, limit);
+  // A plain call: under callPromising (JSPI) an interrupted run lost what it printed,
+  // so an import the finder must fetch through the engine waits only in cells that
+  // await (run_async), and a synchronous cell is told to use the import statement.
+  let r = fn(code, filename, limit);
   fn.destroy();
   if (r === undefined || r === null) {
     const afn = mod.run_async;

@@ -89,7 +89,9 @@ function layOut(cell, out, items) {
 export function finishCell(callID, r) {
   const cell = cellEl(callID);
   if (cell && Array.isArray(r.displays)) {
-    cell.output = { stdout: r.stdout, stderr: r.stderr };
+    // A later record of a finished run (the tool message of a turn) may carry its items
+    // without its output: what the cell shows of it stays.
+    if (!cell.dataset.done || r.stdout || r.stderr || !cell.output) cell.output = { stdout: r.stdout || "", stderr: r.stderr || "" };
     layOut(cell, cell.output, r.displays);
     // An event leaves out items too large for it; the stored run has them.
     if (r.execution_id && r.displays.some((d) => d.truncated)) guard(() => fullDisplays(cell, r.execution_id));
