@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
 // onControl calls fn, a JS function of `this`, on the one control of role and name within
@@ -173,4 +180,57 @@ func TestBrowserConversationFiles(t *testing.T) {
 		gone(t, "other.txt")
 		tb.run(t, "it stays gone", chromedp.EmulateViewport(1366, 850), until(`document.querySelector("#attachments").childElementCount === 0`))
 	})
+}
+
+// TestBrowserDisplayedImageActions: a displayed image offers Open, which shows it full
+// size in the viewer, and Download, a link that saves the image's own bytes.
+func TestBrowserDisplayedImageActions(t *testing.T) {
+	tb, alice, conv, _ := browserConversation(t)
+	if r := alice.run(conv, sandboxtest.RichDisplay); r.Status != "success" {
+		t.Fatalf("setup: %+v", r)
+	}
+	cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.textContent.includes("display(Picture())"))`
+	var name string
+	var id string
+	tb.run(t, "show an image",
+		say(py(`display(Picture())`)),
+		until(cell+`?.dataset.done && `+cell+`.querySelector("img.display-image")?.naturalWidth === 12`),
+		until(cell+`.querySelector(".display-actions a[href]")`),
+		chromedp.Evaluate(cell+`.querySelector("img.display-image").alt`, &name),
+		chromedp.Evaluate(cell+`.querySelector("img.display-image").dataset.file`, &id),
+	)
+	var link struct{ Href, Download string }
+	downloads := t.TempDir()
+	tb.run(t, "Download is a link that saves its bytes",
+		onControl("link", "Download "+name, ".display", `function () { return { href: this.href, download: this.getAttribute("download") } }`, &link),
+		cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(downloads),
+		press("link", "Download "+name, ".display"),
+	)
+	if link.Download != name || !strings.HasPrefix(link.Href, "blob:") {
+		t.Errorf("the Download link: %+v, want download=%q and a blob: href", link, name)
+	}
+	resp, want := alice.rawDo("GET", "/api/v1/files/"+id, nil)
+	if resp.StatusCode != 200 || len(want) == 0 {
+		t.Fatalf("GET file %s: %d", id, resp.StatusCode)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got, err := os.ReadFile(filepath.Join(downloads, name))
+		if err == nil && bytes.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no download of %s with the file's %d bytes: %d bytes, %v", name, len(want), len(got), err)
+		}
+	}
+	var dialogs int
+	tb.run(t, "Open shows it full size",
+		press("button", "Open "+name, ".display"),
+		until(`document.querySelector("#viewer").open && document.querySelector("#viewer-img").naturalWidth === 12`),
+		count("dialog", "Image", "", &dialogs),
+	)
+	tb.shot(t, "01-viewer")
+	tb.run(t, "close it", chromedp.KeyEvent(kb.Escape), until(`!document.querySelector("#viewer").open`))
+	if dialogs != 1 {
+		t.Errorf("%d dialogs named Image", dialogs)
+	}
 }
