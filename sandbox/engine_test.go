@@ -166,6 +166,25 @@ func TestExecute(t *testing.T) {
 				}
 			},
 		},
+		{
+			name:  "a figure saved then shown is the saved file, shown once",
+			setup: []string{fakeMatplotlib},
+			code:  "import matplotlib.pyplot as plt\nplt.figure()\nplt.savefig('x.png')\nplt.show()", status: StatusSuccess,
+			check: func(t *testing.T, r Result) {
+				var names, shown []string
+				for _, a := range r.Artifacts {
+					names = append(names, a.Name)
+				}
+				for _, d := range r.Displays {
+					if d.Image != nil {
+						shown = append(shown, d.Image.Name)
+					}
+				}
+				if strings.Join(names, ",") != "x.png" || strings.Join(shown, ",") != "x.png" {
+					t.Errorf("artifacts %v, images shown %v; want x.png once", names, shown)
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,6 +230,7 @@ def figure(n=None):
     n = n or len(_figs) + 1
     return _figs.setdefault(n, Figure(n))
 def get_fignums(): return sorted(_figs)
+def savefig(path, **kw): return figure(max(_figs) if _figs else None).savefig(path, **kw)
 def close(which='all'): _figs.clear()
 def show(): raise RuntimeError('no display')
 ''')

@@ -224,14 +224,36 @@ def _install():
     rich_module()
 
     def patch_pyplot(plt):
+        # A figure the code saved as a PNG in the working directory, and has not changed
+        # since, is shown as that file: plt.savefig("x.png") then plt.show() is one image.
+        Figure = getattr(plt, "Figure", None)
+        if Figure is not None and not getattr(Figure.savefig, "_sandchat", False):
+            savefig = Figure.savefig
+            def saving(self, fname, *args, **kwargs):
+                r = savefig(self, fname, *args, **kwargs)
+                try:
+                    p = os.path.abspath(os.fspath(fname))
+                except TypeError:  # a file object
+                    return r
+                fmt = kwargs.get("format") or os.path.splitext(p)[1][1:]
+                if str(fmt).lower() == "png" and p.startswith("/home/pyodide/"):
+                    self._sandchat_png = p
+                return r
+            saving._sandchat = True
+            Figure.savefig = saving
+
         def show(*args, **kwargs):
             for num in plt.get_fignums():
                 fig = plt.figure(num)
-                i = 1
-                while os.path.exists(f"/home/pyodide/figure-{i}.png"):
-                    i += 1
-                name = f"figure-{i}.png"
-                fig.savefig(f"/home/pyodide/{name}", format="png")
+                saved = getattr(fig, "_sandchat_png", None)
+                if saved and os.path.isfile(saved) and not getattr(fig, "stale", False):
+                    name = os.path.relpath(saved, "/home/pyodide")
+                else:
+                    i = 1
+                    while os.path.exists(f"/home/pyodide/figure-{i}.png"):
+                        i += 1
+                    name = f"figure-{i}.png"
+                    fig.savefig(f"/home/pyodide/{name}", format="png")
                 with open(f"/home/pyodide/{name}", "rb") as fh:
                     png = fh.read()
                 emit("display", {"image/png": base64.b64encode(png).decode("ascii"),

@@ -2,7 +2,7 @@
 import { marked } from "/vendor/marked-15.0.12.esm.js";
 import { $, el, sanitize } from "/js/dom.js";
 import { guard } from "/js/api.js";
-import { fileURL, openViewer, download } from "/js/files.js";
+import { fileURL, openViewer } from "/js/files.js";
 
 // HTML that only shows as meant with its scripts or styles (charts, styled tables) is
 // drawn in a frame of its own; other HTML is sanitized and drawn in the page.
@@ -37,10 +37,14 @@ function sanitizedBox(className, html) {
   return box;
 }
 
-function imageActions(name, open, save) {
+// Download is a link to the image's bytes, so the browser's own ways to save a link work
+// too; it becomes one when those bytes are here (href, a promise of a URL).
+function imageActions(name, open, href) {
+  const save = el("a", { className: "link", textContent: "Download", download: name.split("/").pop(), attrs: { "aria-label": `Download ${name}` } });
+  href.then((u) => { save.href = u; }, () => {});
   return el("div", { className: "display-actions" },
     el("button", { type: "button", className: "link", textContent: "Open", attrs: { "aria-label": `Open ${name}` }, onclick: () => guard(open) }),
-    el("button", { type: "button", className: "link", textContent: "Download", attrs: { "aria-label": `Download ${name}` }, onclick: () => guard(save) }));
+    save);
 }
 
 // What an item shows: the richest part the page can render safely, as Jupyter does.
@@ -54,10 +58,9 @@ function displayBody(d, cell, index) {
     cell.displayURLs.push(url);
     const name = `display-${index + 1}.svg`;
     const openSVG = () => showImage(url, name);
-    const saveSVG = () => { const a = el("a", { href: url, download: name }); document.body.append(a); a.click(); a.remove(); };
     return el("div", { className: "display-figure" },
       el("img", { className: "display-svg", src: url, alt: d.text && d.text !== "<display>" ? d.text : "SVG image" }),
-      imageActions(name, openSVG, saveSVG));
+      imageActions(name, openSVG, Promise.resolve(url)));
   }
   if (d.image) return displayImage(d.image);
   if (d.latex) return el("pre", { className: "display-text latex", textContent: d.latex });
@@ -87,9 +90,10 @@ function displayImage(img) {
     return box;
   }
   const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
-  fileURL(img.file_id).then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
+  const url = fileURL(img.file_id);
+  url.then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
   const f = { id: img.file_id, name: img.name, size: img.size };
-  return el("div", { className: "display-figure" }, i, imageActions(img.name, () => openViewer(f), () => download(f)));
+  return el("div", { className: "display-figure" }, i, imageActions(img.name, () => openViewer(f), url));
 }
 
 function label(d) {

@@ -61,21 +61,72 @@ function canEdit() { return !!state.conv && state.conv.role !== "viewer"; }
 // message box (what Python finds under /data) and every file in the Files panel.
 export function renderFiles(files) {
   state.files = files;
-  renderAttachments(files.filter((f) => f.source === "upload"));
+  renderAttachments(kept().filter((f) => f.source === "upload"));
   renderFilesPanel();
 }
+
+// An upload removed from the message box is deleted only when the toast that offers to
+// undo it goes, or when the page is left: a slip of the × costs nothing. Until then it
+// is drawn nowhere, however often the list is fetched again.
+const UNDO_MS = 6000;
+const removing = new Map(); // file id → { f, token, toast, timer }
+
+function kept() { return (state.files || []).filter((f) => !removing.has(f.id)); }
+
+function removeUpload(f) {
+  const row = $("attachments").querySelector(`[data-file="${f.id}"]`);
+  const next = row?.nextElementSibling?.querySelector(".chip-remove") || row?.previousElementSibling?.querySelector(".chip-remove");
+  const undo = el("button", { type: "button", className: "toast-action", textContent: "Undo", attrs: { "aria-label": `Undo deleting ${f.name}` }, onclick: () => restore(f.id) });
+  const t = el("div", { className: "toast success" }, `Deleted ${f.name}`, " ", undo);
+  // The token of who removed it: the delete is theirs even if they sign out meanwhile.
+  removing.set(f.id, { f, token: state.token, toast: t, timer: setTimeout(() => purge(f.id), UNDO_MS) });
+  $("toasts").append(t);
+  renderFiles(state.files);
+  (next || $("input")).focus();
+}
+
+function restore(id) {
+  const r = removing.get(id);
+  if (!r) return;
+  clearTimeout(r.timer);
+  r.toast.remove();
+  removing.delete(id);
+  renderFiles(state.files);
+  $("attachments").querySelector(`[data-file="${id}"] .chip-remove`)?.focus();
+}
+
+// purge sends the delete. When the page is being left it goes with keepalive, which
+// outlives the page; nobody is there to read its answer.
+function purge(id, leaving = false) {
+  const r = removing.get(id);
+  if (!r) return;
+  clearTimeout(r.timer);
+  r.toast.remove();
+  removing.delete(id);
+  state.files = (state.files || []).filter((x) => x.id !== id);
+  const sent = fetch(`/api/v1/files/${id}`, { method: "DELETE", headers: { Authorization: "Bearer " + r.token }, keepalive: leaving });
+  if (leaving) return;
+  sent.then(async (res) => {
+    if (res.ok || res.status === 404) return;
+    const p = await res.json().catch(() => null);
+    toast(about(r.f.name, p?.detail || `not deleted (${res.status})`), "error");
+    touchFiles();
+  }, () => { toast(about(r.f.name, "not deleted: the server could not be reached"), "error"); touchFiles(); });
+}
+
+addEventListener("pagehide", () => { for (const id of [...removing.keys()]) purge(id, true); });
 
 function renderAttachments(files) {
   $("attachments").replaceChildren(...files.map((f) => el("li", { className: "chip-row", dataset: { file: String(f.id) } },
     downloadChip(f),
     canEdit() ? el("button", {
       type: "button", className: "chip-remove", attrs: { "aria-label": `Remove ${f.name}` }, textContent: "×",
-      onclick: () => guard(() => deleteFile(f)),
+      onclick: () => removeUpload(f),
     }) : null)));
 }
 
 function renderFilesPanel() {
-  const files = state.files || [];
+  const files = kept();
   $("files-count").textContent = files.length ? `(${files.length})` : "";
   $("files-tools").hidden = !canEdit();
   const focused = $("files-list").contains(document.activeElement) ? document.activeElement.closest("[data-file]")?.dataset.file : null;
