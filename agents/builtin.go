@@ -2,6 +2,8 @@ package agents
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -11,7 +13,7 @@ import (
 	"github.com/sandchat/sandchat/toolkits"
 )
 
-// Builtin is the offline, deterministic model. It runs each fenced ```python block of
+// Builtin is the offline, deterministic model (but for its calls' ids). It runs each fenced ```python block of
 // the user's message through pyodide_sandbox when that tool is on and answers with the
 // output; says plainly when it is off; hands "@child-name task" to a child agent when
 // swarm mode offers the delegate tool; and otherwise says what it can do with the tools
@@ -71,7 +73,7 @@ func answer(text string, req CompletionRequest, n int) Completion {
 			return Completion{Content: fmt.Sprintf("I have no child agent called @%s. My children are: %s.", name, strings.Join(children, ", "))}
 		}
 		args, _ := json.Marshal(map[string]string{"agent": name, "task": task})
-		return Completion{ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d_0", n), Name: DelegateTool, Arguments: args}}}
+		return Completion{ToolCalls: []ToolCall{{ID: callID(n, 0), Name: DelegateTool, Arguments: args}}}
 	}
 	blocks := fenced.FindAllStringSubmatch(text, -1)
 	python := offered(tools, toolkits.PyodideSandbox) != nil
@@ -84,9 +86,19 @@ func answer(text string, req CompletionRequest, n int) Completion {
 	var out Completion
 	for i, b := range blocks {
 		args, _ := json.Marshal(map[string]string{"code": b[1]})
-		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: fmt.Sprintf("call_%d_%d", n, i), Name: "pyodide_sandbox", Arguments: args})
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: callID(n, i), Name: "pyodide_sandbox", Arguments: args})
 	}
 	return out
+}
+
+// callID names the i-th call of an answer to a context of n messages. A message answered
+// again (Runner.Retry) has the same context as before, so a random part keeps the new
+// calls' ids apart from the earlier answer's, which stay in the history: clients find a
+// call's output by its id.
+func callID(n, i int) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("call_%d_%d_%s", n, i, hex.EncodeToString(b))
 }
 
 // introduction says what this model can do in this turn: only what its tools allow, so

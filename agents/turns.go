@@ -31,7 +31,8 @@ type TurnStore interface {
 	ToolSettings(ctx context.Context, id int64) (conversations.ToolSettings, error)
 	StartTurn(ctx context.Context, convID int64, nodeID, owner, content string) (conversations.Turn, conversations.Message, []conversations.Event, error)
 	// RetryTurn starts a turn that answers the latest user message again.
-	RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string) (conversations.Turn, []conversations.Event, error)
+	// A non-nil content replaces the message's text first (its author only).
+	RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string, content *string) (conversations.Turn, []conversations.Event, error)
 	History(ctx context.Context, convID int64) ([]conversations.Message, error)
 	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
 	// The writes of a turn are fenced: they fail with conversations.ErrFenced once the
@@ -191,11 +192,8 @@ const MaxMessageBytes = 256 << 10
 
 // Start stores the user's message and runs the turn in the background.
 func (r *Runner) Start(ctx context.Context, convID int64, content string) (Started, error) {
-	if strings.TrimSpace(content) == "" {
-		return Started{}, sandchat.Errorf(sandchat.EINVALID, "content is required.")
-	}
-	if len(content) > MaxMessageBytes || !utf8.ValidString(content) {
-		return Started{}, sandchat.Errorf(sandchat.ETOOLARGE, "A message must be valid UTF-8 of at most %d KiB.", MaxMessageBytes>>10)
+	if err := checkMessage(content); err != nil {
+		return Started{}, err
 	}
 	r.mu.Lock()
 	closing := r.closing
@@ -217,6 +215,17 @@ func (r *Runner) Start(ctx context.Context, convID int64, content string) (Start
 	return Started{Message: msg, TurnID: turn.ID}, nil
 }
 
+// checkMessage refuses what no user message may be: blank, too long, or not UTF-8.
+func checkMessage(content string) error {
+	if strings.TrimSpace(content) == "" {
+		return sandchat.Errorf(sandchat.EINVALID, "content is required.")
+	}
+	if len(content) > MaxMessageBytes || !utf8.ValidString(content) {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "A message must be valid UTF-8 of at most %d KiB.", MaxMessageBytes>>10)
+	}
+	return nil
+}
+
 // Retried is the answer to a request to answer a message again.
 type Retried struct {
 	TurnID int64 `json:"turn_id"`
@@ -225,7 +234,14 @@ type Retried struct {
 // Retry answers the conversation's latest user message again, in a new turn, with the
 // tools as they are now: what a user asks for after switching on a tool the first
 // answer lacked. The earlier answer stays in the history, but no model sees it again.
-func (r *Runner) Retry(ctx context.Context, convID, messageID int64) (Retried, error) {
+// With content, its author edits the message first and the turn answers the new text
+// (edit and resend); it is checked as a new message is.
+func (r *Runner) Retry(ctx context.Context, convID, messageID int64, content *string) (Retried, error) {
+	if content != nil {
+		if err := checkMessage(*content); err != nil {
+			return Retried{}, err
+		}
+	}
 	r.mu.Lock()
 	closing := r.closing
 	r.mu.Unlock()
@@ -238,7 +254,7 @@ func (r *Runner) Retry(ctx context.Context, convID, messageID int64) (Retried, e
 		}
 	}
 	owner := ownerToken()
-	turn, evs, err := r.store.RetryTurn(ctx, convID, messageID, r.nodeID, owner)
+	turn, evs, err := r.store.RetryTurn(ctx, convID, messageID, r.nodeID, owner, content)
 	if err != nil {
 		return Retried{}, err
 	}

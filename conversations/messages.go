@@ -51,6 +51,7 @@ const (
 	EventTurnCompleted    = "turn.completed"
 	EventTurnFailed       = "turn.failed"
 	EventMessageCreated   = "message.created"
+	EventMessageUpdated   = "message.updated" // a user message edited and answered again
 	EventMessageDelta     = "message.delta"
 	EventMessageCompleted = "message.completed"
 	EventToolStarted      = "tool.started"

@@ -1,6 +1,7 @@
 package frontendapi
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,7 +13,7 @@ import (
 // TurnService starts and cancels assistant turns.
 type TurnService interface {
 	Start(ctx context.Context, convID int64, content string) (agents.Started, error)
-	Retry(ctx context.Context, convID, messageID int64) (agents.Retried, error)
+	Retry(ctx context.Context, convID, messageID int64, content *string) (agents.Retried, error)
 	Cancel(ctx context.Context, convID, turnID int64) error
 }
 
@@ -49,7 +50,16 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		if err != nil {
 			return err
 		}
-		retried, err := s.turns.Retry(c.UserContext(), id, msgID)
+		// No body answers the message again as it is; {"content": …} edits it first.
+		var in struct {
+			Content *string `json:"content"`
+		}
+		if len(bytes.TrimSpace(c.Body())) > 0 {
+			if err := decode(c, &in); err != nil {
+				return err
+			}
+		}
+		retried, err := s.turns.Retry(c.UserContext(), id, msgID, in.Content)
 		if err != nil {
 			return err
 		}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sandchat/sandchat/agents/openai/openaitest"
 )
 
 // TestSandboxDefault: SANDCHAT_SANDBOX_DEFAULT decides the Python sandbox where neither
@@ -48,16 +51,20 @@ func TestSandboxDefault(t *testing.T) {
 // TestRetryWithSandboxOn: a newcomer's first code meets the sandbox off; the offline
 // model says so and does not claim to run Python; once the user switches it on, the
 // same message is answered again and its code runs, and later turns see only that
-// answer. Only an editor may ask, only for the latest message, and not mid-turn.
+// answer. Only an editor may ask, only for the latest message, and not mid-turn. Its
+// author may edit that message as they ask: the new text is stored, other tabs hear of
+// it, and the model answers it alone.
 func TestRetryWithSandboxOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	m := e.sandboxNode()
 	alice, _ := m.user(t, "alice", false)
 	viewer, viewerID := m.user(t, "vera", false)
+	editor, editorID := m.user(t, "ed", false)
 	stranger, _ := m.user(t, "sam", false)
 	conv := alice.createConversation(0)
 	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": editorID, "role": "editor"}, nil)
 	retry := func(msg int64) string { return fmt.Sprintf("/api/v1/conversations/%d/messages/%d/retry", conv, msg) }
 
 	if _, answer := alice.say(conv, "what can you do?"); strings.Contains(answer, "I will run") || !strings.Contains(answer, "cannot run code") {
@@ -114,5 +121,102 @@ func TestRetryWithSandboxOn(t *testing.T) {
 	}
 	if _, answer := alice.say(conv, "what can you do?"); !strings.Contains(answer, "I will run it") {
 		t.Fatalf("with the sandbox on, asked what it can do: %q", answer)
+	}
+
+	// Edit and resend: a slow message is being answered, then edited.
+	slow := alice.post(conv, py("import time\ntime.sleep(2)\nprint('slow')"))
+	msgs = alice.messages(conv)
+	latest := msgs[len(msgs)-1]
+	if latest.Role != "user" {
+		t.Fatalf("messages %+v", msgs)
+	}
+	edit := func(content string) map[string]any { return map[string]any{"content": content} }
+	alice.must(409, "POST", retry(latest.ID), edit(py("print(x * 2)")), nil) // while its turn runs
+	alice.finishTurn(conv, slow)
+	t.Run("who may edit, and what", func(t *testing.T) {
+		editor.must(403, "POST", retry(latest.ID), edit(py("print(x * 3)")), nil)
+		viewer.must(403, "POST", retry(latest.ID), edit(py("print(x * 3)")), nil)
+		stranger.must(404, "POST", retry(latest.ID), edit(py("print(x * 3)")), nil)
+		alice.must(400, "POST", retry(latest.ID), edit(" \n "), nil)
+		alice.must(413, "POST", retry(latest.ID), edit(strings.Repeat("a", 256<<10+1)), nil)
+		alice.must(409, "POST", retry(code), edit(py("print(x * 3)")), nil)
+		alice.must(400, "POST", retry(latest.ID), map[string]any{"text": "x"}, nil)
+		for _, got := range alice.messages(conv) {
+			if got.ID == latest.ID && got.Content != latest.Content {
+				t.Fatalf("a refused edit changed the message to %q", got.Content)
+			}
+		}
+	})
+	ws := alice.socket()
+	ws.subscribe(conv, nil)
+	alice.must(202, "POST", retry(latest.ID), edit(py("print(x * 2)")), &r)
+	if tj := alice.finishTurn(conv, r.TurnID); tj.Status != "completed" {
+		t.Fatalf("edit %+v", tj)
+	}
+	msgs = alice.messages(conv)
+	for _, got := range msgs {
+		if got.ID == latest.ID && got.Content != py("print(x * 2)") {
+			t.Fatalf("the edited message is %+v", got)
+		}
+	}
+	if last := msgs[len(msgs)-1]; !strings.Contains(last.Content, "84") || strings.Contains(last.Content, "slow") {
+		t.Fatalf("the edit was answered %q", last.Content)
+	}
+	updated := ws.expect("message.updated")
+	var ev struct{ Message messageJSON }
+	if err := json.Unmarshal(updated.Data, &ev); err != nil || ev.Message.ID != latest.ID || ev.Message.Content != py("print(x * 2)") {
+		t.Fatalf("message.updated %s (%v)", updated.Data, err)
+	}
+	// The next turn sees the edited text only: no sleep, no "slow".
+	if status, answer := alice.say(conv, py("print(x + 2)")); status != "completed" || !strings.Contains(answer, "44") {
+		t.Fatalf("after the edit: %s %q", status, answer)
+	}
+}
+
+// TestEditSeenByModel: after its author edits the latest message and has it answered
+// again, the model is asked with the new text and without the answer to the old one,
+// in that turn and in the next.
+func TestEditSeenByModel(t *testing.T) {
+	t.Parallel()
+	srv := openaitest.New(t, openaitest.Reply{Text: "Paris."}, openaitest.Reply{Text: "Rome."}, openaitest.Reply{Text: "Yes."})
+	e := newEnv(t)
+	m := e.node(func(c *Config, _ *Main) {
+		c.LLM = LLMConfig{Provider: "openai", BaseURL: srv.URL, APIKey: srv.APIKey, Model: "fake-model", MaxRetries: 1}
+	})
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Guide", "model": "fake-model"})
+	conv := alice.createConversation(agent.ID)
+	if status, answer := alice.say(conv, "Capital of France?"); status != "completed" || answer != "Paris." {
+		t.Fatalf("first turn %s %q", status, answer)
+	}
+	msgs := alice.messages(conv)
+	var r struct {
+		TurnID int64 `json:"turn_id"`
+	}
+	alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages/%d/retry", conv, msgs[0].ID), map[string]any{"content": "Capital of Italy?"}, &r)
+	if tj := alice.finishTurn(conv, r.TurnID); tj.Status != "completed" {
+		t.Fatalf("edit %+v", tj)
+	}
+	if status, answer := alice.say(conv, "Sure?"); status != "completed" || answer != "Yes." {
+		t.Fatalf("next turn %s %q", status, answer)
+	}
+	seen := func(req openaitest.Request) string {
+		var out []string
+		for _, m := range req.Messages {
+			if m.Role != "system" {
+				out = append(out, m.Role+":"+m.Content)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests to the model, want 3", len(reqs))
+	}
+	if got, want := seen(reqs[1]), "user:Capital of Italy?"; got != want {
+		t.Fatalf("the edit's turn asked with %q, want %q", got, want)
+	}
+	if got, want := seen(reqs[2]), "user:Capital of Italy? assistant:Rome. user:Sure?"; got != want {
+		t.Fatalf("the next turn asked with %q, want %q", got, want)
 	}
 }

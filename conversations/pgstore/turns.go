@@ -96,7 +96,9 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 // RetryTurn stores a running turn that answers the conversation's latest user message
 // again, with its turn.started event: no message is added. Only the latest message can
 // be answered again (409 for an earlier one), with edit access, and not while a turn runs.
-func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string) (conversations.Turn, []conversations.Event, error) {
+// A non-nil content first replaces the message's text, which only its author may do
+// (403), with a message.updated event: the turn, and every later one, sees the new text.
+func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string, content *string) (conversations.Turn, []conversations.Event, error) {
 	var turn conversations.Turn
 	var evs []conversations.Event
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -130,10 +132,34 @@ func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, 
 			return err
 		}
 		started, err := AppendEvent(ctx, tx, convID, conversations.EventTurnStarted, nil, eventData(map[string]any{"turn_id": turn.ID, "message_id": messageID, "retry": true}))
+		if err != nil {
+			return err
+		}
 		evs = []conversations.Event{started}
-		return err
+		if content == nil {
+			return nil
+		}
+		updated, err := editMessage(ctx, tx, convID, messageID, *content)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, updated)
+		return nil
 	})
 	return turn, evs, err
+}
+
+// editMessage replaces the text of a user message by its author, with its event.
+func editMessage(ctx context.Context, tx pgx.Tx, convID, messageID int64, content string) (conversations.Event, error) {
+	msg, err := scanMessage(tx.QueryRow(ctx, `update messages set content = $3
+		where conversation_id = $1 and id = $2 and role = 'user' and user_id = $4 returning `+msgColumns,
+		convID, messageID, content, sandchat.UserIDFromContext(ctx)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return conversations.Event{}, sandchat.Errorf(sandchat.EFORBIDDEN, "Only its author can edit a message; ask for it to be answered again instead.")
+	} else if err != nil {
+		return conversations.Event{}, pgdb.PgError(err, "message")
+	}
+	return AppendEvent(ctx, tx, convID, conversations.EventMessageUpdated, nil, eventData(map[string]any{"message": msg}))
 }
 
 // History returns the conversation's messages, oldest first. The turn loop calls it on

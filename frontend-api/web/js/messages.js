@@ -5,6 +5,7 @@ import { cellEl, ensureCell, appendOutput, finishCell, endOpenCells, addDisplay 
 import { releaseBlobs, touchFiles } from "/js/files.js";
 import { renderTools } from "/js/tools.js";
 import { updateOffer } from "/js/offer.js";
+import { updateMessageActions, messageUpdated } from "/js/resend.js";
 import { isFollowing, follow } from "/js/follow.js";
 
 // Where a message of an agent path goes: the top list for the primary agent, the body
@@ -88,8 +89,10 @@ function messageEl(id) { return id ? $("messages").querySelector(`[data-msg="${i
 export function addUserMessage(m) {
   if (messageEl(m.id)) return;
   $("messages").querySelector(":scope > li.empty")?.remove();
-  $("messages").append(el("li", { className: "msg user", dataset: { msg: String(m.id) } },
-    el("div", { className: "who", textContent: m.user_id === state.me?.id ? "You" : "User" }), markdown(m.content)));
+  const li = el("li", { className: "msg user", dataset: { msg: String(m.id), author: String(m.user_id ?? "") } },
+    el("div", { className: "who", textContent: m.user_id === state.me?.id ? "You" : "User" }), markdown(m.content));
+  li.raw = m.content; // what Edit starts from
+  $("messages").append(li);
 }
 
 export function whoOf(path) { return (path && path.length ? path[path.length - 1] : "assistant"); }
@@ -156,6 +159,7 @@ export function applyEvent(ev) {
       if (d.message?.role === "user") addUserMessage(d.message);
       else if (d.message?.role === "tool") addToolResult(d.message, findCall(d.message.tool_call_id));
       break;
+    case "message.updated": if (d.message?.role === "user") messageUpdated(d.message); break;
     case "message.delta": streamDraft(`${d.turn_id}:${pathKey(ev.agent_path)}:${d.step}`, ev.agent_path, d.text); break;
     case "message.completed":
       if (d.message) addAssistantMessage(d.message, `${d.message.turn_id}:${pathKey(d.message.agent_path)}:${draftStep(d.message)}`);
@@ -243,6 +247,7 @@ export function setRunning(turnID) {
   else if (ind) $("messages").append(ind); // keep it last
   if (!turnID && stopFocused && !$("input").disabled) $("input").focus();
   updateOffer();
+  updateMessageActions();
 }
 
 export function showTurnEnd(status, error) {
