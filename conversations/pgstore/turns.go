@@ -54,6 +54,20 @@ func eventData(v any) json.RawMessage {
 	return raw
 }
 
+// insertTurn adds a running turn; a conversation with one running already refuses it
+// (409, by the unique index on running turns).
+func insertTurn(ctx context.Context, tx pgx.Tx, convID int64, nodeID, owner string) (conversations.Turn, error) {
+	var turn conversations.Turn
+	err := tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id, owner) values ($1, $2, $3, $4)
+		returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID, owner).
+		Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return turn, sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; wait for the turn to end or cancel it.")
+	}
+	return turn, err
+}
+
 // StartTurn stores the user's message and a running turn with their events. It needs
 // edit access; a conversation with a running turn refuses a second one (409).
 func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, content string) (conversations.Turn, conversations.Message, []conversations.Event, error) {
@@ -64,13 +78,8 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 		if _, err := findConversation(ctx, tx, convID, sandchat.Editors...); err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id, owner) values ($1, $2, $3, $4)
-			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID, owner).
-			Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			return sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; wait for the turn to end or cancel it.")
-		} else if err != nil {
+		var err error
+		if turn, err = insertTurn(ctx, tx, convID, nodeID, owner); err != nil {
 			return err
 		}
 		msg, err = scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, user_id, content)
@@ -122,13 +131,7 @@ func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, 
 			}
 			return sandchat.Errorf(sandchat.ECONFLICT, "Only the latest message can be answered again; send this one anew instead.")
 		}
-		err = tx.QueryRow(ctx, `insert into turns (conversation_id, user_id, node_id, owner) values ($1, $2, $3, $4)
-			returning id, conversation_id, status, created_at`, convID, sandchat.UserIDFromContext(ctx), nodeID, owner).
-			Scan(&turn.ID, &turn.ConversationID, &turn.Status, &turn.CreatedAt)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			return sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; wait for the turn to end or cancel it.")
-		} else if err != nil {
+		if turn, err = insertTurn(ctx, tx, convID, nodeID, owner); err != nil {
 			return err
 		}
 		started, err := AppendEvent(ctx, tx, convID, conversations.EventTurnStarted, nil, eventData(map[string]any{"turn_id": turn.ID, "message_id": messageID, "retry": true}))
