@@ -145,7 +145,7 @@ print('end of output')`
 		tb.run(t, "run it and let the reply come",
 			say("```python\n"+code+"\n```"),
 			until(lastCell+`?.dataset.done && `+lastCell+`.querySelectorAll(".thumb img").length === 2 && [...`+lastCell+`.querySelectorAll("img")].every((i) => i.complete && i.naturalWidth > 0)`),
-			until(`document.querySelector("#messages > .msg.assistant:last-of-type")?.textContent.includes("end of output") && !document.querySelector("#send").hidden`),
+			until(`[...document.querySelectorAll("#messages > .msg.assistant")].pop()?.textContent.includes("end of output") && !document.querySelector("#send").hidden`),
 			chromedp.Sleep(300), // what the images' loads moved has settled
 			chromedp.Evaluate(`(() => { const m = document.querySelector("#messages"), r = [...m.querySelectorAll(":scope > .msg.assistant")].pop();
   return { gap: m.scrollHeight - m.scrollTop - m.clientHeight, replyLow: r.getBoundingClientRect().bottom, listLow: m.getBoundingClientRect().bottom,

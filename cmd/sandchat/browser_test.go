@@ -1033,7 +1033,7 @@ true`, nil),
 	tb.run(t, "nothing of the message took focus or keys",
 		chromedp.Evaluate(`({
   planted: window.planted,
-  controls: page.messages.querySelectorAll("form, textarea, input, button, select").length,
+  controls: page.messages.querySelectorAll(".md :is(form, textarea, input, button, select):not(.code-wrap > button.copy)").length,
   ids: [...page.messages.querySelectorAll(".msg [id], .msg [name]")].flatMap((e) => [e.id, e.getAttribute("name")].filter(Boolean)),
 })`, &report),
 	)
