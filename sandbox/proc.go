@@ -159,11 +159,6 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	var o blobs
-	if base != nil {
-		// Room before the base in the frame the process reads: a restore writes the
-		// session's snapshot header there and loads the snapshot in place.
-		o.add(baseSlack[:])
-	}
 	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
 	configureView(p.pkgs, &prime.Config, e.cfg.PackageCacheDir)
 	if _, err := p.call(ctx, prime, &o); err != nil {
@@ -171,10 +166,6 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 	}
 	return p, nil
 }
-
-// baseSlack is sent before the base snapshot (runtime/worker.ts, undiff): more than a
-// session's snapshot header needs.
-var baseSlack [1 << 20]byte
 
 // xorBase turns a heap delta between the forms the process and the store keep: the
 // process sends and takes the changed heap blocks as they are, the store keeps them

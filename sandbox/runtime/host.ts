@@ -218,9 +218,8 @@ async function handle(m: any) {
         // Pyodide's module imported, its wasm compiled, the base heap laid out.
         config = m.config as RuntimeConfig;
         wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm");
-        // The base snapshot is a view of the frame it came in, which has room before it
-        // for a session's header (readFrames, sandbox/proc.go): it moves to the Worker
-        // with its frame (transferred, not copied).
+        // The base snapshot is a view of the frame it came in (readFrames): it moves to
+        // the Worker with its frame (transferred, not copied).
         let base: Uint8Array | undefined = m.base instanceof Uint8Array ? m.base : undefined;
         if (m.warmup && base) base = await warmUp(config, base);
         startWorker(config);

@@ -135,9 +135,7 @@ function heapOffset(s: Uint8Array): number {
 let baseFixed = new Uint8Array(0);
 let baseHeapLen = 0;
 let baseHashes = new Int32Array(0);
-// The base snapshot as received, until the interpreter is loaded from it. The frame it
-// came in has room before it (sandbox/proc.go, baseSlack), where a restore writes the
-// session's header, so that the snapshot is loaded in place.
+// The base snapshot as received, until the interpreter is loaded from it (restoreFrom).
 let prepared: Uint8Array | null = null;
 
 let hash2 = 0;
@@ -169,6 +167,9 @@ function indexBase(b: Uint8Array) {
     baseHashes[2 * p] = hashBlock(w32, p * (PAGE >> 2));
     baseHashes[2 * p + 1] = hash2;
   }
+  const words = OS_PAGE >> 2;
+  baseZero = new Uint8Array(n ? Math.floor(heap.length / OS_PAGE) : 0);
+  for (let p = 0; p < baseZero.length; p++) baseZero[p] = isZero(w32, p * words, (p + 1) * words) ? 1 : 0;
 }
 
 // The session's state travels as the heap blocks that differ from the base's, as they
@@ -257,34 +258,82 @@ function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
   return out;
 }
 
-// undiff builds the session's snapshot: the base's heap with the session's blocks and
-// header. In place in the base's frame when the heap has the base's size (the common
-// case), else in a new buffer.
-function undiff(header: Uint8Array, delta: Uint8Array): Uint8Array {
-  const dv = new DataView(delta.buffer, delta.byteOffset, delta.byteLength);
-  const heapLen = dv.getUint32(0, true), count = dv.getUint32(4, true), page = dv.getUint32(8, true);
-  const b = prepared;
-  if (!b) throw new Error("no base snapshot to restore onto");
-  prepared = null;
-  const bheap = b.subarray(heapOffset(b));
-  const at = bheap.byteOffset - header.length;
-  let snap: Uint8Array;
-  if (heapLen === bheap.length && at >= 0 && at % 16 === 0) {
-    snap = new Uint8Array(b.buffer, at, header.length + heapLen);
-    snap.set(header);
-  } else {
-    snap = new Uint8Array(header.length + heapLen);
-    snap.set(header);
-    snap.subarray(header.length).set(bheap.subarray(0, Math.min(bheap.length, heapLen)));
+// A restore writes the heap into wasm memory itself, a page at a time, instead of
+// letting Pyodide copy a whole snapshot in: half of the base heap is pages of zeros (the
+// C stack's unused depth, the free top of the heap), and a fresh wasm memory is zero
+// already, so those pages are never touched. Untouched, they cost neither a page fault
+// (~2-35 us each on the development VM) nor resident memory for as long as the session
+// lives. The session's blocks go straight into memory after the base's pages, so the
+// base's frame is only read, never built into a second snapshot.
+const OS_PAGE = 4096;
+// baseZero[p] is 1 when page p of the base heap is all zeros (from indexBase).
+let baseZero = new Uint8Array(0);
+
+type HeapRestore = { base: Uint8Array; heapLen: number; delta?: Uint8Array; memory?: WebAssembly.Memory };
+// The heap the next load restores; taken by HeaderSnapshot when Pyodide asks for it.
+let pendingHeap: HeapRestore | null = null;
+
+// HeaderSnapshot is what Pyodide is given to load: a snapshot header whose heap offset is
+// its own length, i.e. a snapshot with an empty heap. Pyodide's restoreSnapshot reads the
+// header, then copies subarray(heapOffset) into wasm memory: at that moment (the module
+// instantiated and initialised, the heap not yet loaded, as before) the heap is written
+// by fillHeap and the copy is of nothing.
+class HeaderSnapshot extends Uint8Array {
+  override subarray(begin?: number, end?: number): Uint8Array<ArrayBuffer> {
+    if (end === undefined && begin === this.length && pendingHeap?.memory) {
+      const r = pendingHeap;
+      pendingHeap = null;
+      fillHeap(r, r.memory!);
+      return new Uint8Array(0);
+    }
+    return super.subarray(begin, end);
   }
-  const heap = snap.subarray(header.length);
+}
+
+function isZero(w32: Int32Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (w32[i] !== 0) return false;
+  return true;
+}
+
+function fillHeap(r: HeapRestore, memory: WebAssembly.Memory) {
+  const dst = new Uint8Array(memory.buffer);
+  const d32 = new Int32Array(memory.buffer);
+  if (dst.length < r.heapLen) throw new Error(`wasm memory (${dst.length} bytes) smaller than the heap to restore (${r.heapLen})`);
+  const baseLen = Math.min(r.base.length, r.heapLen);
+  for (let p = 0, o = 0; o < r.heapLen; p++, o += OS_PAGE) {
+    const e = Math.min(o + OS_PAGE, r.heapLen);
+    if (o < baseLen && baseZero[p] !== 1) {
+      dst.set(r.base.subarray(o, Math.min(e, baseLen)), o);
+      if (e > baseLen) dst.fill(0, baseLen, e);
+    } else if ((o & 3) !== 0 || (e & 3) !== 0 || !isZero(d32, o >> 2, e >> 2)) {
+      // Memory the runtime wrote while it started: zeros, as the snapshot has them. A
+      // page never written reads as zeros without being made resident.
+      dst.fill(0, o, e);
+    }
+  }
+  if (!r.delta) return;
+  const dv = new DataView(r.delta.buffer, r.delta.byteOffset, r.delta.byteLength);
+  const count = dv.getUint32(4, true), page = dv.getUint32(8, true);
   let o = 12 + count * 4;
   for (let k = 0; k < count; k++) {
     const start = dv.getUint32(12 + k * 4, true) * page;
-    const end = Math.min(start + page, heapLen);
-    if (start < end) heap.set(delta.subarray(o, o + end - start), start);
+    const end = Math.min(start + page, r.heapLen);
+    if (start < end) dst.set(r.delta.subarray(o, o + end - start), start);
     o += page;
   }
+}
+
+// restoreFrom prepares the next load: the header Pyodide reads, and the heap it restores
+// (the base's, with the session's blocks when there is a delta).
+function restoreFrom(base: Uint8Array, header?: Uint8Array, delta?: Uint8Array): HeaderSnapshot {
+  const bheap = base.subarray(heapOffset(base));
+  const h = delta && header ? header : base.subarray(0, heapOffset(base));
+  const heapLen = delta ? new DataView(delta.buffer, delta.byteOffset, delta.byteLength).getUint32(0, true) : bheap.length;
+  const snap = new HeaderSnapshot(h.length);
+  snap.set(h);
+  new DataView(snap.buffer).setUint32(4, h.length, true);
+  pendingHeap = { base: bheap, heapLen, delta };
+  restoreHeapBytes = heapLen;
   return snap;
 }
 
@@ -516,6 +565,7 @@ function release(b: ArrayBuffer | ArrayBufferView) {
     const pages = Math.ceil((restoreHeapBytes - mem.buffer.byteLength) / 65536);
     if (pages > 0) realGrow.call(mem, pages);
     restoreHeapBytes = 0;
+    if (pendingHeap) pendingHeap.memory = mem;
   }
   return result;
 };
@@ -834,20 +884,24 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         const t0 = performance.now();
         const base = prepared;
         if (!base) throw new Error("no base snapshot to load");
-        const snapshot = m.delta ? undiff(m.header, m.delta) : base;
         prepared = null;
-        restoreHeapBytes = snapshot.length - heapOffset(snapshot);
+        const snapshot = restoreFrom(base, m.header, m.delta);
         heapRestored = !!m.delta;
         const t1 = performance.now();
-        py = await load(m, snapshot);
+        let unread = true;
+        try {
+          py = await load(m, snapshot);
+          unread = pendingHeap !== null;
+        } finally {
+          pendingHeap = null;
+        }
+        if (unread) throw new Error("Pyodide loaded without asking for the heap: its snapshot layout changed");
         if (!m.returnBase) {
-          // The heap is in wasm memory now. The base and the session's snapshot (~31 MB
-          // each, often one buffer) are freed at once: an idle isolate collects nothing,
-          // so garbage would stay as long as the session.
-          release(snapshot);
+          // The heap is in wasm memory now. The base (~31 MB) is freed at once: an idle
+          // isolate collects nothing, so garbage would stay as long as the session.
           release(base);
         }
-        initTimings = { undiff: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
+        initTimings = { prepare: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
         py.setInterruptBuffer(interrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
         py.setStderr({ write: (b: Uint8Array) => sinks.stderr(b) });
