@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 )
 
@@ -53,5 +54,25 @@ func BenchmarkColdRestore(b *testing.B) {
 		evictLive(b, e, "c")
 		b.StartTimer()
 		benchRun(b, e, "c", "f(1)")
+	}
+}
+
+// BenchmarkCrowd is the burst row of `sandchat bench` alone: 100 new conversations, 50
+// at a time, each `x = 11`, on an engine configured as the bench's.
+func BenchmarkCrowd(b *testing.B) {
+	rdb := testRedis(b)
+	prefix := randomPrefix("crowd")
+	cleanPrefix(b, rdb, prefix)
+	cfg := DefaultConfig()
+	cfg.RedisPrefix, cfg.PackageCDN = prefix, CDNOff
+	cfg.WarmPool, cfg.WarmPoolMax, cfg.MaxLive = max(cfg.WarmPool, 1), max(cfg.WarmPoolMax, burst), max(cfg.MaxLive, 2*burst+4)
+	cfg = Locate(cfg)
+	e := startEngine(b, cfg, rdb)
+	for b.Loop() {
+		rows, err := crowdRows(context.Background(), e, io.Discard)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(rows[0].P50, "wall-ms")
 	}
 }
