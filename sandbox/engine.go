@@ -38,6 +38,7 @@ type Engine struct {
 	cacheDir string
 	rt       runtimeInfo
 	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
+	packs    basePacks     // the base as processes are primed with it (basepack.go)
 
 	pool    *pool
 	adm     *admission

@@ -159,7 +159,7 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	var o blobs
-	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(base), Warmup: warmup}
+	prime := primeReq{Op: "prime", Config: e.runtimeConfig(), Base: o.add(e.packs.get(base)), Warmup: warmup}
 	configureView(p.pkgs, &prime.Config, e.cfg.PackageCacheDir)
 	if _, err := p.call(ctx, prime, &o); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())

@@ -123,7 +123,7 @@ type runtimeConfig struct {
 type primeReq struct {
 	Op     string        `json:"op"` // prime
 	Config runtimeConfig `json:"config"`
-	Base   *blob         `json:"base,omitempty"`
+	Base   *blob         `json:"base,omitempty"` // packed (basepack.go)
 	// Warmup restores the base once in a throwaway Worker, so that Pyodide's wasm is
 	// compiled before a restore needs it: for spares, which wait for one.
 	Warmup bool `json:"warmup,omitempty"`

@@ -136,7 +136,33 @@ let baseFixed = new Uint8Array(0);
 let baseHeapLen = 0;
 let baseHashes = new Int32Array(0);
 // The base snapshot as received, until the interpreter is loaded from it (restoreFrom).
-let prepared: Uint8Array | null = null;
+let prepared: PackedBase | null = null;
+
+// The base snapshot as the engine sends it (sandbox/basepack.go): the header, then only
+// the heap pages that are not all zeros, each at a 16-aligned place in the blob.
+type PackedBase = {
+  raw: Uint8Array;
+  header: Uint8Array;
+  heapLen: number;
+  slot: Int32Array; // per page of the heap: its place among the pages sent, -1 for zeros
+  data: Uint8Array; // the pages sent, OS_PAGE bytes each
+};
+
+function readBase(raw: Uint8Array): PackedBase {
+  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+  if (raw.byteOffset % 16 !== 0 || raw.length < 16) throw new Error("base snapshot: not a packed base");
+  const hl = dv.getUint32(0, true), heapLen = dv.getUint32(4, true), page = dv.getUint32(8, true), n = dv.getUint32(12, true);
+  const pad = (x: number) => (x + 15) & ~15;
+  const idxAt = 16 + pad(hl), dataAt = idxAt + pad(4 * n);
+  if (page !== OS_PAGE || dataAt + n * page > raw.length || hl < HEADER_FIXED) throw new Error("base snapshot: bad packed layout");
+  const idx = new Uint32Array(raw.buffer, raw.byteOffset + idxAt, n);
+  const slot = new Int32Array(Math.ceil(heapLen / page)).fill(-1);
+  for (let k = 0; k < n; k++) {
+    if (idx[k] >= slot.length) throw new Error("base snapshot: page past the heap");
+    slot[idx[k]] = k;
+  }
+  return { raw, header: raw.subarray(16, 16 + hl), heapLen, slot, data: raw.subarray(dataAt, dataAt + n * page) };
+}
 
 let hash2 = 0;
 // hashBlock hashes one block (PAGE bytes from word s) into two 32-bit lanes that fail in
@@ -144,32 +170,37 @@ let hash2 = 0;
 // multiply-xorshift chains (even and odd words), the second is a sum of the words
 // weighted by odd numbers that depend on their place, which sees any change of a single
 // word. Returns the first lane; the second is in hash2.
-function hashBlock(w32: Int32Array, s: number): number {
+// The place weights are those of the block's word in the heap, at (s by default).
+function hashBlock(w32: Int32Array, s: number, at = s): number {
   let h1 = 0x2545f491, h2 = 0x6a09e667, h3 = 0x3c6ef372;
-  for (let i = s, e = s + (PAGE >> 2); i < e; i += 2) {
-    const w = w32[i], v = w32[i + 1];
+  for (let i = s, e = s + (PAGE >> 2), d = at - s; i < e; i += 2) {
+    const w = w32[i], v = w32[i + 1], j = i + d;
     h1 = Math.imul(h1 ^ w, 0x9e3779b1) ^ (h1 >>> 15);
     h3 = Math.imul(h3 ^ v, 0x85ebca6b) ^ (h3 >>> 13);
-    h2 = (h2 + Math.imul(w, (i << 1) | 1) + Math.imul(v, (i << 1) | 3)) | 0;
+    h2 = (h2 + Math.imul(w, (j << 1) | 1) + Math.imul(v, (j << 1) | 3)) | 0;
   }
   hash2 = h2;
   return h1 ^ Math.imul(h3, 0xcc9e2d51);
 }
 
-function indexBase(b: Uint8Array) {
-  const heap = b.subarray(heapOffset(b));
-  baseFixed = b.slice(0, HEADER_FIXED + 1);
-  baseHeapLen = heap.length;
-  const n = (heap.byteOffset & 3) === 0 ? Math.floor(heap.length / PAGE) : 0;
-  const w32 = new Int32Array(heap.buffer, heap.byteOffset, n * (PAGE >> 2));
+function indexBase(b: PackedBase) {
+  baseFixed = b.header.slice(0, HEADER_FIXED + 1);
+  baseHeapLen = b.heapLen;
+  const n = Math.floor(b.heapLen / PAGE), per = OS_PAGE / PAGE;
+  const d32 = new Int32Array(b.data.buffer, b.data.byteOffset, b.data.length >> 2);
+  // A block of zeros hashes the same wherever it lies.
+  const z1 = hashBlock(new Int32Array(PAGE >> 2), 0), z2 = hash2;
   baseHashes = new Int32Array(2 * n);
-  for (let p = 0; p < n; p++) {
-    baseHashes[2 * p] = hashBlock(w32, p * (PAGE >> 2));
-    baseHashes[2 * p + 1] = hash2;
+  for (let q = 0; q < n; q++) {
+    const k = b.slot[Math.floor(q / per)];
+    if (k < 0) {
+      baseHashes[2 * q] = z1;
+      baseHashes[2 * q + 1] = z2;
+    } else {
+      baseHashes[2 * q] = hashBlock(d32, (k * OS_PAGE + (q % per) * PAGE) >> 2, q * (PAGE >> 2));
+      baseHashes[2 * q + 1] = hash2;
+    }
   }
-  const words = OS_PAGE >> 2;
-  baseZero = new Uint8Array(n ? Math.floor(heap.length / OS_PAGE) : 0);
-  for (let p = 0; p < baseZero.length; p++) baseZero[p] = isZero(w32, p * words, (p + 1) * words) ? 1 : 0;
 }
 
 // The session's state travels as the heap blocks that differ from the base's, as they
@@ -260,16 +291,14 @@ function diffHeap(heap: Uint8Array, maxBytes = Infinity): Uint8Array {
 
 // A restore writes the heap into wasm memory itself, a page at a time, instead of
 // letting Pyodide copy a whole snapshot in: half of the base heap is pages of zeros (the
-// C stack's unused depth, the free top of the heap), and a fresh wasm memory is zero
-// already, so those pages are never touched. Untouched, they cost neither a page fault
-// (~2-35 us each on the development VM) nor resident memory for as long as the session
-// lives. The session's blocks go straight into memory after the base's pages, so the
-// base's frame is only read, never built into a second snapshot.
+// C stack's unused depth, the free top of the heap), which the engine does not even send,
+// and a fresh wasm memory is zero already, so those pages are never touched. Untouched,
+// they cost neither a page fault (~2-35 us each on the development VM) nor resident
+// memory for as long as the session lives. The session's blocks go straight into memory
+// after the base's pages.
 const OS_PAGE = 4096;
-// baseZero[p] is 1 when page p of the base heap is all zeros (from indexBase).
-let baseZero = new Uint8Array(0);
 
-type HeapRestore = { base: Uint8Array; heapLen: number; delta?: Uint8Array; memory?: WebAssembly.Memory };
+type HeapRestore = { base: PackedBase; heapLen: number; delta?: Uint8Array; memory?: WebAssembly.Memory };
 // The heap the next load restores; taken by HeaderSnapshot when Pyodide asks for it.
 let pendingHeap: HeapRestore | null = null;
 
@@ -299,12 +328,13 @@ function fillHeap(r: HeapRestore, memory: WebAssembly.Memory) {
   const dst = new Uint8Array(memory.buffer);
   const d32 = new Int32Array(memory.buffer);
   if (dst.length < r.heapLen) throw new Error(`wasm memory (${dst.length} bytes) smaller than the heap to restore (${r.heapLen})`);
-  const baseLen = Math.min(r.base.length, r.heapLen);
+  const { slot, data } = r.base;
   for (let p = 0, o = 0; o < r.heapLen; p++, o += OS_PAGE) {
     const e = Math.min(o + OS_PAGE, r.heapLen);
-    if (o < baseLen && baseZero[p] !== 1) {
-      dst.set(r.base.subarray(o, Math.min(e, baseLen)), o);
-      if (e > baseLen) dst.fill(0, baseLen, e);
+    const k = p < slot.length ? slot[p] : -1;
+    if (k >= 0) {
+      // A page sent whole: past the base's heap it is padded with zeros.
+      dst.set(data.subarray(k * OS_PAGE, k * OS_PAGE + e - o), o);
     } else if ((o & 3) !== 0 || (e & 3) !== 0 || !isZero(d32, o >> 2, e >> 2)) {
       // Memory the runtime wrote while it started: zeros, as the snapshot has them. A
       // page never written reads as zeros without being made resident.
@@ -325,14 +355,13 @@ function fillHeap(r: HeapRestore, memory: WebAssembly.Memory) {
 
 // restoreFrom prepares the next load: the header Pyodide reads, and the heap it restores
 // (the base's, with the session's blocks when there is a delta).
-function restoreFrom(base: Uint8Array, header?: Uint8Array, delta?: Uint8Array): HeaderSnapshot {
-  const bheap = base.subarray(heapOffset(base));
-  const h = delta && header ? header : base.subarray(0, heapOffset(base));
-  const heapLen = delta ? new DataView(delta.buffer, delta.byteOffset, delta.byteLength).getUint32(0, true) : bheap.length;
+function restoreFrom(base: PackedBase, header?: Uint8Array, delta?: Uint8Array): HeaderSnapshot {
+  const h = delta && header ? header : base.header;
+  const heapLen = delta ? new DataView(delta.buffer, delta.byteOffset, delta.byteLength).getUint32(0, true) : base.heapLen;
   const snap = new HeaderSnapshot(h.length);
   snap.set(h);
   new DataView(snap.buffer).setUint32(4, h.length, true);
-  pendingHeap = { base: bheap, heapLen, delta };
+  pendingHeap = { base, heapLen, delta };
   restoreHeapBytes = heapLen;
   return snap;
 }
@@ -872,8 +901,8 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // starting a Worker and importing Pyodide.
         await prime(m);
         if (m.base instanceof Uint8Array) {
-          prepared = m.base;
-          indexBase(m.base);
+          prepared = readBase(m.base);
+          indexBase(prepared);
         }
         post({ op: "primed" });
         return;
@@ -899,7 +928,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         if (!m.returnBase) {
           // The heap is in wasm memory now. The base (~31 MB) is freed at once: an idle
           // isolate collects nothing, so garbage would stay as long as the session.
-          release(base);
+          release(base.raw);
         }
         initTimings = { prepare: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
         py.setInterruptBuffer(interrupt);
@@ -920,7 +949,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         }
         if (m.returnBase && !m.delta) {
           // A warm-up Worker hands the base back, unchanged, for the session's Worker.
-          post({ op: "ready", timings: initTimings, base }, [base.buffer as ArrayBuffer]);
+          post({ op: "ready", timings: initTimings, base: base.raw }, [base.raw.buffer as ArrayBuffer]);
           return;
         }
         post({ op: "ready", timings: initTimings });
