@@ -429,10 +429,15 @@ let heapRestored = false;
 // DATA_SYNC makes /data importable and drops the modules imported from files that
 // changed or went away, so the next import runs the new code.
 const DATA_SYNC = String.raw`
-import sys, importlib
+import sys
 if "/data" not in sys.path:
     sys.path.append("/data")
-importlib.invalidate_caches()
+# Only the finders of /data and its folders forget what they listed: importlib's
+# invalidate_caches() also clears interpreter-wide caches, which rewrites ~2.3 MB of a
+# restored heap (the session's saved state grew from ~0.5 to ~3 MB by it).
+for _path, _finder in list(sys.path_importer_cache.items()):
+    if _finder is not None and (_path == "/data" or _path.startswith("/data/")):
+        _finder.invalidate_caches()
 for _name, _mod in list(sys.modules.items()):
     _file = str(getattr(_mod, "__file__", None) or "")
     if _file.startswith("/data/") and (every or _file[len("/data/"):] in set(changed)):
