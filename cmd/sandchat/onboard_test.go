@@ -125,9 +125,15 @@ func TestRetryWithSandboxOn(t *testing.T) {
 
 	// Edit and resend: a slow message is being answered, then edited.
 	slow := alice.post(conv, py("import time\ntime.sleep(2)\nprint('slow')"))
+	// The message being answered: the assistant's tool call may already follow it.
 	msgs = alice.messages(conv)
 	latest := msgs[len(msgs)-1]
-	if latest.Role != "user" {
+	for _, m := range msgs {
+		if m.Role == "user" {
+			latest = m
+		}
+	}
+	if latest.Role != "user" || !strings.Contains(latest.Content, "slow") {
 		t.Fatalf("messages %+v", msgs)
 	}
 	edit := func(content string) map[string]any { return map[string]any{"content": content} }
