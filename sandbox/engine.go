@@ -42,14 +42,14 @@ type Engine struct {
 
 	pool    *pool
 	adm     *admission
-	history History // nil: a session the store lost starts fresh
+	history History  // nil: a session the store lost starts fresh
+	locks   keyLocks // this node's runs of a session, one at a time (lease.go)
 
 	mu        sync.Mutex
 	available bool
 	reason    string
 	live      map[string]*live
 	retiring  map[string]*live // evicted, being checkpointed before their process stops
-	locks     map[string]*keyLock
 	closed    bool
 
 	stop chan struct{}
@@ -81,7 +81,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, live: map[string]*live{}, retiring: map[string]*live{}, locks: map[string]*keyLock{},
+		cfg: cfg, log: log, st: st, live: map[string]*live{}, retiring: map[string]*live{},
 		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())

@@ -9,30 +9,38 @@ import (
 	"github.com/sandchat/sandchat"
 )
 
-// keyLock queues one node's runs of a session; it lives only while someone holds or
-// waits for it.
+// keyLocks queues this node's runs of each session, so only one of them at a time
+// polls Redis for the lease. It has a lock of its own: it guards nothing else.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+// keyLock queues one session's runs; it lives only while someone holds or waits for it.
 type keyLock struct {
 	ch   chan struct{}
 	refs int
 }
 
-// lockKey serialises this node's runs of one session, so only one of them polls Redis
-// for the lease at a time.
-func (e *Engine) lockKey(ctx context.Context, key string) (func(), error) {
-	e.mu.Lock()
-	l := e.locks[key]
+// lock waits for key's turn (or ctx) and returns what ends it.
+func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyLock{}
+	}
+	l := k.m[key]
 	if l == nil {
 		l = &keyLock{ch: make(chan struct{}, 1)}
-		e.locks[key] = l
+		k.m[key] = l
 	}
 	l.refs++
-	e.mu.Unlock()
+	k.mu.Unlock()
 	done := func() {
-		e.mu.Lock()
+		k.mu.Lock()
 		if l.refs--; l.refs == 0 {
-			delete(e.locks, key)
+			delete(k.m, key)
 		}
-		e.mu.Unlock()
+		k.mu.Unlock()
 	}
 	select {
 	case l.ch <- struct{}{}:
@@ -58,7 +66,7 @@ func (e *Engine) withLease(ctx context.Context, key string, fn func(token string
 		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 2,
 			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", e.cfg.QueueDepth)}
 	}
-	unlock, err := e.lockKey(ctx, key)
+	unlock, err := e.locks.lock(ctx, key)
 	if err != nil {
 		return err
 	}
