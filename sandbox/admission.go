@@ -164,7 +164,7 @@ func (e *Engine) reclaim() {
 	pooled := e.pool.evictOne()
 	var lv *live
 	if pooled == nil {
-		lv = e.evictOldestIdle()
+		lv = e.sess.forgetOldestIdle()
 	}
 	if pooled == nil && lv == nil {
 		a.mu.Unlock()

@@ -103,9 +103,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if _, err := must("bench:warm", "x = 0"); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	lv := e.live["bench:warm"]
-	e.mu.Unlock()
+	lv := e.sess.get("bench:warm")
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
@@ -195,10 +193,10 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 			return nil, err
 		}
 		// Evicted as the engine evicts: the heap is checkpointed, then the process goes.
-		e.mu.Lock()
-		lv := e.live[key]
-		e.forgetLocked(lv)
-		e.mu.Unlock()
+		e.sess.mu.Lock()
+		lv := e.sess.m[key]
+		e.sess.forgetLocked(lv)
+		e.sess.mu.Unlock()
 		e.retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
@@ -225,9 +223,9 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
-		e.mu.Lock()
-		procs = append(procs, e.live[key].p)
-		e.mu.Unlock()
+		e.sess.mu.Lock()
+		procs = append(procs, e.sess.m[key].p)
+		e.sess.mu.Unlock()
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)

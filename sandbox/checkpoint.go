@@ -45,9 +45,9 @@ const (
 
 // scheduleCheckpoint (re)arms lv's checkpoint for CheckpointDelay from now.
 func (e *Engine) scheduleCheckpoint(lv *live) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed || !lv.dirty() {
+	e.sess.mu.Lock()
+	defer e.sess.mu.Unlock()
+	if e.sess.closed || !lv.dirty() {
 		return
 	}
 	if lv.checkpoint != nil {
@@ -68,36 +68,20 @@ func (e *Engine) scheduleCheckpoint(lv *live) {
 	})
 }
 
-// forgetLocked takes lv out of the live set for retire; a run of its key waits for the
-// retirement (awaitRetired), so it finds the checkpoint made. Called with e.mu held.
-func (e *Engine) forgetLocked(lv *live) {
-	delete(e.live, lv.key)
-	lv.gone = make(chan struct{})
-	e.retiring[lv.key] = lv
-}
-
-// retire checkpoints a session forgotten by forgetLocked, then stops its process.
+// retire checkpoints a session the set forgot (sessions.forgetLocked), then stops its
+// process.
 func (e *Engine) retire(lv *live, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
 	e.checkpointForgotten(ctx, lv, "eviction")
 	cancel()
 	lv.p.close(why)
-	e.mu.Lock()
-	if e.retiring[lv.key] == lv {
-		delete(e.retiring, lv.key)
-	}
-	e.mu.Unlock()
-	if lv.gone != nil {
-		close(lv.gone)
-	}
+	e.sess.retired(lv)
 }
 
 // awaitRetired waits (bounded) for an eviction of key in flight, so the run that follows
 // restores from the heap it saves.
 func (e *Engine) awaitRetired(ctx context.Context, key string) {
-	e.mu.Lock()
-	lv := e.retiring[key]
-	e.mu.Unlock()
+	lv := e.sess.retiringOf(key)
 	if lv == nil {
 		return
 	}
@@ -125,12 +109,12 @@ func (e *Engine) checkpointAll(lvs []*live) {
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
 func (e *Engine) checkpointForgotten(ctx context.Context, lv *live, before string) {
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	if lv.checkpoint != nil {
 		lv.checkpoint.Stop()
 	}
 	ok, version := !lv.busy && lv.dirty(), lv.version
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	if !ok {
 		return
 	}
@@ -142,27 +126,27 @@ func (e *Engine) checkpointForgotten(ctx context.Context, lv *live, before strin
 // checkpointLive saves a live session's heap if the saved one lags it, holding the
 // session's lease so no run (on any node) moves it meanwhile.
 func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	dirty := lv.dirty()
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	if !dirty {
 		return nil
 	}
 	return e.withLease(ctx, lv.key, func(token string) error {
-		e.mu.Lock()
-		if e.live[lv.key] != lv || lv.busy || !lv.dirty() {
+		e.sess.mu.Lock()
+		if e.sess.m[lv.key] != lv || lv.busy || !lv.dirty() {
 			// Gone (an eviction checkpoints it itself), a run has it (it checkpoints
 			// again after), or already caught up.
-			e.mu.Unlock()
+			e.sess.mu.Unlock()
 			return nil
 		}
 		lv.busy = true
 		version := lv.version
-		e.mu.Unlock()
+		e.sess.mu.Unlock()
 		defer func() {
-			e.mu.Lock()
+			e.sess.mu.Lock()
 			lv.busy = false
-			e.mu.Unlock()
+			e.sess.mu.Unlock()
 			lv.p.freezeSoon()
 		}()
 		return e.checkpoint(ctx, lv, token, version)
@@ -172,9 +156,9 @@ func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
 // checkpoint takes lv's heap and saves it as the state of version; token is the lease
 // held, or "" for a session no run can reach.
 func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version int64) error {
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	capOf := e.stateCap(lv.stateCap)
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
 	if err != nil {
 		return err
@@ -212,10 +196,10 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	if lv.version == version {
 		lv.heapVersion, lv.heapStale, lv.mode = version, false, mode
 	}
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	return nil
 }

@@ -102,9 +102,7 @@ func killLive(t testing.TB, e *Engine, key string) {
 // liveOf is key's live session; the test fails when there is none.
 func liveOf(t testing.TB, e *Engine, key string) *live {
 	t.Helper()
-	e.mu.Lock()
-	lv := e.live[key]
-	e.mu.Unlock()
+	lv := e.sess.get(key)
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}

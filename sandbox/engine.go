@@ -45,11 +45,11 @@ type Engine struct {
 	history History  // nil: a session the store lost starts fresh
 	locks   keyLocks // this node's runs of a session, one at a time (lease.go)
 
-	mu        sync.Mutex
+	sess *sessions // the live sessions of this node (sessions.go)
+
+	mu        sync.Mutex // guards what follows, and rt.base
 	available bool
 	reason    string
-	live      map[string]*live
-	retiring  map[string]*live // evicted, being checkpointed before their process stops
 	closed    bool
 
 	stop chan struct{}
@@ -81,7 +81,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, live: map[string]*live{}, retiring: map[string]*live{},
+		cfg: cfg, log: log, st: st, sess: newSessions(),
 		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -390,7 +390,7 @@ func (e *Engine) watch() {
 		}
 		if e.jail.cgroups == nil {
 			// No cgroup to cap a session's memory: the engine does it, coarsely.
-			for _, p := range e.liveProcs() {
+			for _, p := range e.sess.procs() {
 				if m := p.memory(); m > e.jail.memoryLimit() {
 					p.kill(fmt.Sprintf("the session exceeded its memory limit (%d MiB) and was stopped", e.jail.memoryLimit()>>20))
 				}
@@ -411,7 +411,6 @@ func (e *Engine) Status(ctx context.Context) Status {
 	e.mu.Lock()
 	s := Status{
 		Available: e.available, Reason: e.reason,
-		LiveSess: len(e.live),
 		Limits: StatusLimits{
 			TimeoutMS: e.cfg.Timeout.Milliseconds(), MaxTimeoutMS: e.cfg.MaxTimeout.Milliseconds(),
 			MemoryBytes: e.cfg.MemoryBytes, MaxOutput: e.cfg.MaxOutput, MaxCode: e.cfg.MaxCode,
@@ -437,7 +436,8 @@ func (e *Engine) Status(ctx context.Context) Status {
 		s.Pyodide.Installed = s.Pyodide.Version != ""
 	}
 	s.WarmPool, s.Spares = e.pool.sizes()
-	for _, p := range e.liveProcs() {
+	s.LiveSess = e.sess.count()
+	for _, p := range e.sess.procs() {
 		s.SessionMemory = append(s.SessionMemory, p.memory())
 	}
 	s.Processes = s.LiveSess + s.WarmPool + s.Spares
@@ -454,14 +454,12 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.available, e.reason = false, "the sandbox engine is shut down"
-	var procs []*proc
-	var lvs []*live
-	for k, lv := range e.live {
-		procs = append(procs, lv.p)
-		lvs = append(lvs, lv)
-		delete(e.live, k)
-	}
 	e.mu.Unlock()
+	lvs := e.sess.closeAll()
+	var procs []*proc
+	for _, lv := range lvs {
+		procs = append(procs, lv.p)
+	}
 	// Shutdown checkpoints first: the sessions come back on any node without replay.
 	e.checkpointAll(lvs)
 	close(e.stop)

@@ -22,9 +22,7 @@ type ProcessInfo struct {
 
 // Inspect describes the process of key's live session; ENOTFOUND when it is not live.
 func (e *Engine) Inspect(key string) (ProcessInfo, error) {
-	e.mu.Lock()
-	lv := e.live[key]
-	e.mu.Unlock()
+	lv := e.sess.get(key)
 	if lv == nil || !lv.p.alive() {
 		return ProcessInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "Session %q is not live on this node.", key)
 	}

@@ -280,9 +280,7 @@ func TestHiddenGlobals(t *testing.T) {
 
 func sessionPIDs(t *testing.T, e *Engine, key string) []int {
 	t.Helper()
-	e.mu.Lock()
-	lv := e.live[key]
-	e.mu.Unlock()
+	lv := e.sess.get(key)
 	if lv == nil || lv.p.cg == nil {
 		t.Fatalf("session %s is not live in a cgroup", key)
 	}

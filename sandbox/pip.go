@@ -82,11 +82,11 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 	}
 	e := s.e
 	have := map[string]bool{}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	for _, w := range s.lv.pip {
 		have[pkgs.Normalize(w.Name)] = true
 	}
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, pipRequestTimeout)
 	defer cancel()
 	var lockNotes []string
@@ -102,9 +102,9 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 		out.Error = userError(ctx, e, "micropip install", err)
 		return out
 	}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	s.lv.pip = append(s.lv.pip, plan.Wheels...)
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	for _, w := range plan.Wheels {
 		out.Wheels = append(out.Wheels, pipInstallMsg{Name: w.Name, Version: w.Version, Path: s.run.Path(w.Rel())})
 	}

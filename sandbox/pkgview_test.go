@@ -78,9 +78,9 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 		}
 	})
 	t.Run("a session's view goes with its process", func(t *testing.T) {
-		e.mu.Lock()
-		ids := []string{e.live["a"].p.id, e.live["b"].p.id}
-		e.mu.Unlock()
+		e.sess.mu.Lock()
+		ids := []string{e.sess.m["a"].p.id, e.sess.m["b"].p.id}
+		e.sess.mu.Unlock()
 		evictLive(t, e, "a")
 		evictLive(t, e, "b")
 		deadline := time.Now().Add(10 * time.Second)

@@ -466,9 +466,9 @@ wait:
 		return Result{}, rep.err
 	}
 	// The process mounted /data as sent, whatever the code then did.
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	lv.data = versions
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	var r runReply
 	if err := json.Unmarshal(rep.f.raw, &r); err == nil {
 		err = r.check(e.cfg, rep.f)
@@ -579,18 +579,18 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	for p := range lv.unsavedDel {
 		deleted = append(deleted, p)
 	}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	save := state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
 		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
 		Cap: e.stateCap(req.StateCap),
 	}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	lv.stateCap = save.Cap
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
 	var full *state.Full
 	if errors.As(err, &full) {
@@ -607,9 +607,9 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
 		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	lv.version, lv.tainted, lv.heapStale = v, false, false
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
 	e.scheduleCheckpoint(lv)
@@ -651,7 +651,7 @@ func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 	if n, err := e.st.Bytes(ctx, key); err == nil {
 		info.StateBytes = n
 	}
-	info.Live = e.isLive(key, st.Version)
+	info.Live = e.sess.isLive(key, st.Version)
 	return info, nil
 }
 
@@ -665,10 +665,7 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		if err := e.st.Reset(ctx, key); err != nil {
 			return err
 		}
-		e.mu.Lock()
-		lv := e.live[key]
-		delete(e.live, key)
-		e.mu.Unlock()
+		lv := e.sess.take(key)
 		if lv != nil {
 			lv.p.close("reset")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
@@ -17,14 +18,14 @@ type live struct {
 	base     string
 	mode     string
 	packages []string
-	pip      []pkgs.Wheel // what micropip installed, guarded by Engine.mu
+	pip      []pkgs.Wheel // what micropip installed, guarded by sessions.mu
 	used     time.Time
 	busy     bool
 	// Files changed by runs that were not saved (a Python error): the next save carries them.
 	unsaved    map[string][]byte
 	unsavedDel map[string]bool
 
-	// Checkpoints (checkpoint.go), guarded by Engine.mu. heapVersion is the version of
+	// Checkpoints (checkpoint.go), guarded by sessions.mu. heapVersion is the version of
 	// the heap saved in Redis; heapStale says that heap no longer applies (the session
 	// came back by replay); tainted, that a run failed since the last save, so this heap
 	// holds effects the log does not; checkpoint is the pending one, if any.
@@ -35,10 +36,10 @@ type live struct {
 	gone        chan struct{} // closed once retired (checkpointed after eviction, then stopped)
 
 	// stateCap is what the session's saved state may hold, as its last run allowed
-	// (guarded by Engine.mu); checkpoints keep to it.
+	// (guarded by sessions.mu); checkpoints keep to it.
 	stateCap int64
 
-	// data is /data as the process holds it, name → version (guarded by Engine.mu).
+	// data is /data as the process holds it, name → version (guarded by sessions.mu).
 	data map[string]string
 }
 
@@ -46,12 +47,157 @@ func newLive(key string, p *proc, base, mode string) *live {
 	return &live{key: key, p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
 }
 
+// sessions is the set of this node's live sessions and of those being retired (evicted,
+// checkpointed before their process stops). Its lock guards the set and the fields of
+// each live session marked so; it is never held while waiting on a process or a store.
+type sessions struct {
+	mu       sync.Mutex
+	m        map[string]*live
+	retiring map[string]*live
+	closed   bool // shut down: nothing is scheduled on a session any more
+}
+
+func newSessions() *sessions {
+	return &sessions{m: map[string]*live{}, retiring: map[string]*live{}}
+}
+
+// get is key's live session, or nil.
+func (s *sessions) get(key string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key]
+}
+
+func (s *sessions) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// take removes key's live session from the set and returns it, or nil.
+func (s *sessions) take(key string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lv := s.m[key]
+	delete(s.m, key)
+	return lv
+}
+
+// forgetLocked takes lv out of the live set for retiring; a run of its key waits for the
+// retirement (Engine.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
+func (s *sessions) forgetLocked(lv *live) {
+	delete(s.m, lv.key)
+	lv.gone = make(chan struct{})
+	s.retiring[lv.key] = lv
+}
+
+// retired ends lv's retirement.
+func (s *sessions) retired(lv *live) {
+	s.mu.Lock()
+	if s.retiring[lv.key] == lv {
+		delete(s.retiring, lv.key)
+	}
+	s.mu.Unlock()
+	if lv.gone != nil {
+		close(lv.gone)
+	}
+}
+
+// retiringOf is key's session being retired, or nil.
+func (s *sessions) retiringOf(key string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retiring[key]
+}
+
+// forgetOldestIdle forgets the least recently used idle session and returns it for the
+// caller to retire, or nil when every live session is busy.
+func (s *sessions) forgetOldestIdle() *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forgetOldestIdleLocked()
+}
+
+func (s *sessions) forgetOldestIdleLocked() *live {
+	var old *live
+	for _, lv := range s.m {
+		if !lv.busy && (old == nil || lv.used.Before(old.used)) {
+			old = lv
+		}
+	}
+	if old != nil {
+		s.forgetLocked(old)
+	}
+	return old
+}
+
+// overLimit forgets the least recently used idle sessions past max and returns them.
+func (s *sessions) overLimit(max int) []*live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*live
+	for len(s.m) > max {
+		lv := s.forgetOldestIdleLocked()
+		if lv == nil {
+			break
+		}
+		out = append(out, lv)
+	}
+	return out
+}
+
+// idle forgets the sessions idle past timeout, and those whose process died between
+// runs, and returns them.
+func (s *sessions) idle(timeout time.Duration) []*live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*live
+	for _, lv := range s.m {
+		if !lv.busy && (!lv.p.alive() || time.Since(lv.used) > timeout) {
+			s.forgetLocked(lv)
+			out = append(out, lv)
+		}
+	}
+	return out
+}
+
+func (s *sessions) procs() []*proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*proc, 0, len(s.m))
+	for _, lv := range s.m {
+		out = append(out, lv.p)
+	}
+	return out
+}
+
+// isLive tells whether key's interpreter is warm at version.
+func (s *sessions) isLive(key string, version int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lv := s.m[key]
+	return lv != nil && lv.version == version && lv.p.alive()
+}
+
+// closeAll empties the set for shutdown and returns what it held.
+func (s *sessions) closeAll() []*live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	out := make([]*live, 0, len(s.m))
+	for k, lv := range s.m {
+		out = append(out, lv)
+		delete(s.m, k)
+	}
+	return out
+}
+
 // DataVersions tells which version of each file under /data the warm process of key
 // on this node holds, or nil: a caller may then leave those files' Data out.
 func (e *Engine) DataVersions(key string) map[string]string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	lv := e.live[key]
+	e.sess.mu.Lock()
+	defer e.sess.mu.Unlock()
+	lv := e.sess.m[key]
 	if lv == nil || lv.data == nil {
 		return nil
 	}
@@ -65,9 +211,9 @@ func (e *Engine) DataVersions(key string) map[string]string {
 // dataFor is what a run must send of files for /data: the versions of all, the bytes
 // of those the process does not hold. ErrDataStale when one of those came without them.
 func (e *Engine) dataFor(lv *live, files []File, o *blobs) ([]dataFile, map[string]string, error) {
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	held := lv.data
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	versions := make(map[string]string, len(files))
 	out := make([]dataFile, 0, len(files))
 	for _, f := range files {
@@ -89,7 +235,7 @@ func (e *Engine) dataFor(lv *live, files []File, o *blobs) ([]dataFile, map[stri
 }
 
 // dirty tells whether the saved heap lags this interpreter and a checkpoint can catch it
-// up; called with Engine.mu held.
+// up; called with sessions.mu held.
 func (lv *live) dirty() bool {
 	return lv.mode == modeSnapshot && !lv.tainted && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
 }
@@ -98,17 +244,17 @@ func (lv *live) dirty() bool {
 // (after forgetting a stale or dead one, whose process it closes) when the session has
 // to be brought back.
 func (e *Engine) claim(key string, version int64) *live {
-	e.mu.Lock()
-	lv := e.live[key]
+	e.sess.mu.Lock()
+	lv := e.sess.m[key]
 	if lv != nil && lv.p.alive() && lv.version == version {
 		lv.busy, lv.used = true, time.Now()
-		e.mu.Unlock()
+		e.sess.mu.Unlock()
 		return lv
 	}
 	if lv != nil {
-		delete(e.live, key)
+		delete(e.sess.m, key)
 	}
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	if lv != nil {
 		go lv.p.close("the session moved on")
 	}
@@ -132,18 +278,18 @@ func (e *Engine) answers(ctx context.Context, p *proc) bool {
 // adopt makes lv key's live session, busy, and evicts past MaxLive.
 func (e *Engine) adopt(key string, lv *live) {
 	lv.busy, lv.used = true, time.Now()
-	e.mu.Lock()
-	e.live[key] = lv
-	e.mu.Unlock()
+	e.sess.mu.Lock()
+	e.sess.m[key] = lv
+	e.sess.mu.Unlock()
 	e.evictLRU()
 }
 
 // release marks lv idle after a run; its process is frozen until the next one.
 func (e *Engine) release(lv *live) {
 	lv.p.freezeSoon()
-	e.mu.Lock()
+	e.sess.mu.Lock()
 	lv.busy, lv.used = false, time.Now()
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	if e.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
 		e.reclaim()
@@ -153,88 +299,26 @@ func (e *Engine) release(lv *live) {
 // dropLive forgets key's live session and kills its process: the next run starts from
 // the last durable state.
 func (e *Engine) dropLive(key string, lv *live, why string) {
-	e.mu.Lock()
-	if e.live[key] == lv {
-		delete(e.live, key)
+	e.sess.mu.Lock()
+	if e.sess.m[key] == lv {
+		delete(e.sess.m, key)
 	}
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	lv.p.close(why)
 }
 
 // evictLRU keeps at most MaxLive session processes: the least recently used idle ones
 // go, their state being safe in Redis.
 func (e *Engine) evictLRU() {
-	e.mu.Lock()
-	var victims []*live
-	for len(e.live) > e.cfg.MaxLive {
-		lv := e.forgetOldestIdleLocked()
-		if lv == nil {
-			break
-		}
-		victims = append(victims, lv)
-	}
-	e.mu.Unlock()
-	for _, lv := range victims {
+	for _, lv := range e.sess.overLimit(e.cfg.MaxLive) {
 		go e.retire(lv, "evicted (least recently used)")
 	}
-}
-
-// evictOldestIdle forgets the least recently used idle session and returns it for the
-// caller to retire, or nil when every live session is busy.
-func (e *Engine) evictOldestIdle() *live {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.forgetOldestIdleLocked()
-}
-
-func (e *Engine) forgetOldestIdleLocked() *live {
-	var old *live
-	for _, lv := range e.live {
-		if !lv.busy && (old == nil || lv.used.Before(old.used)) {
-			old = lv
-		}
-	}
-	if old == nil {
-		return nil
-	}
-	e.forgetLocked(old)
-	return old
 }
 
 // evictIdle stops the processes of sessions idle past IdleTimeout, and forgets sessions
 // whose process died between runs.
 func (e *Engine) evictIdle() {
-	e.mu.Lock()
-	var victims []*live
-	for _, lv := range e.live {
-		if lv.busy {
-			continue
-		}
-		if !lv.p.alive() || time.Since(lv.used) > e.cfg.IdleTimeout {
-			e.forgetLocked(lv)
-			victims = append(victims, lv)
-		}
-	}
-	e.mu.Unlock()
-	for _, lv := range victims {
+	for _, lv := range e.sess.idle(e.cfg.IdleTimeout) {
 		go e.retire(lv, "evicted (idle)")
 	}
-}
-
-func (e *Engine) liveProcs() []*proc {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*proc, 0, len(e.live))
-	for _, lv := range e.live {
-		out = append(out, lv.p)
-	}
-	return out
-}
-
-// isLive tells whether key's interpreter is warm at version.
-func (e *Engine) isLive(key string, version int64) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	lv := e.live[key]
-	return lv != nil && lv.version == version && lv.p.alive()
 }

@@ -15,12 +15,12 @@ import (
 // heap is checkpointed, then its process stops.
 func evictLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	e.mu.Lock()
-	lv := e.live[key]
+	e.sess.mu.Lock()
+	lv := e.sess.m[key]
 	if lv != nil {
-		e.forgetLocked(lv)
+		e.sess.forgetLocked(lv)
 	}
-	e.mu.Unlock()
+	e.sess.mu.Unlock()
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
@@ -271,10 +271,10 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		mustSucceed(t, e, k, "v = '"+k+"'")
 	}
-	e.mu.Lock()
-	n := len(e.live)
-	_, aLive := e.live["a"]
-	e.mu.Unlock()
+	e.sess.mu.Lock()
+	n := len(e.sess.m)
+	_, aLive := e.sess.m["a"]
+	e.sess.mu.Unlock()
 	if n != 2 || aLive {
 		t.Fatalf("%d live, a live %v; want 2 without the least recently used", n, aLive)
 	}
