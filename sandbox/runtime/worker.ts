@@ -432,12 +432,9 @@ const DATA_SYNC = String.raw`
 import sys
 if "/data" not in sys.path:
     sys.path.append("/data")
-# Only the finders of /data and its folders forget what they listed: importlib's
-# invalidate_caches() also clears interpreter-wide caches, which rewrites ~2.3 MB of a
-# restored heap (the session's saved state grew from ~0.5 to ~3 MB by it).
-for _path, _finder in list(sys.path_importer_cache.items()):
-    if _finder is not None and (_path == "/data" or _path.startswith("/data/")):
-        _finder.invalidate_caches()
+# Only the finders of /data and its folders forget what they listed (the driver's
+# forget_listings): importlib.invalidate_caches() rewrites ~2.3 MB of a restored heap.
+__import__("_sandchat").forget_listings("/data")
 for _name, _mod in list(sys.modules.items()):
     _file = str(getattr(_mod, "__file__", None) or "")
     if _file.startswith("/data/") and (every or _file[len("/data/"):] in set(changed)):
