@@ -23,11 +23,14 @@ import (
 // Engine runs Python sessions, each in a session process of its own (proc.go) confined
 // by the kernel (confine.go, cgroup.go). It is safe for concurrent use.
 //
-// The files, one job each: engine.go starts, reports and stops; pool.go keeps processes
-// restored ahead of demand; sessions.go is the set of live sessions and their eviction;
-// lease.go serialises the runs of a session across nodes; run.go attaches a session to a
-// process and runs code; store.go persists state in Redis; protocol.go is the typed
-// protocol spoken with runtime/host.ts.
+// The files, one job each: engine.go starts, reports and stops; admission.go bounds the
+// node's processes; pool.go keeps processes restored ahead of demand; sessions.go is the
+// set of live sessions and their eviction; lease.go serialises the runs of a session
+// across nodes; attach.go brings a session back into a process; run.go runs code;
+// durable.go makes a run durable and answers for the session's saved state;
+// checkpoint.go saves heaps off the runs' path; store.go is the store the engine
+// consumes (sandbox/redisstore); protocol.go is the typed protocol spoken with
+// runtime/host.ts, basepack.go the base as it travels there.
 type Engine struct {
 	cfg Config
 	log *slog.Logger

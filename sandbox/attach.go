@@ -1,0 +1,262 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
+)
+
+// attached is a session made current for a run.
+type attached struct {
+	lv       *live
+	info     SessionInfo
+	notes    []string
+	replayed []string // cells replayed from the caller's history: they join the replay log
+}
+
+// attach makes sure key has a current interpreter, bringing it back when the warm copy
+// is missing or stale: from its heap in Redis, by replaying its cells, or from the
+// caller's history when Redis lost it. Called with the lease held.
+func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
+	a := &attached{}
+	e.awaitRetired(ctx, key)
+	stored, err := e.st.Version(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if lv := e.claim(key, stored); lv != nil {
+		if e.answers(ctx, lv.p) {
+			a.lv, a.info.RestoredFrom = lv, FromLive
+			return a, nil
+		}
+		// The process died while idle (killed, or by the kernel's memory cap): this
+		// run's code never reached it, so the session comes back as if evicted.
+		e.dropLive(key, lv, "its process stopped between runs")
+	}
+	for _, f := range req.Data {
+		if f.Data == nil {
+			// A process brought back holds no /data: say so before starting one.
+			return nil, ErrDataStale
+		}
+	}
+	var st *state.State
+	if stored > 0 {
+		if st, err = e.st.Load(ctx, key, false); err != nil {
+			return nil, err
+		}
+	}
+	// Bringing a session back goes on if the caller gives up (another run may want it);
+	// each step of it has its own deadline. Only the wait for room ends with the caller.
+	wait := ctx
+	ctx = context.WithoutCancel(ctx)
+	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
+		GraceMS: e.cfg.Grace.Milliseconds()}
+	var o blobs
+	var p *proc
+	mode := modeSnapshot
+	base := e.rt.baseHash
+	var heapVersion int64
+	heapStale := false
+	switch {
+	case st == nil:
+		a.info.RestoredFrom = FromFresh
+		seen, _ := e.st.Seen(ctx, key)
+		a.info.Expired = seen
+		at.Reseed = true
+		if e.cfg.ForceReplay {
+			mode = modeReplay
+		}
+		if !seen {
+			cells, err := e.lostCells(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("session history: %w", err)
+			}
+			if len(cells) > 0 {
+				// Redis lost the session, but its runs are on record: bring it back by
+				// running them again.
+				a.info.RestoredFrom, a.replayed = FromReplay, cells
+				at.Cells, at.CellTimeouts = e.splitCells(cells)
+			}
+		}
+		if p, err = e.readyProc(wait, ctx); err != nil {
+			return nil, err
+		}
+	default:
+		files := make([]fileBlob, 0, len(st.Files))
+		for name, d := range st.Files {
+			files = append(files, fileBlob{Path: name, Data: o.add(d)})
+		}
+		at.Files, at.Packages = files, nonNil(st.Packages)
+		// A heap is only meaningful to the exact build that saved it; after an upgrade
+		// the session comes back by replay.
+		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
+			if p, err = e.restoreProc(wait, ctx, st); err != nil {
+				var pe *procError
+				if !errors.As(err, &pe) {
+					return nil, err
+				}
+				e.log.Warn("session heap did not restore, replaying cells", "session", key, "err", err)
+				a.notes = append(a.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
+				p = nil
+			} else {
+				// The heap as last checkpointed, then the runs logged since.
+				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
+				at.Cells, at.CellTimeouts = e.splitCells(st.Tail)
+			}
+		}
+		if p == nil {
+			// The whole log replays on the current base. A session that can be saved as
+			// a heap stays so: its next checkpoint replaces a heap the replay made stale.
+			a.info.RestoredFrom, heapStale = FromReplay, true
+			if st.Mode == modeReplay || e.cfg.ForceReplay {
+				mode = modeReplay
+			}
+			cells, err := e.st.Cells(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			at.Cells, at.CellTimeouts = e.splitCells(cells)
+			at.Reseed = true
+			if p, err = e.readyProc(wait, ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	defer cancel()
+	pk := e.packages(p)
+	defer pk.Done()
+	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
+		// A session comes back with its packages: the cache may have been emptied since.
+		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+	}
+	at.Pip = []pipInstallMsg{}
+	var pip []pkgs.Wheel
+	if st != nil && len(st.Pip) > 0 {
+		if err := json.Unmarshal(st.Pip, &pip); err != nil {
+			e.log.Warn("session's micropip record does not decode", "session", key, "err", err)
+		}
+	}
+	if len(pip) > 0 {
+		if e.fetch == nil {
+			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
+		} else {
+			wheels, notes := e.restorePip(actx, pk, pip)
+			at.Pip, a.notes = wheels, append(a.notes, notes...)
+		}
+	}
+	at.Data = []dataFile{}
+	if len(at.Cells) > 0 {
+		for _, f := range req.Data {
+			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+		}
+	}
+	f, err := p.call(actx, at, &o)
+	if err != nil {
+		p.close("attach failed")
+		if pe := (*procError)(nil); errors.As(err, &pe) && pe.kind == "replay" {
+			return nil, sandchat.Errorf(sandchat.ECONFLICT,
+				"The session could not be restored: %s. Reset the session to start over.", pe.msg)
+		}
+		return nil, e.procErr(err, p, 0)
+	}
+	var r attachReply
+	_ = json.Unmarshal(f.raw, &r)
+	if r.Error != nil {
+		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
+	}
+	lv := newLive(key, p, base, mode)
+	if st != nil {
+		lv.version, lv.packages, lv.pip = st.Version, st.Packages, pip
+	}
+	lv.heapVersion, lv.heapStale = heapVersion, heapStale
+	a.lv = lv
+	e.adopt(key, lv)
+	return a, nil
+}
+
+// readyProc is a process with the base interpreter: from the warm pool, or started now
+// once the node has room for it (wait bounds the wait for room).
+func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
+	if p := e.pool.takeReady(); p != nil {
+		return p, nil
+	}
+	// Starting is bounded on its own (a loaded machine may take seconds): RestoreTimeout
+	// bounds the restore work that follows.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+	defer cancel()
+	return e.spawn(wait, ctx, e.currentBase(), func(p *proc) error {
+		if _, err := p.call(ctx, loadReq{Op: "load"}, nil); err != nil {
+			return e.procErr(err, p, 0)
+		}
+		return nil
+	})
+}
+
+// restoreProc brings a saved heap back in a process primed with the base it was saved
+// against: a spare from the pool when that is the current base, else one started once
+// the node has room for it (wait bounds the wait for room).
+func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc, error) {
+	var p *proc
+	if st.Base == e.rt.baseHash {
+		p = e.pool.takeSpare()
+	}
+	if p == nil {
+		base := e.currentBase()
+		if st.Base != e.rt.baseHash {
+			b, err := e.st.LoadBase(ctx, st.Base)
+			if err != nil {
+				return nil, err
+			}
+			if b == nil {
+				return nil, &procError{msg: "the base snapshot of this session is gone"}
+			}
+			base = b
+		}
+		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+		defer cancel()
+		var err error
+		if p, err = e.spawn(wait, start, base, nil); err != nil {
+			return nil, err
+		}
+	}
+	var o blobs
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	defer cancel()
+	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(p.xorBase(st.Delta))}, &o); err != nil {
+		p.close("restore failed")
+		if errors.Is(err, errProcGone) {
+			// The heap itself took the process down (over the memory cap, say).
+			return nil, &procError{msg: p.reason()}
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// procErr turns a failure to start or reach a session process into the error callers see.
+func (e *Engine) procErr(err error, p *proc, version int64) error {
+	var pe *procError
+	switch {
+	case errors.Is(err, errProcGone) && p != nil:
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session process stopped (%s); try again.", p.reason())
+	case errors.As(err, &pe):
+		return fmt.Errorf("sandbox session: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session did not start in time; try again.")
+	}
+	return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session could not be started: %v", err)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

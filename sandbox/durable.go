@@ -1,0 +1,145 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
+)
+
+// stateCap is what a session's saved state may hold when its caller allows want.
+func (e *Engine) stateCap(want int64) int64 {
+	if want > 0 {
+		return min(want, e.cfg.MaxStateBytes)
+	}
+	return e.cfg.MaxStateBytes
+}
+
+// persist makes a successful run durable before it is reported complete: its cell joins
+// the session's log in Redis with the files it changed (a few hundred bytes for most
+// runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
+// restore replays the cells logged since the last checkpoint.
+func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *runReply, res *Result, ctxErr error) error {
+	deleted := make([]string, 0, len(lv.unsavedDel))
+	for p := range lv.unsavedDel {
+		deleted = append(deleted, p)
+	}
+	e.sess.mu.Lock()
+	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
+	e.sess.mu.Unlock()
+	save := state.Save{
+		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
+		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
+		Cap: e.stateCap(req.StateCap),
+	}
+	e.sess.mu.Lock()
+	lv.stateCap = save.Cap
+	e.sess.mu.Unlock()
+	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
+	var full *state.Full
+	if errors.As(err, &full) {
+		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
+		// durable; the user is told what an eviction would take back.
+		lv.tainted = true
+		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, lv.version)
+		return ctxErr
+	}
+	if err != nil {
+		// The warm interpreter is now ahead of Redis: drop it, so the next run starts
+		// from the last state that was saved.
+		e.dropLive(key, lv, "its state could not be saved")
+		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
+	}
+	e.sess.mu.Lock()
+	lv.version, lv.tainted, lv.heapStale = v, false, false
+	e.sess.mu.Unlock()
+	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
+	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
+	e.scheduleCheckpoint(lv)
+	return ctxErr
+}
+
+// StateBytes is what key's saved state holds in both tiers (heap, files, replay log),
+// from the store's counters alone; zero when it has none.
+func (e *Engine) StateBytes(ctx context.Context, key string) (int64, error) {
+	return e.st.Bytes(ctx, key)
+}
+
+// Session describes the durable state of key; ENOTFOUND when there is none.
+func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
+	st, err := e.st.Load(ctx, key, false)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if st == nil {
+		return SessionInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "This conversation has no Python session.")
+	}
+	info := SessionInfo{Version: st.Version, Packages: nonNil(st.Packages), Mode: st.Mode, UpdatedAt: st.Updated, Files: []string{}}
+	for p := range st.Files {
+		info.Files = append(info.Files, p)
+	}
+	sort.Strings(info.Files)
+	if n, err := e.st.Bytes(ctx, key); err == nil {
+		info.StateBytes = n
+	}
+	info.Live = e.sess.isLive(key, st.Version)
+	return info, nil
+}
+
+// Reset forgets key's state; the next run starts a fresh interpreter. It waits for a
+// run in progress to finish.
+func (e *Engine) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
+	}
+	return e.withLease(ctx, key, func(string) error {
+		if err := e.st.Reset(ctx, key); err != nil {
+			return err
+		}
+		lv := e.sess.take(key)
+		if lv != nil {
+			lv.p.close("reset")
+		}
+		return nil
+	})
+}
+
+// A cell in the session's log is its code, or, when it ran under a time limit other than
+// the default, a NUL byte and JSON of both: Python source cannot hold a NUL byte, so no
+// code that ran reads as the second form. A replay gives each cell its own limit again.
+type loggedCell struct {
+	Code      string `json:"code"`
+	TimeoutMS int64  `json:"timeout_ms"`
+}
+
+func (e *Engine) logCell(code string, timeout time.Duration) string {
+	if timeout == 0 || timeout == e.cfg.Timeout {
+		return code
+	}
+	b, _ := json.Marshal(loggedCell{Code: code, TimeoutMS: timeout.Milliseconds()})
+	return "\x00" + string(b)
+}
+
+// splitCells decodes logged cells into their code and time limits in milliseconds.
+func (e *Engine) splitCells(cells []string) (codes []string, timeouts []int64) {
+	codes, timeouts = make([]string, 0, len(cells)), make([]int64, 0, len(cells))
+	for _, c := range cells {
+		lc := loggedCell{Code: c, TimeoutMS: e.cfg.Timeout.Milliseconds()}
+		if strings.HasPrefix(c, "\x00") {
+			if json.Unmarshal([]byte(c[1:]), &lc) != nil || lc.TimeoutMS <= 0 {
+				lc = loggedCell{Code: "", TimeoutMS: e.cfg.Timeout.Milliseconds()}
+			}
+		}
+		codes, timeouts = append(codes, lc.Code), append(timeouts, lc.TimeoutMS)
+	}
+	return codes, timeouts
+}
