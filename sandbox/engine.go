@@ -2,15 +2,11 @@ package sandbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,7 +26,8 @@ import (
 // durable.go makes a run durable and answers for the session's saved state;
 // checkpoint.go saves heaps off the runs' path; store.go is the store the engine
 // consumes (sandbox/redisstore); protocol.go is the typed protocol spoken with
-// runtime/host.ts, basepack.go the base as it travels there.
+// runtime/host.ts; base.go finds or boots the base snapshot, basepack.go packs it for a
+// process; version.go names the runtime's build.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
@@ -207,51 +204,6 @@ func (e *Engine) retryStart() {
 	}
 }
 
-func denoVersion(ctx context.Context, deno string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, deno, "--version")
-	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
-	out, err := cmd.Output()
-	if err != nil {
-		return "", err
-	}
-	f := strings.Fields(string(out))
-	if len(f) < 2 {
-		return "", fmt.Errorf("unexpected output %q", out)
-	}
-	return f[1], nil
-}
-
-func pyodideVersion(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
-	if err != nil {
-		return ""
-	}
-	var p struct {
-		Version string `json:"version"`
-	}
-	_ = json.Unmarshal(b, &p)
-	return p.Version
-}
-
-// buildID names what a snapshot is only valid for: the exact Pyodide, Deno and the
-// runtime code that shaped the base heap.
-func buildID(cfg Config, deno, py string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "pyodide=%s deno=%s\n", py, deno)
-	if len(cfg.Preload) > 0 {
-		// Preloaded modules are part of the base heap.
-		fmt.Fprintf(h, "preload=%s\n", strings.Join(cfg.Preload, ","))
-	}
-	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.RuntimeDir, "driver.py"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
-		if b, err := os.ReadFile(f); err == nil {
-			h.Write(b)
-		}
-	}
-	return py + "-" + hex.EncodeToString(h.Sum(nil))[:16]
-}
-
 // runtimeConfig is what every session process is primed with.
 func (e *Engine) runtimeConfig() runtimeConfig {
 	cfg := e.cfg
@@ -306,72 +258,6 @@ func netAllow(cfg Config) []string {
 		}
 	}
 	return nets
-}
-
-// ensureBase finds the build's shared base in Redis or boots one and publishes it. Any
-// node can then restore any session: snapshots of separate boots differ.
-func (e *Engine) ensureBase(ctx context.Context) error {
-	hash, err := e.st.BaseFor(ctx, e.rt.build)
-	if err != nil {
-		return err
-	}
-	var snap []byte
-	if hash != "" {
-		if snap, err = e.st.LoadBase(ctx, hash); err != nil {
-			return err
-		}
-	}
-	if snap == nil {
-		if snap, err = e.boot(ctx); err != nil {
-			return err
-		}
-		sum := sha256.Sum256(snap)
-		mine := hex.EncodeToString(sum[:])
-		if hash, err = e.st.PublishBase(ctx, e.rt.build, mine, snap); err != nil {
-			return err
-		}
-		if hash != mine {
-			if snap, err = e.st.LoadBase(ctx, hash); err != nil || snap == nil {
-				return fmt.Errorf("load base %s published by another node: %v", hash, err)
-			}
-		}
-	}
-	e.mu.Lock()
-	e.rt.base, e.rt.baseHash = snap, hash
-	e.mu.Unlock()
-	return nil
-}
-
-// boot starts Pyodide fresh in a session process and takes the heap every session is
-// diffed against.
-func (e *Engine) boot(ctx context.Context) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	p, err := e.spawn(ctx, ctx, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close("boot done")
-	if e.fetch != nil && len(e.cfg.Preload) > 0 {
-		pk := e.packages(p)
-		defer pk.Done()
-		if notes := pk.Ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
-			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
-		}
-	}
-	f, err := p.call(ctx, bootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.console.tail())
-	}
-	var r bootReply
-	if err := json.Unmarshal(f.raw, &r); err != nil {
-		return nil, err
-	}
-	snap := f.bytes(r.Snapshot)
-	if len(snap) < 64 {
-		return nil, errors.New("boot returned no snapshot")
-	}
-	return snap, nil
 }
 
 // watch evicts idle sessions and forgets the ones whose process died; they come back

@@ -1,8 +1,17 @@
 package sandbox
 
 import (
+	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
 )
 
 //go:embed runtime/package.json
@@ -16,4 +25,49 @@ func Pinned() (deno, pyodide string) {
 	}
 	_ = json.Unmarshal(runtimePackage, &p)
 	return p.Dependencies["deno"], p.Dependencies["pyodide"]
+}
+
+func denoVersion(ctx context.Context, deno string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, deno, "--version")
+	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 {
+		return "", fmt.Errorf("unexpected output %q", out)
+	}
+	return f[1], nil
+}
+
+func pyodideVersion(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return ""
+	}
+	var p struct {
+		Version string `json:"version"`
+	}
+	_ = json.Unmarshal(b, &p)
+	return p.Version
+}
+
+// buildID names what a snapshot is only valid for: the exact Pyodide, Deno and the
+// runtime code that shaped the base heap.
+func buildID(cfg Config, deno, py string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "pyodide=%s deno=%s\n", py, deno)
+	if len(cfg.Preload) > 0 {
+		// Preloaded modules are part of the base heap.
+		fmt.Fprintf(h, "preload=%s\n", strings.Join(cfg.Preload, ","))
+	}
+	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.RuntimeDir, "driver.py"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
+		if b, err := os.ReadFile(f); err == nil {
+			h.Write(b)
+		}
+	}
+	return py + "-" + hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -1,0 +1,81 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The base snapshot: one per runtime build, booted by the first node and shared through
+// the store (its wire form to a process is in basepack.go).
+
+// ensureBase finds the build's shared base in Redis or boots one and publishes it. Any
+// node can then restore any session: snapshots of separate boots differ.
+func (e *Engine) ensureBase(ctx context.Context) error {
+	hash, err := e.st.BaseFor(ctx, e.rt.build)
+	if err != nil {
+		return err
+	}
+	var snap []byte
+	if hash != "" {
+		if snap, err = e.st.LoadBase(ctx, hash); err != nil {
+			return err
+		}
+	}
+	if snap == nil {
+		if snap, err = e.boot(ctx); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(snap)
+		mine := hex.EncodeToString(sum[:])
+		if hash, err = e.st.PublishBase(ctx, e.rt.build, mine, snap); err != nil {
+			return err
+		}
+		if hash != mine {
+			if snap, err = e.st.LoadBase(ctx, hash); err != nil || snap == nil {
+				return fmt.Errorf("load base %s published by another node: %v", hash, err)
+			}
+		}
+	}
+	e.mu.Lock()
+	e.rt.base, e.rt.baseHash = snap, hash
+	e.mu.Unlock()
+	return nil
+}
+
+// boot starts Pyodide fresh in a session process and takes the heap every session is
+// diffed against.
+func (e *Engine) boot(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	p, err := e.spawn(ctx, ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close("boot done")
+	if e.fetch != nil && len(e.cfg.Preload) > 0 {
+		pk := e.packages(p)
+		defer pk.Done()
+		if notes := pk.Ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
+			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
+		}
+	}
+	f, err := p.call(ctx, bootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.console.tail())
+	}
+	var r bootReply
+	if err := json.Unmarshal(f.raw, &r); err != nil {
+		return nil, err
+	}
+	snap := f.bytes(r.Snapshot)
+	if len(snap) < 64 {
+		return nil, errors.New("boot returned no snapshot")
+	}
+	return snap, nil
+}
