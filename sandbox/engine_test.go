@@ -269,13 +269,17 @@ func TestLimits(t *testing.T) {
 	t.Run("code ignoring the interrupt is stopped and the session restored", func(t *testing.T) {
 		k := key("stubborn")
 		mustSucceed(t, e, k, "saved = 'yes'")
-		code := "lost = 1\nwhile True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        pass"
+		code := "import sys\nlost = 1\nprint('before the limit', flush=True)\nprint('on stderr', file=sys.stderr, flush=True)\nwhile True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        pass"
 		r, err := e.Execute(context.Background(), k, Request{Code: code, Timeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != StatusTimeout || !strings.Contains(r.Error.Message, "last saved state") {
 			t.Fatalf("got %s %+v", r.Status, r.Error)
+		}
+		// Its process is gone, but what it printed was seen: the answer keeps it.
+		if r.Stdout != "before the limit\n" || r.Stderr != "on stderr\n" {
+			t.Fatalf("stdout %q stderr %q", r.Stdout, r.Stderr)
 		}
 		// Back from the last heap and the runs logged since (by replay, when the killed
 		// process had not checkpointed yet).

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -121,8 +122,12 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
+	// What the run printed as it came: the answer when the process cannot give its own
+	// (killed for ignoring the interrupt, or gone during the run).
+	seen := &seenOutput{max: e.cfg.MaxOutput}
 	p.setOutput(func(stream, chunk string) {
 		disp.wrote(stream, len(chunk))
+		seen.add(stream, chunk)
 		if req.OnOutput != nil {
 			req.OnOutput(stream, chunk)
 		}
@@ -194,6 +199,7 @@ wait:
 					"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
 					e.cfg.Grace, lv.version)}},
 				Session: session()}
+			res.Stdout, res.Stderr = seen.text(e.cfg.MaxOutput)
 			return res, ctxErr
 		}
 	}
@@ -203,10 +209,12 @@ wait:
 		var pe *procError
 		switch {
 		case errors.Is(rep.err, errProcGone):
-			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
+			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
 				Error: &sandchat.RunError{Type: "SandboxError", Message: fmt.Sprintf(
 					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)}},
-				Session: session()}, ctxErr
+				Session: session()}
+			res.Stdout, res.Stderr = seen.text(e.cfg.MaxOutput)
+			return res, ctxErr
 		case errors.As(rep.err, &pe):
 			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
 				Error: &sandchat.RunError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.msg}},
@@ -321,4 +329,43 @@ func contentType(name string, b []byte) string {
 		return t
 	}
 	return http.DetectContentType(b)
+}
+
+// seenOutput keeps what a run streamed, each stream up to max bytes.
+type seenOutput struct {
+	mu             sync.Mutex
+	max            int
+	stdout, stderr strings.Builder
+	outCut, errCut bool
+}
+
+func (s *seenOutput) add(stream, chunk string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, cut := &s.stdout, &s.outCut
+	if stream == "stderr" {
+		b, cut = &s.stderr, &s.errCut
+	}
+	if *cut {
+		return // past the limit: nothing after the cut
+	}
+	if room := s.max - b.Len(); len(chunk) > room {
+		chunk, *cut = sandchat.TruncateUTF8(chunk, room, ""), true
+	}
+	b.WriteString(chunk)
+}
+
+// text is what was seen, with the marker a run's own answer has when it was cut.
+func (s *seenOutput) text(limit int) (stdout, stderr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stdout, stderr = s.stdout.String(), s.stderr.String()
+	marker := fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", limit)
+	if s.outCut {
+		stdout += marker
+	}
+	if s.errCut {
+		stderr += marker
+	}
+	return stdout, stderr
 }
