@@ -827,10 +827,9 @@ async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; de
 async function callDriver(code: string, filename: string, limit: number): Promise<any[]> {
   const mod = py.pyimport("_sandchat");
   const fn = mod.run;
-  // A plain call: under callPromising (JSPI) an interrupted run lost what it printed,
-  // so an import the finder must fetch through the engine waits only in cells that
-  // await (run_async), and a synchronous cell is told to use the import statement.
-  let r = fn(code, filename, limit);
+  // Called so that it may suspend (JSPI): an import the driver's finder resolves
+  // through the engine waits for the answer inside otherwise synchronous code.
+  let r = typeof fn.callPromising === "function" ? await fn.callPromising(code, filename, limit) : fn(code, filename, limit);
   fn.destroy();
   if (r === undefined || r === null) {
     const afn = mod.run_async;
