@@ -223,9 +223,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
-		e.sess.mu.Lock()
-		procs = append(procs, e.sess.m[key].p)
-		e.sess.mu.Unlock()
+		procs = append(procs, e.sess.get(key).p)
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)

@@ -199,7 +199,7 @@ wait:
 					"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
 					e.cfg.Grace, lv.version)}},
 				Session: session()}
-			res.Stdout, res.Stderr = seen.text(e.cfg.MaxOutput)
+			res.Stdout, res.Stderr = seen.text()
 			return res, ctxErr
 		}
 	}
@@ -213,7 +213,7 @@ wait:
 				Error: &sandchat.RunError{Type: "SandboxError", Message: fmt.Sprintf(
 					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)}},
 				Session: session()}
-			res.Stdout, res.Stderr = seen.text(e.cfg.MaxOutput)
+			res.Stdout, res.Stderr = seen.text()
 			return res, ctxErr
 		case errors.As(rep.err, &pe):
 			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
@@ -271,10 +271,10 @@ func notesPrefix(notes []string) string {
 func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
 	if r.StdoutTruncated {
-		res.Stdout += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
+		res.Stdout += truncatedAt(e.cfg.MaxOutput)
 	}
 	if r.StderrTruncated {
-		res.Stderr += fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", e.cfg.MaxOutput)
+		res.Stderr += truncatedAt(e.cfg.MaxOutput)
 	}
 	res.Stderr = notesPrefix(notes) + res.Stderr
 	if len(r.Outside) > 0 {
@@ -356,16 +356,20 @@ func (s *seenOutput) add(stream, chunk string) {
 }
 
 // text is what was seen, with the marker a run's own answer has when it was cut.
-func (s *seenOutput) text(limit int) (stdout, stderr string) {
+func (s *seenOutput) text() (stdout, stderr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	stdout, stderr = s.stdout.String(), s.stderr.String()
-	marker := fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", limit)
 	if s.outCut {
-		stdout += marker
+		stdout += truncatedAt(s.max)
 	}
 	if s.errCut {
-		stderr += marker
+		stderr += truncatedAt(s.max)
 	}
 	return stdout, stderr
+}
+
+// truncatedAt ends an output cut at limit bytes.
+func truncatedAt(limit int) string {
+	return fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", limit)
 }

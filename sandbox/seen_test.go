@@ -14,7 +14,7 @@ func TestSeenOutput(t *testing.T) {
 	s.add("stderr", "err\n")
 	s.add("stdout", "6789é!") // é is two bytes: it does not fit whole
 	s.add("stdout", "more")
-	out, errs := s.text(10)
+	out, errs := s.text()
 	if !strings.HasPrefix(out, "123456789\n[... output truncated at 10 bytes") || errs != "err\n" {
 		t.Fatalf("stdout %q stderr %q", out, errs)
 	}
