@@ -144,12 +144,13 @@ func (j *jail) denoArgs(pkgs string) []string {
 // libraries and the runtime, read-only; a private /tmp (bounded) and /dev; no network
 // namespace interfaces but loopback unless the network allowlist asks for the host's.
 // The session's view of the package cache, pkgs, appears where the cache is: the cache
-// itself never does.
-func (j *jail) bwrapArgs(pkgs string) []string {
+// itself never does. Deno's own cache (DENO_DIR) is the node's compiled-code cache
+// (codecache.go) when code names it, read-only unless this process fills it.
+func (j *jail) bwrapArgs(pkgs string, code codeMount) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox",
-		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", "/tmp/deno", "--setenv", "NO_COLOR", "1",
+		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", denoDir, "--setenv", "NO_COLOR", "1",
 		"--setenv", "DENO_NO_UPDATE_CHECK", "1", "--setenv", "DENO_NO_PROMPT", "1", "--setenv", "PATH", "/nonexistent",
 		// glibc gives each thread of Deno its own malloc arena (64 MiB chunks): two keep a
 		// session process ~35 MiB smaller (one is smaller still, but triples a save's time).
@@ -183,6 +184,13 @@ func (j *jail) bwrapArgs(pkgs string) []string {
 	if pkgs != "" {
 		a = append(a, "--ro-bind", pkgs, j.cfg.PackageCacheDir)
 	}
+	if code.dir != "" {
+		bind := "--ro-bind"
+		if code.fill {
+			bind = "--bind"
+		}
+		a = append(a, bind, code.dir, denoDir)
+	}
 	return append(a, "--")
 }
 
@@ -190,14 +198,14 @@ func (j *jail) bwrapArgs(pkgs string) []string {
 // the engine moves the gate into the session's cgroup and only then lets it exec
 // bubblewrap, so no task of the session ever runs outside its limits. The gate reads fd
 // 5; fds 3 and 4 are the protocol's pipes. pkgs is the session's view of the package
-// cache, "" for none.
-func (j *jail) command(pkgs string) *exec.Cmd {
+// cache, "" for none; code, the compiled-code cache it mounts (none in process mode).
+func (j *jail) command(pkgs string, code codeMount) *exec.Cmd {
 	var cmd *exec.Cmd
 	if j.mode == IsolationProcess {
 		deno := j.denoArgs(pkgs)
 		cmd = exec.Command(deno[0], deno[1:]...)
 	} else {
-		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs(pkgs)...)
+		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs(pkgs, code)...)
 		cmd = exec.Command("/bin/sh", append(args, j.denoArgs(pkgs)...)...)
 	}
 	cmd.SysProcAttr = j.sysProcAttr()

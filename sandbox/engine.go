@@ -27,7 +27,8 @@ import (
 // checkpoint.go saves heaps off the runs' path; store.go is the store the engine
 // consumes (sandbox/redisstore); protocol.go is the typed protocol spoken with
 // runtime/host.ts; base.go finds or boots the base snapshot, basepack.go packs it for a
-// process; version.go names the runtime's build.
+// process; codecache.go fills Deno's compiled code once for all processes; version.go
+// names the runtime's build.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
@@ -39,6 +40,7 @@ type Engine struct {
 	rt       runtimeInfo
 	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
 	packs    basePacks     // the base as processes are primed with it (basepack.go)
+	code     codeCache     // what Deno compiles for a process, filled once (codecache.go)
 
 	pool    *pool
 	adm     *admission
@@ -177,6 +179,8 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	}
 	e.available, e.reason = true, ""
 	e.mu.Unlock()
+	e.wg.Add(1)
+	go e.fillCode()
 	e.pool.start()
 	e.wg.Add(1)
 	go e.watch()

@@ -319,3 +319,61 @@ func cpuTicks(pids []int) int64 {
 	}
 	return total
 }
+
+// TestCodeCacheIsReadOnly: every session process shares the node's compiled-code cache
+// (Deno's DENO_DIR), mounted read-only, so no session can plant code another runs; a
+// session that tries to write there changes nothing.
+func TestCodeCacheIsReadOnly(t *testing.T) {
+	e, _, key := setup(t)
+	for deadline := time.Now().Add(time.Minute); !e.code.ready.Load(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the compiled-code cache was not filled within a minute")
+		}
+	}
+	// Processes the pool made while it was filled go without it.
+	for _, pr := range e.pool.drain() {
+		pr.close("made before the code cache")
+	}
+	k := key("code-cache")
+	r := mustSucceed(t, e, k, `import js
+tries = []
+for f in ["/tmp/deno/planted", "/tmp/deno/v8_code_cache_v2"]:
+    try:
+        js.Deno.writeTextFileSync(f, "planted")
+        tries.append("wrote " + f)
+    except Exception as err:
+        tries.append(type(err).__name__)
+tries`)
+	t.Logf("writes: %s", resultOf(r))
+	if strings.Contains(resultOf(r), "wrote") {
+		t.Fatalf("a session wrote to the code cache: %s", resultOf(r))
+	}
+	mounted := false
+	for _, pid := range sessionPIDs(t, e, k) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 5 && f[4] == denoDir {
+				mounted = true
+				if !strings.Contains(","+f[5]+",", ",ro,") {
+					t.Errorf("pid %d mounts %s %s", pid, denoDir, f[5])
+				}
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("no session task mounts the code cache at %s", denoDir)
+	}
+	names, err := os.ReadDir(e.code.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if n.Name() == "planted" {
+			t.Fatal("a session planted a file in the code cache")
+		}
+	}
+}

@@ -67,7 +67,12 @@ type proc struct {
 // heap against the base is done here, against the engine's one copy (xorBase). base is
 // nil for the process that boots a new base. s is the process's slot under the node's
 // bound (admission.go); it is given back when the process is gone.
-func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (_ *proc, err error) {
+func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (*proc, error) {
+	return e.startProcWith(ctx, base, warmup, s, e.code.mount())
+}
+
+// startProcWith is startProc with the compiled-code cache the process mounts.
+func (e *Engine) startProcWith(ctx context.Context, base []byte, warmup bool, s *slot, code codeMount) (_ *proc, err error) {
 	j := e.jail
 	id := "s" + newToken()[:12]
 	p := &proc{id: id, log: e.log.With("proc", id), maxFrame: e.maxReplyBytes(), done: make(chan struct{}),
@@ -120,7 +125,7 @@ func (e *Engine) startProc(ctx context.Context, base []byte, warmup bool, s *slo
 			return nil, err
 		}
 	}
-	cmd := j.command(p.pkgs.HostDir())
+	cmd := j.command(p.pkgs.HostDir(), code)
 	if j.mode == IsolationProcess {
 		if p.tmp, err = os.MkdirTemp(e.cacheDir, "deno-"); err != nil {
 			return nil, err
