@@ -20,8 +20,9 @@ const module = "github.com/sandchat/sandchat"
 // only cmd wires adapters in. A package not listed may import none of the project.
 var layers = map[string][]string{
 	"":                               nil,
-	"sandbox":                        {"", "sandbox/internal/admit", "sandbox/internal/state", "sandbox/internal/pkgs"},
+	"sandbox":                        {"", "sandbox/internal/admit", "sandbox/internal/state", "sandbox/internal/pkgs", "sandbox/internal/proc"},
 	"sandbox/internal/admit":         nil,
+	"sandbox/internal/proc":          {"", "sandbox/internal/pkgs"},
 	"sandbox/internal/state":         nil,
 	"sandbox/internal/pkgs":          nil,
 	"sandbox/internal/pkgs/pkgstest": nil,

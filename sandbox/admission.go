@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 )
@@ -113,7 +115,7 @@ var errNoRoom = errors.New("no room for another session process")
 // spawn starts a session process within the node's bounds: it waits for room (as long
 // as wait and AdmitTimeout allow), then for a turn to start one, and runs prep (loading
 // a heap: the rest of the CPU-bound start) in that turn. ctx bounds the start itself.
-func (e *Engine) spawn(wait, ctx context.Context, base []byte, prep func(*proc) error) (*proc, error) {
+func (e *Engine) spawn(wait, ctx context.Context, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
 	s, err := e.admitProc(wait)
 	if err != nil {
 		return nil, err
@@ -129,7 +131,7 @@ func (e *Engine) spawn(wait, ctx context.Context, base []byte, prep func(*proc) 
 	}
 	if prep != nil {
 		if err := prep(p); err != nil {
-			p.close("start failed")
+			p.Close("start failed")
 			return nil, err
 		}
 	}
@@ -138,7 +140,7 @@ func (e *Engine) spawn(wait, ctx context.Context, base []byte, prep func(*proc) 
 
 // trySpawn is spawn for work that can wait (the pool): it takes room and a start turn
 // only if both are free and no run waits for them, else errNoRoom.
-func (e *Engine) trySpawn(ctx context.Context, base []byte, warmup bool) (*proc, error) {
+func (e *Engine) trySpawn(ctx context.Context, base []byte, warmup bool) (*proc.Process, error) {
 	if !e.adm.procs.TryAcquire() {
 		return nil, errNoRoom
 	}
@@ -174,7 +176,7 @@ func (e *Engine) reclaim() {
 	a.mu.Unlock()
 	go func() {
 		if pooled != nil {
-			pooled.close("evicted: room for a waiting run (pooled)")
+			pooled.Close("evicted: room for a waiting run (pooled)")
 		} else {
 			e.retire(lv, "evicted: room for a waiting run (least recently used)")
 		}

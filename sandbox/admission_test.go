@@ -19,13 +19,9 @@ import (
 // session cgroups that hold a task.
 func sessionProcesses(t *testing.T, e *Engine) int {
 	t.Helper()
-	cs := e.jail.cgroups
-	if cs == nil {
+	root := e.launch.Jail.CgroupRoot()
+	if root == "" {
 		t.Fatal("the engine runs without cgroups: this test needs strict isolation")
-	}
-	root := cs.roots["unified"]
-	if cs.version == 1 {
-		root = cs.roots["memory"]
 	}
 	dirs, err := os.ReadDir(root)
 	if err != nil {

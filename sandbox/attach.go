@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
@@ -55,10 +57,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := attachReq{Op: "attach", Files: []fileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
+	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
 		GraceMS: e.cfg.Grace.Milliseconds()}
-	var o blobs
-	var p *proc
+	var o proc.Blobs
+	var p *proc.Process
 	mode := modeSnapshot
 	base := e.rt.baseHash
 	var heapVersion int64
@@ -88,16 +90,16 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			return nil, err
 		}
 	default:
-		files := make([]fileBlob, 0, len(st.Files))
+		files := make([]proc.FileBlob, 0, len(st.Files))
 		for name, d := range st.Files {
-			files = append(files, fileBlob{Path: name, Data: o.add(d)})
+			files = append(files, proc.FileBlob{Path: name, Data: o.Add(d)})
 		}
 		at.Files, at.Packages = files, nonNil(st.Packages)
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
 			if p, err = e.restoreProc(wait, ctx, st); err != nil {
-				var pe *procError
+				var pe *proc.Error
 				if !errors.As(err, &pe) {
 					return nil, err
 				}
@@ -136,7 +138,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// A session comes back with its packages: the cache may have been emptied since.
 		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 	}
-	at.Pip = []pipInstallMsg{}
+	at.Pip = []proc.PipWheel{}
 	var pip []pkgs.Wheel
 	if st != nil && len(st.Pip) > 0 {
 		if err := json.Unmarshal(st.Pip, &pip); err != nil {
@@ -151,23 +153,23 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			at.Pip, a.notes = wheels, append(a.notes, notes...)
 		}
 	}
-	at.Data = []dataFile{}
+	at.Data = []proc.DataFile{}
 	if len(at.Cells) > 0 {
 		for _, f := range req.Data {
-			at.Data = append(at.Data, dataFile{Name: f.Name, Data: o.add(f.Data)})
+			at.Data = append(at.Data, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
 		}
 	}
-	f, err := p.call(actx, at, &o)
+	f, err := p.Call(actx, at, &o)
 	if err != nil {
-		p.close("attach failed")
-		if pe := (*procError)(nil); errors.As(err, &pe) && pe.kind == "replay" {
+		p.Close("attach failed")
+		if pe := (*proc.Error)(nil); errors.As(err, &pe) && pe.Kind == "replay" {
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
-				"The session could not be restored: %s. Reset the session to start over.", pe.msg)
+				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
 		}
 		return nil, e.procErr(err, p, 0)
 	}
-	var r attachReply
-	_ = json.Unmarshal(f.raw, &r)
+	var r proc.AttachReply
+	_ = json.Unmarshal(f.JSON, &r)
 	if r.Error != nil {
 		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
 	}
@@ -183,7 +185,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 
 // readyProc is a process with the base interpreter: from the warm pool, or started now
 // once the node has room for it (wait bounds the wait for room).
-func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
+func (e *Engine) readyProc(wait, ctx context.Context) (*proc.Process, error) {
 	if p := e.pool.takeReady(); p != nil {
 		return p, nil
 	}
@@ -191,8 +193,8 @@ func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 	defer cancel()
-	return e.spawn(wait, ctx, e.currentBase(), func(p *proc) error {
-		if _, err := p.call(ctx, loadReq{Op: "load"}, nil); err != nil {
+	return e.spawn(wait, ctx, e.currentBase(), func(p *proc.Process) error {
+		if _, err := p.Call(ctx, proc.LoadReq{Op: "load"}, nil); err != nil {
 			return e.procErr(err, p, 0)
 		}
 		return nil
@@ -202,8 +204,8 @@ func (e *Engine) readyProc(wait, ctx context.Context) (*proc, error) {
 // restoreProc brings a saved heap back in a process primed with the base it was saved
 // against: a spare from the pool when that is the current base, else one started once
 // the node has room for it (wait bounds the wait for room).
-func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc, error) {
-	var p *proc
+func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc.Process, error) {
+	var p *proc.Process
 	if st.Base == e.rt.baseHash {
 		p = e.pool.takeSpare()
 	}
@@ -215,7 +217,7 @@ func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc,
 				return nil, err
 			}
 			if b == nil {
-				return nil, &procError{msg: "the base snapshot of this session is gone"}
+				return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
 			}
 			base = b
 		}
@@ -226,14 +228,14 @@ func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc,
 			return nil, err
 		}
 	}
-	var o blobs
+	var o proc.Blobs
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
-	if _, err := p.call(ctx, loadReq{Op: "load", Header: o.add(st.Header), Delta: o.add(p.xorBase(st.Delta))}, &o); err != nil {
-		p.close("restore failed")
-		if errors.Is(err, errProcGone) {
+	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: o.Add(xorBase(p.Base(), st.Delta))}, &o); err != nil {
+		p.Close("restore failed")
+		if errors.Is(err, proc.ErrGone) {
 			// The heap itself took the process down (over the memory cap, say).
-			return nil, &procError{msg: p.reason()}
+			return nil, &proc.Error{Msg: p.Reason()}
 		}
 		return nil, err
 	}
@@ -241,11 +243,11 @@ func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc,
 }
 
 // procErr turns a failure to start or reach a session process into the error callers see.
-func (e *Engine) procErr(err error, p *proc, version int64) error {
-	var pe *procError
+func (e *Engine) procErr(err error, p *proc.Process, version int64) error {
+	var pe *proc.Error
 	switch {
-	case errors.Is(err, errProcGone) && p != nil:
-		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session process stopped (%s); try again.", p.reason())
+	case errors.Is(err, proc.ErrGone) && p != nil:
+		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session process stopped (%s); try again.", p.Reason())
 	case errors.As(err, &pe):
 		return fmt.Errorf("sandbox session: %w", err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // The base snapshot: one per runtime build, booted by the first node and shared through
@@ -57,7 +59,7 @@ func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer p.close("boot done")
+	defer p.Close("boot done")
 	if e.fetch != nil && len(e.cfg.Preload) > 0 {
 		pk := e.packages(p)
 		defer pk.Done()
@@ -65,15 +67,15 @@ func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}
-	f, err := p.call(ctx, bootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
+	f, err := p.Call(ctx, proc.BootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.console.tail())
+		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.ConsoleTail())
 	}
-	var r bootReply
-	if err := json.Unmarshal(f.raw, &r); err != nil {
+	var r proc.BootReply
+	if err := json.Unmarshal(f.JSON, &r); err != nil {
 		return nil, err
 	}
-	snap := f.bytes(r.Snapshot)
+	snap := f.Bytes(r.Snapshot)
 	if len(snap) < 64 {
 		return nil, errors.New("boot returned no snapshot")
 	}

@@ -98,17 +98,17 @@ func (c *basePacks) get(snap []byte) []byte {
 // ways. Layout (runtime/worker.ts, diffHeap): u32 heap length, u32 block count, u32
 // block size, u32 block indexes, the blocks; little-endian. A delta that does not hold
 // together is returned as it is: the restore that reads it fails.
-func (p *proc) xorBase(delta []byte) []byte {
-	if len(delta) < 12 || len(p.base) < 8 {
+func xorBase(base, delta []byte) []byte {
+	if len(delta) < 12 || len(base) < 8 {
 		return delta
 	}
 	le := binary.LittleEndian
 	count, size := int64(le.Uint32(delta[4:])), int64(le.Uint32(delta[8:]))
-	ho := int64(le.Uint32(p.base[4:]))
-	if size == 0 || ho > int64(len(p.base)) || 12+count*(4+size) != int64(len(delta)) {
+	ho := int64(le.Uint32(base[4:]))
+	if size == 0 || ho > int64(len(base)) || 12+count*(4+size) != int64(len(delta)) {
 		return delta
 	}
-	heap := p.base[ho:]
+	heap := base[ho:]
 	out := slices.Clone(delta)
 	blocks := out[12+4*count:]
 	for k := range count {

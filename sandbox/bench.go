@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // BenchRow is one line of the benchmark table.
@@ -107,12 +109,12 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.p.call(ctx, runReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []dataFile{}}, nil); err != nil {
+		if _, err := lv.p.Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	lv.p.freeze()
+	lv.p.Freeze()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -217,7 +219,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 
 	fmt.Fprintln(log, "measuring:", benchRSS, "and", benchPSS)
 	var mem, pss, spare []float64
-	var procs []*proc
+	var procs []*proc.Process
 	for i := range 4 {
 		key := fmt.Sprintf("bench:rss:%d", i)
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
@@ -228,15 +230,15 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)
 	for _, p := range procs {
-		mem = append(mem, float64(p.rss())/1e6)
-		pss = append(pss, float64(p.pss())/(1<<20))
+		mem = append(mem, float64(p.RSS())/1e6)
+		pss = append(pss, float64(p.PSS())/(1<<20))
 	}
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
 	e.pool.mu.Lock()
 	for _, p := range e.pool.spares {
-		spare = append(spare, float64(p.pss())/(1<<20))
+		spare = append(spare, float64(p.PSS())/(1<<20))
 	}
 	e.pool.mu.Unlock()
 	rows = append(rows, row(benchRSS, "MB", mem, 200), row(benchPSS, "MiB", pss, 120))

@@ -60,14 +60,9 @@ func BenchmarkColdRestore(b *testing.B) {
 // BenchmarkCrowd is the burst row of `sandchat bench` alone: 100 new conversations, 50
 // at a time, each `x = 11`, on an engine configured as the bench's.
 func BenchmarkCrowd(b *testing.B) {
-	rdb := testRedis(b)
-	prefix := randomPrefix("crowd")
-	cleanPrefix(b, rdb, prefix)
-	cfg := DefaultConfig()
-	cfg.RedisPrefix, cfg.PackageCDN = prefix, CDNOff
-	cfg.WarmPool, cfg.WarmPoolMax, cfg.MaxLive = max(cfg.WarmPool, 1), max(cfg.WarmPoolMax, burst), max(cfg.MaxLive, 2*burst+4)
-	cfg = Locate(cfg)
-	e := startEngine(b, cfg, rdb)
+	e := defaultsEngine(b, "crowd", func(cfg *Config) {
+		cfg.WarmPool, cfg.WarmPoolMax, cfg.MaxLive = max(cfg.WarmPool, 1), max(cfg.WarmPoolMax, burst), max(cfg.MaxLive, 2*burst+4)
+	})
 	for b.Loop() {
 		rows, err := crowdRows(context.Background(), e, io.Discard)
 		if err != nil {
@@ -75,4 +70,16 @@ func BenchmarkCrowd(b *testing.B) {
 		}
 		b.ReportMetric(rows[0].P50, "wall-ms")
 	}
+}
+
+// defaultsEngine starts an engine with the defaults, as `sandchat bench` does (packages
+// from the local mirror only), changed by mutate, under a Redis prefix of its own.
+func defaultsEngine(b *testing.B, name string, mutate func(*Config)) *Engine {
+	rdb := testRedis(b)
+	prefix := randomPrefix(name)
+	cleanPrefix(b, rdb, prefix)
+	cfg := DefaultConfig()
+	cfg.RedisPrefix, cfg.PackageCDN = prefix, CDNOff
+	mutate(&cfg)
+	return startEngine(b, Locate(cfg), rdb)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -26,7 +28,7 @@ var errHeapTooLarge = errors.New("the heap is over the session's state limit")
 // the process died, another run moved the session on, or the heap is over the limit.
 // The session's log has every run either way.
 func expectedCheckpointErr(err error) bool {
-	return errors.Is(err, errProcGone) || errors.Is(err, errFenced) || errors.Is(err, errHeapTooLarge)
+	return errors.Is(err, proc.ErrGone) || errors.Is(err, errFenced) || errors.Is(err, errHeapTooLarge)
 }
 
 func ptrString(s *string) string {
@@ -74,7 +76,7 @@ func (e *Engine) retire(lv *live, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
 	e.checkpointForgotten(ctx, lv, "eviction")
 	cancel()
-	lv.p.close(why)
+	lv.p.Close(why)
 	e.sess.retired(lv)
 }
 
@@ -147,7 +149,7 @@ func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
 			e.sess.mu.Lock()
 			lv.busy = false
 			e.sess.mu.Unlock()
-			lv.p.freezeSoon()
+			lv.p.FreezeSoon()
 		}()
 		return e.checkpoint(ctx, lv, token, version)
 	})
@@ -159,22 +161,22 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 	e.sess.mu.Lock()
 	capOf := e.stateCap(lv.stateCap)
 	e.sess.mu.Unlock()
-	f, err := lv.p.call(ctx, checkpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
+	f, err := lv.p.Call(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
 	if err != nil {
 		return err
 	}
-	var r checkpointReply
-	if err := json.Unmarshal(f.raw, &r); err != nil {
-		lv.p.kill("protocol: unreadable checkpoint reply")
+	var r proc.CheckpointReply
+	if err := json.Unmarshal(f.JSON, &r); err != nil {
+		lv.p.Kill("protocol: unreadable checkpoint reply")
 		return err
 	}
-	if err := r.check(f); err != nil {
-		lv.p.kill("protocol: checkpoint reply refused")
+	if err := r.Check(f); err != nil {
+		lv.p.Kill("protocol: checkpoint reply refused")
 		return fmt.Errorf("checkpoint reply: %w", err)
 	}
 	// The process sends the changed blocks as they are; the store keeps them XOR-ed
 	// with the base (mostly zeros, so they compress well).
-	mode, header, delta := modeSnapshot, f.bytes(r.Header), lv.p.xorBase(f.bytes(r.Delta))
+	mode, header, delta := modeSnapshot, f.Bytes(r.Header), xorBase(lv.p.Base(), f.Bytes(r.Delta))
 	if r.TooLarge {
 		// Not now: the log keeps the session, and a later checkpoint (after the user
 		// frees memory) may fit.

@@ -18,6 +18,19 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+)
+
+// Isolation modes.
+const (
+	// IsolationStrict runs each session process under bubblewrap (new user, PID, mount,
+	// IPC, UTS and, without an allowlist, network namespaces; a read-only view of the
+	// runtime only) in a cgroup of its own (memory, tasks, freezer). The default.
+	IsolationStrict = "strict"
+	// IsolationProcess runs each session in its own process with Deno's permissions as
+	// the only wall. An operator's explicit choice where namespaces or cgroups are not
+	// available (some containers); never picked silently.
+	IsolationProcess = "process"
 )
 
 // Config holds the engine's limits and locations. The zero value is not usable: start
@@ -404,6 +417,16 @@ func findDeno(runtimeDir string) string {
 		return p
 	}
 	return ""
+}
+
+// jailSpec is what the confinement of session processes is made from.
+func (c Config) jailSpec() proc.Spec {
+	return proc.Spec{
+		Strict: c.Isolation != IsolationProcess, SandboxUser: c.SandboxUser,
+		DenoPath: c.DenoPath, RuntimeDir: c.RuntimeDir, PyodideDir: c.PyodideDir, PackageDir: c.PackageDir,
+		PackageCacheDir: c.PackageCacheDir, MemoryBytes: c.MemoryBytes, RuntimeOverheadBytes: c.RuntimeOverheadBytes,
+		Net: netAllow(c),
+	}
 }
 
 func fileExists(p string) bool {

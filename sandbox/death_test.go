@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // A session process that dies between runs (killed from outside, or by the kernel's
@@ -31,13 +33,9 @@ func TestRunAfterProcessDeath(t *testing.T) {
 
 // killAll sends SIGKILL to every task of p as the kernel's OOM killer would, without
 // telling the engine.
-func killAll(t *testing.T, p *proc) {
+func killAll(t *testing.T, p *proc.Process) {
 	t.Helper()
-	pids := []int{p.cmd.Process.Pid}
-	if p.cg != nil {
-		pids = p.cg.pids()
-	}
-	for _, pid := range pids {
+	for _, pid := range p.Tasks() {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Logf("kill %d: %v", pid, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
@@ -26,7 +28,7 @@ func (e *Engine) stateCap(want int64) int64 {
 // the session's log in Redis with the files it changed (a few hundred bytes for most
 // runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
 // restore replays the cells logged since the last checkpoint.
-func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *runReply, res *Result, ctxErr error) error {
+func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
 	deleted := make([]string, 0, len(lv.unsavedDel))
 	for p := range lv.unsavedDel {
 		deleted = append(deleted, p)
@@ -107,7 +109,7 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		}
 		lv := e.sess.take(key)
 		if lv != nil {
-			lv.p.close("reset")
+			lv.p.Close("reset")
 		}
 		return nil
 	})

@@ -12,35 +12,37 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
-// Engine runs Python sessions, each in a session process of its own (proc.go) confined
-// by the kernel (confine.go, cgroup.go). It is safe for concurrent use.
+// Engine runs Python sessions, each in a session process of its own, confined by the
+// kernel: the process side (the process and its protocol, bubblewrap, cgroups, the
+// compiled-code cache) is internal/proc. It is safe for concurrent use.
 //
-// The files, one job each: engine.go starts, reports and stops; admission.go bounds the
-// node's processes; pool.go keeps processes restored ahead of demand; sessions.go is the
-// set of live sessions and their eviction; lease.go serialises the runs of a session
-// across nodes; attach.go brings a session back into a process; run.go runs code;
-// durable.go makes a run durable and answers for the session's saved state;
-// checkpoint.go saves heaps off the runs' path; store.go is the store the engine
-// consumes (sandbox/redisstore); protocol.go is the typed protocol spoken with
-// runtime/host.ts; base.go finds or boots the base snapshot, basepack.go packs it for a
-// process; codecache.go fills Deno's compiled code once for all processes; version.go
-// names the runtime's build.
+// The files, one job each: engine.go starts, reports and stops; launch.go starts
+// processes (and fills the compiled-code cache); admission.go bounds the node's
+// processes; pool.go keeps processes restored ahead of demand; sessions.go is the set
+// of live sessions and their eviction; lease.go serialises the runs of a session across
+// nodes; attach.go brings a session back into a process; run.go runs code; durable.go
+// makes a run durable and answers for the session's saved state; checkpoint.go saves
+// heaps off the runs' path; store.go is the store the engine consumes
+// (sandbox/redisstore); base.go finds or boots the base snapshot, basepack.go packs it
+// for a process and XORs deltas against it; version.go names the runtime's build.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
 	st  Store
 
 	// Set once by Start before the engine reports itself available; read-only after.
-	jail     *jail
+	launch   *proc.Launcher // starts session processes, confined (internal/proc)
 	cacheDir string
 	rt       runtimeInfo
-	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
-	packs    basePacks     // the base as processes are primed with it (basepack.go)
-	code     codeCache     // what Deno compiles for a process, filled once (codecache.go)
+	fetch    *pkgs.Fetcher  // nil unless packages come from a CDN or micropip is on
+	packs    basePacks      // the base as processes are primed with it (basepack.go)
+	code     proc.CodeCache // what Deno compiles for a process, filled once (launch.go)
 
 	pool    *pool
 	adm     *admission
@@ -142,18 +144,19 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
-	j, err := openJail(cfg, name)
+	j, err := proc.OpenJail(cfg.jailSpec(), name)
 	if err != nil {
 		e.unavailable("the Python sandbox cannot isolate sessions: " + err.Error())
 		return nil
 	}
-	rt.isolation = j.describe()
+	rt.isolation = j.Describe()
 	if e.cacheDir, err = os.MkdirTemp("", "sandchat-sandbox-"); err != nil {
 		return err
 	}
 	_ = os.Chmod(e.cacheDir, 0o755)
 	e.mu.Lock()
-	e.jail, e.rt = j, rt
+	e.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: e.maxReplyBytes()}
+	e.rt = rt
 	e.mu.Unlock()
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -172,6 +175,7 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	if err := e.ensureBase(ctx); err != nil {
 		return err
 	}
+	e.fillCode(ctx)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -179,8 +183,6 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	}
 	e.available, e.reason = true, ""
 	e.mu.Unlock()
-	e.wg.Add(1)
-	go e.fillCode()
 	e.pool.start()
 	e.wg.Add(1)
 	go e.watch()
@@ -209,12 +211,14 @@ func (e *Engine) retryStart() {
 }
 
 // runtimeConfig is what every session process is primed with.
-func (e *Engine) runtimeConfig() runtimeConfig {
+func ptr[T any](v T) *T { return &v }
+
+func (e *Engine) runtimeConfig() proc.RuntimeConfig {
 	cfg := e.cfg
-	c := runtimeConfig{
+	c := proc.RuntimeConfig{
 		PyodideURL: (&url.URL{Scheme: "file", Path: cfg.PyodideDir + "/"}).String(),
 		PyodideDir: cfg.PyodideDir + "/",
-		Read:       uniq(cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir),
+		Read:       proc.Dirs(cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir),
 		Net:        netAllow(cfg),
 		Memory:     cfg.MemoryBytes, MaxOutput: cfg.MaxOutput,
 		MaxFileBytes: max(cfg.MaxArtifactBytes, 1), MaxFiles: maxChangedFiles,
@@ -281,11 +285,11 @@ func (e *Engine) watch() {
 			// A run that waited while every session was busy: one may be idle by now.
 			e.reclaim()
 		}
-		if e.jail.cgroups == nil {
+		if j := e.launch.Jail; !j.Strict() {
 			// No cgroup to cap a session's memory: the engine does it, coarsely.
 			for _, p := range e.sess.procs() {
-				if m := p.memory(); m > e.jail.memoryLimit() {
-					p.kill(fmt.Sprintf("the session exceeded its memory limit (%d MiB) and was stopped", e.jail.memoryLimit()>>20))
+				if m := p.Memory(); m > j.MemoryLimit() {
+					p.Kill(fmt.Sprintf("the session exceeded its memory limit (%d MiB) and was stopped", j.MemoryLimit()>>20))
 				}
 			}
 		}
@@ -311,13 +315,13 @@ func (e *Engine) Status(ctx context.Context) Status {
 			IdleTimeoutMS: e.cfg.IdleTimeout.Milliseconds(), Pip: !e.cfg.PipOff && e.fetch != nil,
 		},
 	}
-	rt, j := e.rt, e.jail
+	rt, l := e.rt, e.launch
 	e.mu.Unlock()
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
 	s.BaseHash, s.Isolation = rt.baseHash, rt.isolation
-	if j != nil {
-		s.Limits.ProcessMemoryBytes = j.memoryLimit()
+	if l != nil {
+		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
 	}
 	if !s.Deno.Installed && isExecutable(e.cfg.DenoPath) {
 		if v, err := denoVersion(ctx, e.cfg.DenoPath); err == nil {
@@ -331,7 +335,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	s.WarmPool, s.Spares = e.pool.sizes()
 	s.LiveSess = e.sess.count()
 	for _, p := range e.sess.procs() {
-		s.SessionMemory = append(s.SessionMemory, p.memory())
+		s.SessionMemory = append(s.SessionMemory, p.Memory())
 	}
 	s.Processes = s.LiveSess + s.WarmPool + s.Spares
 	_, s.Waiting, s.MaxProcesses = e.adm.procs.Stats()
@@ -349,7 +353,7 @@ func (e *Engine) Close() error {
 	e.available, e.reason = false, "the sandbox engine is shut down"
 	e.mu.Unlock()
 	lvs := e.sess.closeAll()
-	var procs []*proc
+	var procs []*proc.Process
 	for _, lv := range lvs {
 		procs = append(procs, lv.p)
 	}
@@ -361,11 +365,11 @@ func (e *Engine) Close() error {
 	procs = append(procs, e.pool.drain()...)
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		wg.Go(func() { p.close("the sandbox engine is shut down") })
+		wg.Go(func() { p.Close("the sandbox engine is shut down") })
 	}
 	wg.Wait()
-	if e.jail != nil && e.jail.cgroups != nil {
-		e.jail.cgroups.close()
+	if e.launch != nil {
+		e.launch.Jail.Close()
 	}
 	if e.cacheDir != "" {
 		_ = os.RemoveAll(e.cacheDir)

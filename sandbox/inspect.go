@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 )
 
@@ -23,13 +25,13 @@ type ProcessInfo struct {
 // Inspect describes the process of key's live session; ENOTFOUND when it is not live.
 func (e *Engine) Inspect(key string) (ProcessInfo, error) {
 	lv := e.sess.get(key)
-	if lv == nil || !lv.p.alive() {
+	if lv == nil || !lv.p.Alive() {
 		return ProcessInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "Session %q is not live on this node.", key)
 	}
 	p := lv.p
-	info := ProcessInfo{PID: p.denoPID(e.cfg.DenoPath), MemoryUsed: p.memory()}
-	if p.cg != nil {
-		info.Cgroup, info.MemoryMax, info.TasksMax = p.cg.dir(), e.jail.memoryLimit(), sessionTasks
+	info := ProcessInfo{PID: denoPID(p, e.cfg.DenoPath), MemoryUsed: p.Memory()}
+	if dir := p.CgroupDir(); dir != "" {
+		info.Cgroup, info.MemoryMax, info.TasksMax = dir, e.launch.Jail.MemoryLimit(), proc.SessionTasks
 	}
 	if info.PID == 0 {
 		return info, nil
@@ -53,12 +55,8 @@ func (e *Engine) Inspect(key string) (ProcessInfo, error) {
 
 // denoPID finds the Deno process among the session's tasks (under bubblewrap it is a
 // grandchild of the process the engine started).
-func (p *proc) denoPID(deno string) int {
-	pids := []int{p.cmd.Process.Pid}
-	if p.cg != nil {
-		pids = p.cg.pids()
-	}
-	for _, pid := range pids {
+func denoPID(p *proc.Process, deno string) int {
+	for _, pid := range p.Tasks() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			continue

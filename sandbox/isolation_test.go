@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // The isolation boundary is one process per session, confined by the kernel. These tests
@@ -33,7 +35,7 @@ func TestSessionProcessIsConfined(t *testing.T) {
 	if pi.UID == "" || pi.UID == "0" {
 		t.Errorf("the session runs as uid %q", pi.UID)
 	}
-	if pi.Cgroup == "" || pi.MemoryMax != e.cfg.MemoryBytes+e.cfg.RuntimeOverheadBytes || pi.TasksMax != sessionTasks {
+	if pi.Cgroup == "" || pi.MemoryMax != e.cfg.MemoryBytes+e.cfg.RuntimeOverheadBytes || pi.TasksMax != proc.SessionTasks {
 		t.Errorf("cgroup %q memory max %d tasks max %d", pi.Cgroup, pi.MemoryMax, pi.TasksMax)
 	}
 	if b, err := os.ReadFile(pi.Cgroup + "/memory.limit_in_bytes"); err == nil && strings.TrimSpace(string(b)) != strconv.FormatInt(pi.MemoryMax, 10) {
@@ -281,12 +283,12 @@ func TestHiddenGlobals(t *testing.T) {
 func sessionPIDs(t *testing.T, e *Engine, key string) []int {
 	t.Helper()
 	lv := e.sess.get(key)
-	if lv == nil || lv.p.cg == nil {
+	if lv == nil || lv.p.CgroupDir() == "" {
 		t.Fatalf("session %s is not live in a cgroup", key)
 	}
-	pids := lv.p.cg.pids()
+	pids := lv.p.Tasks()
 	if len(pids) == 0 {
-		t.Fatalf("no tasks in %s", lv.p.cg.dir())
+		t.Fatalf("no tasks in %s", lv.p.CgroupDir())
 	}
 	return pids
 }
@@ -325,14 +327,8 @@ func cpuTicks(pids []int) int64 {
 // session that tries to write there changes nothing.
 func TestCodeCacheIsReadOnly(t *testing.T) {
 	e, _, key := setup(t)
-	for deadline := time.Now().Add(time.Minute); !e.code.ready.Load(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the compiled-code cache was not filled within a minute")
-		}
-	}
-	// Processes the pool made while it was filled go without it.
-	for _, pr := range e.pool.drain() {
-		pr.close("made before the code cache")
+	if !e.code.Ready() {
+		t.Fatal("the compiled-code cache was not filled before the engine came up")
 	}
 	k := key("code-cache")
 	r := mustSucceed(t, e, k, `import js
@@ -356,18 +352,18 @@ tries`)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
-			if len(f) > 5 && f[4] == denoDir {
+			if len(f) > 5 && f[4] == proc.DenoDir {
 				mounted = true
 				if !strings.Contains(","+f[5]+",", ",ro,") {
-					t.Errorf("pid %d mounts %s %s", pid, denoDir, f[5])
+					t.Errorf("pid %d mounts %s %s", pid, proc.DenoDir, f[5])
 				}
 			}
 		}
 	}
 	if !mounted {
-		t.Fatalf("no session task mounts the code cache at %s", denoDir)
+		t.Fatalf("no session task mounts the code cache at %s", proc.DenoDir)
 	}
-	names, err := os.ReadDir(e.code.dir)
+	names, err := os.ReadDir(e.code.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}

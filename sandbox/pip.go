@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
@@ -35,26 +37,12 @@ type pipServer struct {
 	run  *pkgs.Load
 }
 
-type pipInstallMsg struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	Path    string `json:"path"`
-}
-
-type pipDone struct {
-	Op     string          `json:"op"` // pipDone
-	Seq    int64           `json:"seq"`
-	Wheels []pipInstallMsg `json:"wheels"`
-	Lock   []string        `json:"lock"`
-	Error  string          `json:"error,omitempty"`
-}
-
 func (e *Engine) newPipServer(ctx context.Context, lv *live, run *pkgs.Load) *pipServer {
 	return &pipServer{e: e, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
 }
 
-func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
-	out := pipDone{Op: "pipDone", Seq: seq, Wheels: []pipInstallMsg{}, Lock: []string{}}
+func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
+	out := proc.PipDone{Op: "pipDone", Seq: seq, Wheels: []proc.PipWheel{}, Lock: []string{}}
 	select {
 	case s.busy <- struct{}{}:
 		defer func() { <-s.busy }()
@@ -106,7 +94,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) pipDone {
 	s.lv.pip = append(s.lv.pip, plan.Wheels...)
 	e.sess.mu.Unlock()
 	for _, w := range plan.Wheels {
-		out.Wheels = append(out.Wheels, pipInstallMsg{Name: w.Name, Version: w.Version, Path: s.run.Path(w.Rel())})
+		out.Wheels = append(out.Wheels, proc.PipWheel{Name: w.Name, Version: w.Version, Path: s.run.Path(w.Rel())})
 	}
 	out.Lock = plan.Lock
 	return out
@@ -125,15 +113,15 @@ func userError(ctx context.Context, e *Engine, what string, err error) string {
 
 // restorePip gives a saved session's wheels to the load r (fetched again and checked
 // against their recorded sha256 when evicted).
-func (e *Engine) restorePip(ctx context.Context, r *pkgs.Load, wheels []pkgs.Wheel) ([]pipInstallMsg, []string) {
-	var out []pipInstallMsg
+func (e *Engine) restorePip(ctx context.Context, r *pkgs.Load, wheels []pkgs.Wheel) ([]proc.PipWheel, []string) {
+	var out []proc.PipWheel
 	var notes []string
 	for _, w := range wheels {
 		if err := e.fetch.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
 			notes = append(notes, fmt.Sprintf("[sandbox] installed package %s could not be restored: %v", w.Name, err))
 			continue
 		}
-		out = append(out, pipInstallMsg{Name: w.Name, Version: w.Version, Path: r.Path(w.Rel())})
+		out = append(out, proc.PipWheel{Name: w.Name, Version: w.Version, Path: r.Path(w.Rel())})
 	}
 	return out, notes
 }

@@ -1,8 +1,7 @@
 package sandbox
 
 import (
-	"slices"
-	"strings"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
@@ -22,32 +21,11 @@ func (c Config) pkgConfig() pkgs.Config {
 	}
 }
 
-// configureView points a session's runtime configuration at its view v: without
-// bubblewrap the view is read where it is; without a view the cache is not readable.
-func configureView(v *pkgs.View, c *runtimeConfig, cacheDir string) {
-	if cacheDir == "" {
-		return
-	}
-	at := v.Inside()
-	c.Read = slices.DeleteFunc(c.Read, func(d string) bool { return d == cacheDir })
-	if at != "" {
-		c.Read = append(c.Read, at)
-	}
-	if at == "" || at == cacheDir {
-		return
-	}
-	for _, u := range []*string{c.LockFileURL, c.PackageBaseURL} {
-		if u != nil && strings.HasPrefix(*u, cacheDir+"/") {
-			*u = at + strings.TrimPrefix(*u, cacheDir)
-		}
-	}
-}
-
 // packages opens what one load in p (a run, a restore, the boot) may take from the
 // cache; Done ends it. nil without a fetcher.
-func (e *Engine) packages(p *proc) *pkgs.Load {
-	if e.fetch == nil || p.pkgs == nil {
+func (e *Engine) packages(p *proc.Process) *pkgs.Load {
+	if e.fetch == nil || p.View() == nil {
 		return nil
 	}
-	return e.fetch.Begin(p.pkgs)
+	return e.fetch.Begin(p.View())
 }

@@ -79,7 +79,7 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 	})
 	t.Run("a session's view goes with its process", func(t *testing.T) {
 		e.sess.mu.Lock()
-		ids := []string{e.sess.m["a"].p.id, e.sess.m["b"].p.id}
+		ids := []string{e.sess.m["a"].p.ID(), e.sess.m["b"].p.ID()}
 		e.sess.mu.Unlock()
 		evictLive(t, e, "a")
 		evictLive(t, e, "b")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // pool keeps session processes ready ahead of demand, so that a new conversation's
@@ -21,8 +23,8 @@ type pool struct {
 	e *Engine
 
 	mu           sync.Mutex
-	ready        []*proc
-	spares       []*proc
+	ready        []*proc.Process
+	spares       []*proc.Process
 	fillingReady int
 	fillingSpare int
 	takes        []time.Time
@@ -85,7 +87,7 @@ func (p *pool) target() int {
 }
 
 // takeReady hands out a process holding the base interpreter, or nil.
-func (p *pool) takeReady() *proc {
+func (p *pool) takeReady() *proc.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.takes = append(p.takes, time.Now())
@@ -93,7 +95,7 @@ func (p *pool) takeReady() *proc {
 }
 
 // takeSpare hands out a primed process for a restore, or nil.
-func (p *pool) takeSpare() *proc {
+func (p *pool) takeSpare() *proc.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.take(&p.spares)
@@ -101,13 +103,13 @@ func (p *pool) takeSpare() *proc {
 
 // take pops the first live process of list and wakes a filler; called with p.mu held.
 // Refills wait a moment: the new session's first run goes first.
-func (p *pool) take(list *[]*proc) *proc {
+func (p *pool) take(list *[]*proc.Process) *proc.Process {
 	p.quiet = time.Now().Add(poolQuietAfter)
 	defer p.poke()
 	for len(*list) > 0 {
 		pr := (*list)[0]
 		*list = (*list)[1:]
-		if pr.alive() {
+		if pr.Alive() {
 			return pr
 		}
 	}
@@ -134,10 +136,10 @@ func (p *pool) next() (what string, wait time.Duration) {
 	if d := time.Until(p.quiet); d > 0 {
 		return "", d
 	}
-	for _, list := range []*[]*proc{&p.ready, &p.spares} {
+	for _, list := range []*[]*proc.Process{&p.ready, &p.spares} {
 		alive := (*list)[:0]
 		for _, pr := range *list {
-			if pr.alive() {
+			if pr.Alive() {
 				alive = append(alive, pr)
 			}
 		}
@@ -187,7 +189,7 @@ func (p *pool) fill() {
 		}
 		p.mu.Unlock()
 		if err == nil && closed {
-			pr.close("the sandbox engine is shut down")
+			pr.Close("the sandbox engine is shut down")
 		}
 		if errors.Is(err, errNoRoom) {
 			// Runs come first: refill once one ends and the node has room again.
@@ -227,7 +229,7 @@ func (p *pool) sleep(d time.Duration, wakeable bool) bool {
 // make starts a process: primed with the current base, and for a ready one, the base
 // interpreter loaded and warmed up (its RNG seeded and the first passes of the driver
 // and of the heap diff paid for).
-func (p *pool) make(ready bool) (*proc, error) {
+func (p *pool) make(ready bool) (*proc.Process, error) {
 	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
 	defer cancel()
 	e := p.e
@@ -236,8 +238,8 @@ func (p *pool) make(ready bool) (*proc, error) {
 		return nil, err
 	}
 	if ready {
-		if _, err := pr.call(ctx, loadReq{Op: "load", Warm: true}, nil); err != nil {
-			pr.close("warm-up failed")
+		if _, err := pr.Call(ctx, proc.LoadReq{Op: "load", Warm: true}, nil); err != nil {
+			pr.Close("warm-up failed")
 			return nil, err
 		}
 	}
@@ -246,10 +248,10 @@ func (p *pool) make(ready bool) (*proc, error) {
 
 // evictOne takes a pooled process out for eviction, to make room for a run that waits:
 // a spare first (restores are the rarer need), else a ready process.
-func (p *pool) evictOne() *proc {
+func (p *pool) evictOne() *proc.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, list := range []*[]*proc{&p.spares, &p.ready} {
+	for _, list := range []*[]*proc.Process{&p.spares, &p.ready} {
 		if n := len(*list); n > 0 {
 			pr := (*list)[n-1]
 			*list = (*list)[:n-1]
@@ -260,7 +262,7 @@ func (p *pool) evictOne() *proc {
 }
 
 // drain empties the pool for shutdown.
-func (p *pool) drain() []*proc {
+func (p *pool) drain() []*proc.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := append(p.ready, p.spares...)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat"
 )
 
@@ -99,7 +101,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	lv, info, notes := a.lv, a.info, a.notes
 	p := lv.p
 	defer e.release(lv)
-	var o blobs
+	var o proc.Blobs
 	data, versions, err := e.dataFor(lv, req.Data, &o)
 	if err != nil {
 		return Result{}, err
@@ -117,30 +119,30 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		cancel()
 	}
 	pip := e.newPipServer(ctx, lv, pk)
-	p.setPip(pip.handle)
-	defer p.setPip(nil)
-	msg := runReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
+	p.SetPip(pip.handle)
+	defer p.SetPip(nil)
+	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
 	// What the run printed as it came: the answer when the process cannot give its own
 	// (killed for ignoring the interrupt, or gone during the run).
 	seen := &seenOutput{max: e.cfg.MaxOutput}
-	p.setOutput(func(stream, chunk string) {
+	p.SetOutput(func(stream, chunk string) {
 		disp.wrote(stream, len(chunk))
 		seen.add(stream, chunk)
 		if req.OnOutput != nil {
 			req.OnOutput(stream, chunk)
 		}
 	})
-	defer p.setOutput(nil)
-	p.setDisplay(disp.add)
-	defer p.setDisplay(nil)
+	defer p.SetOutput(nil)
+	p.SetDisplay(disp.add)
+	defer p.SetDisplay(nil)
 	session := func() SessionInfo {
 		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
 
 	type reply struct {
-		f   frame
+		f   proc.Frame
 		err error
 	}
 	done := make(chan reply, 1)
@@ -152,15 +154,15 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	// The run's time limit starts with its code: loading the packages it imports (and
 	// /data) has its own bound, RestoreTimeout, and the process says when it is done.
 	started := make(chan struct{}, 1)
-	p.setStarted(func() {
+	p.SetStarted(func() {
 		select {
 		case started <- struct{}{}:
 		default:
 		}
 	})
-	defer p.setStarted(nil)
+	defer p.SetStarted(nil)
 	go func() {
-		f, err := p.call(hard, msg, &o)
+		f, err := p.Call(hard, msg, &o)
 		done <- reply{f, err}
 	}()
 	timer := time.NewTimer(e.cfg.RestoreTimeout)
@@ -186,7 +188,7 @@ wait:
 		break wait
 	}
 	if interrupted {
-		p.interrupt()
+		p.Interrupt()
 		select {
 		case rep = <-done:
 		case <-time.After(e.cfg.Grace):
@@ -206,18 +208,18 @@ wait:
 	ms := time.Since(start).Milliseconds()
 	if rep.err != nil {
 		e.dropLive(key, lv, "the run failed")
-		var pe *procError
+		var pe *proc.Error
 		switch {
-		case errors.Is(rep.err, errProcGone):
+		case errors.Is(rep.err, proc.ErrGone):
 			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
 				Error: &sandchat.RunError{Type: "SandboxError", Message: fmt.Sprintf(
-					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.reason(), lv.version)}},
+					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version)}},
 				Session: session()}
 			res.Stdout, res.Stderr = seen.text()
 			return res, ctxErr
 		case errors.As(rep.err, &pe):
 			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
-				Error: &sandchat.RunError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.msg}},
+				Error: &sandchat.RunError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.Msg}},
 				Session: session()}, ctxErr
 		}
 		return Result{}, rep.err
@@ -226,9 +228,9 @@ wait:
 	e.sess.mu.Lock()
 	lv.data = versions
 	e.sess.mu.Unlock()
-	var r runReply
-	if err := json.Unmarshal(rep.f.raw, &r); err == nil {
-		err = r.check(e.cfg, rep.f)
+	var r proc.RunReply
+	if err := json.Unmarshal(rep.f.JSON, &r); err == nil {
+		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.f)
 	}
 	if err != nil {
 		e.dropLive(key, lv, "protocol: run reply refused")
@@ -268,7 +270,7 @@ func notesPrefix(notes []string) string {
 
 // result turns a run reply into a Result: output with truncation markers, artifacts
 // within their limits, and what happened to changed files the session keeps.
-func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
+func (e *Engine) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string) Result {
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
 	if r.StdoutTruncated {
 		res.Stdout += truncatedAt(e.cfg.MaxOutput)
@@ -282,7 +284,7 @@ func (e *Engine) result(r *runReply, f frame, lv *live, notes []string) Result {
 	}
 	var skipped, unsaved []string
 	for _, c := range r.Changed {
-		b := f.bytes(c.Data)
+		b := f.Bytes(c.Data)
 		switch {
 		case c.Data == nil || c.Size > e.cfg.MaxArtifactBytes:
 			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", c.Path, sandchat.Size(c.Size), sandchat.Size(e.cfg.MaxArtifactBytes)))

@@ -7,13 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // live is a session whose interpreter is warm in a process of its own.
 type live struct {
 	key      string
-	p        *proc
+	p        *proc.Process
 	version  int64 // the durable version this interpreter matches
 	base     string
 	mode     string
@@ -43,7 +45,7 @@ type live struct {
 	data map[string]string
 }
 
-func newLive(key string, p *proc, base, mode string) *live {
+func newLive(key string, p *proc.Process, base, mode string) *live {
 	return &live{key: key, p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
 }
 
@@ -153,7 +155,7 @@ func (s *sessions) idle(timeout time.Duration) []*live {
 	defer s.mu.Unlock()
 	var out []*live
 	for _, lv := range s.m {
-		if !lv.busy && (!lv.p.alive() || time.Since(lv.used) > timeout) {
+		if !lv.busy && (!lv.p.Alive() || time.Since(lv.used) > timeout) {
 			s.forgetLocked(lv)
 			out = append(out, lv)
 		}
@@ -161,10 +163,10 @@ func (s *sessions) idle(timeout time.Duration) []*live {
 	return out
 }
 
-func (s *sessions) procs() []*proc {
+func (s *sessions) procs() []*proc.Process {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*proc, 0, len(s.m))
+	out := make([]*proc.Process, 0, len(s.m))
 	for _, lv := range s.m {
 		out = append(out, lv.p)
 	}
@@ -176,7 +178,7 @@ func (s *sessions) isLive(key string, version int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lv := s.m[key]
-	return lv != nil && lv.version == version && lv.p.alive()
+	return lv != nil && lv.version == version && lv.p.Alive()
 }
 
 // closeAll empties the set for shutdown and returns what it held.
@@ -210,12 +212,12 @@ func (e *Engine) DataVersions(key string) map[string]string {
 
 // dataFor is what a run must send of files for /data: the versions of all, the bytes
 // of those the process does not hold. ErrDataStale when one of those came without them.
-func (e *Engine) dataFor(lv *live, files []File, o *blobs) ([]dataFile, map[string]string, error) {
+func (e *Engine) dataFor(lv *live, files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
 	e.sess.mu.Lock()
 	held := lv.data
 	e.sess.mu.Unlock()
 	versions := make(map[string]string, len(files))
-	out := make([]dataFile, 0, len(files))
+	out := make([]proc.DataFile, 0, len(files))
 	for _, f := range files {
 		v := f.Version
 		if v == "" {
@@ -229,7 +231,7 @@ func (e *Engine) dataFor(lv *live, files []File, o *blobs) ([]dataFile, map[stri
 		if f.Data == nil {
 			return nil, nil, ErrDataStale
 		}
-		out = append(out, dataFile{Name: f.Name, Data: o.add(f.Data)})
+		out = append(out, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
 	}
 	return out, versions, nil
 }
@@ -246,7 +248,7 @@ func (lv *live) dirty() bool {
 func (e *Engine) claim(key string, version int64) *live {
 	e.sess.mu.Lock()
 	lv := e.sess.m[key]
-	if lv != nil && lv.p.alive() && lv.version == version {
+	if lv != nil && lv.p.Alive() && lv.version == version {
 		lv.busy, lv.used = true, time.Now()
 		e.sess.mu.Unlock()
 		return lv
@@ -256,7 +258,7 @@ func (e *Engine) claim(key string, version int64) *live {
 	}
 	e.sess.mu.Unlock()
 	if lv != nil {
-		go lv.p.close("the session moved on")
+		go lv.p.Close("the session moved on")
 	}
 	return nil
 }
@@ -268,10 +270,10 @@ const probeTimeout = 10 * time.Second
 // answers tells whether p still runs. A process killed while frozen between runs only
 // dies when thawed, so alive() cannot know until something is sent to it: the probe
 // thaws it and asks, before any code is given to it.
-func (e *Engine) answers(ctx context.Context, p *proc) bool {
+func (e *Engine) answers(ctx context.Context, p *proc.Process) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
-	_, err := p.call(ctx, statsReq{Op: "stats"}, nil)
+	_, err := p.Call(ctx, proc.StatsReq{Op: "stats"}, nil)
 	return err == nil
 }
 
@@ -286,7 +288,7 @@ func (e *Engine) adopt(key string, lv *live) {
 
 // release marks lv idle after a run; its process is frozen until the next one.
 func (e *Engine) release(lv *live) {
-	lv.p.freezeSoon()
+	lv.p.FreezeSoon()
 	e.sess.mu.Lock()
 	lv.busy, lv.used = false, time.Now()
 	e.sess.mu.Unlock()
@@ -304,7 +306,7 @@ func (e *Engine) dropLive(key string, lv *live, why string) {
 		delete(e.sess.m, key)
 	}
 	e.sess.mu.Unlock()
-	lv.p.close(why)
+	lv.p.Close(why)
 }
 
 // evictLRU keeps at most MaxLive session processes: the least recently used idle ones

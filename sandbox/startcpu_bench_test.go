@@ -10,14 +10,7 @@ import (
 // conversation costs the node once the pool is drained. cpu-ms is the CPU time (user and
 // system, clock ticks) of the process's tasks, the figure a burst divides the cores by.
 func BenchmarkReadyProcess(b *testing.B) {
-	rdb := testRedis(b)
-	prefix := randomPrefix("ready")
-	cleanPrefix(b, rdb, prefix)
-	cfg := DefaultConfig()
-	cfg.RedisPrefix, cfg.PackageCDN = prefix, CDNOff
-	cfg.WarmPool, cfg.WarmPoolMax, cfg.WarmSpares = 0, 0, 0
-	cfg = Locate(cfg)
-	e := startEngine(b, cfg, rdb)
+	e := defaultsEngine(b, "ready", func(cfg *Config) { cfg.WarmPool, cfg.WarmPoolMax, cfg.WarmSpares = 0, 0, 0 })
 	p := newPool(e)
 	var cpu time.Duration
 	for b.Loop() {
@@ -25,11 +18,11 @@ func BenchmarkReadyProcess(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if pr.cg == nil {
+		if pr.CgroupDir() == "" {
 			b.Skip("needs the session's cgroup")
 		}
-		cpu += time.Duration(cpuTicks(pr.cg.pids())) * 10 * time.Millisecond
-		pr.close("bench")
+		cpu += time.Duration(cpuTicks(pr.Tasks())) * 10 * time.Millisecond
+		pr.Close("bench")
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }

@@ -1,4 +1,4 @@
-package sandbox
+package proc
 
 import (
 	"bufio"
@@ -9,24 +9,26 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"github.com/sandchat/sandchat"
 )
 
 // read takes frames from the process. Anything but the reply to the call in flight or
 // an output chunk of a run is a protocol violation, and the process is killed.
-func (p *proc) read(r *os.File) {
+func (p *Process) read(r *os.File) {
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 1<<20)
 	for {
-		f, err := readFrame(br, p.maxFrame)
+		f, err := ReadFrame(br, p.maxFrame)
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && p.alive() {
-				p.kill("protocol: " + err.Error())
+			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && p.Alive() {
+				p.Kill("protocol: " + err.Error())
 			}
 			return
 		}
 		var h replyHead
-		if err := json.Unmarshal(f.raw, &h); err != nil {
-			p.kill("protocol: unreadable frame")
+		if err := json.Unmarshal(f.JSON, &h); err != nil {
+			p.Kill("protocol: unreadable frame")
 			return
 		}
 		p.mu.Lock()
@@ -42,7 +44,7 @@ func (p *proc) read(r *os.File) {
 			// Answered off the reader: fetching takes a while, and output, displays and
 			// the run's reply keep coming meanwhile.
 			go func() {
-				r := pipDone{Op: "pipDone", Seq: h.Seq, Wheels: []pipInstallMsg{}, Lock: []string{}, Error: "micropip.install is only available while code runs"}
+				r := PipDone{Op: "pipDone", Seq: h.Seq, Wheels: []PipWheel{}, Lock: []string{}, Error: "micropip.install is only available while code runs"}
 				if pip != nil {
 					r = pip(h.Seq, h.Req)
 				}
@@ -53,7 +55,7 @@ func (p *proc) read(r *os.File) {
 		if h.ID == 0 && h.Op == "display" {
 			if disp != nil {
 				if err := disp(h.Kind, h.Item); err != nil {
-					p.kill("protocol: " + err.Error())
+					p.Kill("protocol: " + err.Error())
 					return
 				}
 			}
@@ -61,7 +63,7 @@ func (p *proc) read(r *os.File) {
 		}
 		if h.ID == 0 && h.Op == "out" {
 			if h.Stream != "stdout" && h.Stream != "stderr" {
-				p.kill("protocol: bad output stream")
+				p.Kill("protocol: bad output stream")
 				return
 			}
 			if fn != nil {
@@ -70,7 +72,7 @@ func (p *proc) read(r *os.File) {
 			continue
 		}
 		if h.ID == 0 || h.ID != want {
-			p.kill(fmt.Sprintf("protocol: reply %d while waiting for %d", h.ID, want))
+			p.Kill(fmt.Sprintf("protocol: reply %d while waiting for %d", h.ID, want))
 			return
 		}
 		p.mu.Lock()
@@ -80,7 +82,7 @@ func (p *proc) read(r *os.File) {
 	}
 }
 
-func (p *proc) alive() bool {
+func (p *Process) Alive() bool {
 	select {
 	case <-p.done:
 		return false
@@ -89,22 +91,22 @@ func (p *proc) alive() bool {
 	}
 }
 
-// call sends a request and waits for its reply. A process that does not answer before
+// Call sends a request and waits for its reply. A process that does not answer before
 // ctx ends is killed: no wait on a session process is unbounded.
-func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
+func (p *Process) Call(ctx context.Context, msg any, o *Blobs) (Frame, error) {
 	p.callMu.Lock()
 	defer p.callMu.Unlock()
-	if !p.alive() {
-		return frame{}, errProcGone
+	if !p.Alive() {
+		return Frame{}, ErrGone
 	}
-	p.thaw()
+	p.Thaw()
 	p.mu.Lock()
 	p.nextID++
 	id := p.nextID
 	p.wantID = id
 	p.mu.Unlock()
 	if err := p.send(id, msg, o); err != nil {
-		return frame{}, err
+		return Frame{}, err
 	}
 	select {
 	case f := <-p.reply:
@@ -113,30 +115,30 @@ func (p *proc) call(ctx context.Context, msg any, o *blobs) (frame, error) {
 			Error json.RawMessage `json:"error"` // a refusal's reason; a run's Python error is an object
 			Kind  string          `json:"kind"`
 		}
-		if err := json.Unmarshal(f.raw, &r); err != nil {
-			p.kill("protocol: unreadable reply")
-			return frame{}, errProcGone
+		if err := json.Unmarshal(f.JSON, &r); err != nil {
+			p.Kill("protocol: unreadable reply")
+			return Frame{}, ErrGone
 		}
 		if !r.OK {
 			var msg string
 			if json.Unmarshal(r.Error, &msg) != nil || msg == "" {
 				// Not a plain reason: say what came, bounded, rather than nothing.
-				msg = "the process refused the request: " + truncUTF8(string(r.Error), 300)
+				msg = "the process refused the request: " + sandchat.TruncateUTF8(string(r.Error), 300, "")
 			}
-			return f, &procError{msg: msg, kind: r.Kind}
+			return f, &Error{Msg: msg, Kind: r.Kind}
 		}
 		return f, nil
 	case <-p.done:
-		return frame{}, errProcGone
+		return Frame{}, ErrGone
 	case <-ctx.Done():
-		p.kill(fmt.Sprintf("the sandbox process did not answer in time (%v)", context.Cause(ctx)))
+		p.Kill(fmt.Sprintf("the sandbox process did not answer in time (%v)", context.Cause(ctx)))
 		<-p.done
-		return frame{}, errProcGone
+		return Frame{}, ErrGone
 	}
 }
 
 // send writes one frame with the given id spliced into the message's JSON.
-func (p *proc) send(id int64, msg any, o *blobs) error {
+func (p *Process) send(id int64, msg any, o *Blobs) error {
 	js, err := json.Marshal(msg)
 	if err != nil {
 		return err
@@ -151,21 +153,21 @@ func (p *proc) send(id int64, msg any, o *blobs) error {
 	js = append([]byte(`{"id":`+strconv.FormatInt(id, 10)+sep), js[1:]...)
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	if err := writeFrame(p.req, json.RawMessage(js), o); err != nil {
-		return fmt.Errorf("%w: %v", errProcGone, err)
+	if err := WriteFrame(p.req, json.RawMessage(js), o); err != nil {
+		return fmt.Errorf("%w: %v", ErrGone, err)
 	}
 	return nil
 }
 
-// interrupt raises KeyboardInterrupt in the running code.
-func (p *proc) interrupt() {
+// Interrupt raises KeyboardInterrupt in the running code.
+func (p *Process) Interrupt() {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	_ = writeFrame(p.req, interruptReq{Op: "interrupt"}, nil)
+	_ = WriteFrame(p.req, interruptReq{Op: "interrupt"}, nil)
 }
 
-// setDisplay routes a run's display frames; an error from fn kills the process.
-func (p *proc) setDisplay(fn func(kind, item string) error) {
+// SetDisplay routes a run's display frames; an error from fn kills the process.
+func (p *Process) SetDisplay(fn func(kind, item string) error) {
 	p.mu.Lock()
 	p.onDisp = fn
 	p.mu.Unlock()
@@ -173,20 +175,20 @@ func (p *proc) setDisplay(fn func(kind, item string) error) {
 
 // setPip routes a run's install requests; nil refuses them.
 // setStarted sets what is called when the run in flight starts its code.
-func (p *proc) setStarted(fn func()) {
+func (p *Process) SetStarted(fn func()) {
 	p.mu.Lock()
 	p.onRun = fn
 	p.mu.Unlock()
 }
 
-func (p *proc) setPip(fn func(seq int64, req json.RawMessage) pipDone) {
+func (p *Process) SetPip(fn func(seq int64, req json.RawMessage) PipDone) {
 	p.mu.Lock()
 	p.onPip = fn
 	p.mu.Unlock()
 }
 
-// setOutput routes a run's output chunks; nil stops them.
-func (p *proc) setOutput(fn func(stream, chunk string)) {
+// SetOutput routes a run's output chunks; nil stops them.
+func (p *Process) SetOutput(fn func(stream, chunk string)) {
 	p.mu.Lock()
 	p.onOut = fn
 	p.mu.Unlock()

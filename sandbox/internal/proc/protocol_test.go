@@ -1,4 +1,4 @@
-package sandbox
+package proc
 
 import (
 	"go/ast"
@@ -18,9 +18,9 @@ import (
 // names the op) must be in runtime/protocol.ts's Request type with the same fields, and
 // handled by host.ts; and the other way round.
 func TestProtocolMatchesRuntime(t *testing.T) {
-	goOps := goRequests(t, "protocol.go", "pip.go")
-	tsOps := tsRequests(t, filepath.Join("runtime", "protocol.ts"))
-	handled := hostCases(t, filepath.Join("runtime", "host.ts"))
+	goOps := goRequests(t, "protocol.go")
+	tsOps := tsRequests(t, filepath.Join("..", "..", "runtime", "protocol.ts"))
+	handled := hostCases(t, filepath.Join("..", "..", "runtime", "host.ts"))
 	for op, fields := range goOps {
 		ts, ok := tsOps[op]
 		switch {

@@ -1,4 +1,4 @@
-package sandbox
+package proc
 
 import (
 	"bufio"
@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// cgroups gives each session process its own control group: a hard memory cap (the
+// Cgroups gives each session process its own control group: a hard memory cap (the
 // kernel OOM-kills a process over it, and nothing else), a cap on tasks (threads count),
 // a freezer (a session's JS timers cannot run between its runs) and a way to kill every
 // task of a session at once. Both cgroup v1 (a hierarchy per controller) and v2 (one
 // unified hierarchy) are supported.
-type cgroups struct {
+type Cgroups struct {
 	version int
 	// v1: the directory, per controller, under which this engine's groups are made;
 	// v2: the single directory, under "unified".
@@ -31,7 +31,7 @@ const cgroupMount = "/sys/fs/cgroup"
 
 // openCgroups finds writable hierarchies and makes this engine's parent group in each,
 // nested under the server's own cgroup so that its limits keep applying.
-func openCgroups(name string) (*cgroups, error) {
+func openCgroups(name string) (*Cgroups, error) {
 	self, err := selfCgroups()
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func openCgroups(name string) (*cgroups, error) {
 	if _, err := os.Stat(filepath.Join(cgroupMount, "cgroup.controllers")); err == nil {
 		return openCgroupsV2(name, self[""])
 	}
-	cg := &cgroups{version: 1, roots: map[string]string{}}
+	cg := &Cgroups{version: 1, roots: map[string]string{}}
 	for _, c := range cgroupV1Controllers {
 		mnt := filepath.Join(cgroupMount, c)
 		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
@@ -56,7 +56,7 @@ func openCgroups(name string) (*cgroups, error) {
 	return cg, nil
 }
 
-func openCgroupsV2(name, self string) (*cgroups, error) {
+func openCgroupsV2(name, self string) (*Cgroups, error) {
 	parent := filepath.Join(cgroupMount, self)
 	ctrl, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
 	if err != nil {
@@ -89,7 +89,7 @@ func openCgroupsV2(name, self string) (*cgroups, error) {
 	if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return nil, fmt.Errorf("cgroup v2: enable memory and pids under %s: %w", dir, err)
 	}
-	return &cgroups{version: 2, roots: map[string]string{"unified": dir}}, nil
+	return &Cgroups{version: 2, roots: map[string]string{"unified": dir}}, nil
 }
 
 // reapStale ends what a server that died left behind: its sessions' groups, frozen or
@@ -111,9 +111,9 @@ func reapStale(parent string) {
 				continue
 			}
 			dir := filepath.Join(engine, g.Name())
-			cg := &cgroup{version: 1, dirs: map[string]string{"memory": dir, "freezer": dir}}
+			cg := &Cgroup{version: 1, dirs: map[string]string{"memory": dir, "freezer": dir}}
 			if fileExists(filepath.Join(dir, "cgroup.freeze")) {
-				cg = &cgroup{version: 2, dirs: map[string]string{"unified": dir}}
+				cg = &Cgroup{version: 2, dirs: map[string]string{"unified": dir}}
 			}
 			cg.kill()
 			cg.remove()
@@ -157,8 +157,8 @@ func selfCgroups() (map[string]string, error) {
 	return out, sc.Err()
 }
 
-// cgroup is one session process's group.
-type cgroup struct {
+// Cgroup is one session process's group.
+type Cgroup struct {
 	version int
 	dirs    map[string]string // controller → directory (v2: "unified")
 }
@@ -166,8 +166,8 @@ type cgroup struct {
 // create makes a group with the given caps. memory is the hard limit of the whole
 // process (swap included where the kernel accounts it); tasks bounds processes and
 // threads.
-func (cs *cgroups) create(id string, memory int64, tasks int) (*cgroup, error) {
-	cg := &cgroup{version: cs.version, dirs: map[string]string{}}
+func (cs *Cgroups) create(id string, memory int64, tasks int) (*Cgroup, error) {
+	cg := &Cgroup{version: cs.version, dirs: map[string]string{}}
 	for c, root := range cs.roots {
 		dir := filepath.Join(root, id)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -205,7 +205,7 @@ func (cs *cgroups) create(id string, memory int64, tasks int) (*cgroup, error) {
 }
 
 // add puts a process in every controller's group; its children inherit them.
-func (cg *cgroup) add(pid int) error {
+func (cg *Cgroup) add(pid int) error {
 	for _, d := range cg.dirs {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return err
@@ -214,7 +214,7 @@ func (cg *cgroup) add(pid int) error {
 	return nil
 }
 
-func (cg *cgroup) dir() string {
+func (cg *Cgroup) dir() string {
 	if cg.version == 2 {
 		return cg.dirs["unified"]
 	}
@@ -222,7 +222,7 @@ func (cg *cgroup) dir() string {
 }
 
 // pids lists every task of the group (processes, not threads).
-func (cg *cgroup) pids() []int {
+func (cg *Cgroup) pids() []int {
 	b, err := os.ReadFile(filepath.Join(cg.dir(), "cgroup.procs"))
 	if err != nil {
 		return nil
@@ -238,7 +238,7 @@ func (cg *cgroup) pids() []int {
 
 // freeze stops every thread of the group until thaw; the kernel does it, so no code in
 // the session can keep running (a timer, a Worker it started).
-func (cg *cgroup) freeze(frozen bool) error {
+func (cg *Cgroup) freeze(frozen bool) error {
 	if cg.version == 2 {
 		return writeFile(filepath.Join(cg.dirs["unified"], "cgroup.freeze"), map[bool]string{true: "1", false: "0"}[frozen])
 	}
@@ -246,7 +246,7 @@ func (cg *cgroup) freeze(frozen bool) error {
 }
 
 // kill ends every task of the group, frozen or not.
-func (cg *cgroup) kill() {
+func (cg *Cgroup) kill() {
 	if cg.version == 2 && writeFile(filepath.Join(cg.dirs["unified"], "cgroup.kill"), "1") == nil {
 		return
 	}
@@ -265,7 +265,7 @@ func (cg *cgroup) kill() {
 }
 
 // memory is the group's current charge in bytes.
-func (cg *cgroup) memory() int64 {
+func (cg *Cgroup) memory() int64 {
 	name := "memory.usage_in_bytes"
 	if cg.version == 2 {
 		name = "memory.current"
@@ -279,7 +279,7 @@ func (cg *cgroup) memory() int64 {
 }
 
 // oomKilled tells whether the kernel killed a task of the group for its memory cap.
-func (cg *cgroup) oomKilled() bool {
+func (cg *Cgroup) oomKilled() bool {
 	if cg.version == 2 {
 		b, _ := os.ReadFile(filepath.Join(cg.dirs["unified"], "memory.events"))
 		return kv(string(b), "oom_kill") > 0
@@ -301,7 +301,7 @@ func kv(text, key string) int64 {
 
 // remove deletes the group once its tasks are gone, retrying briefly while the kernel
 // finishes reaping them.
-func (cg *cgroup) remove() {
+func (cg *Cgroup) remove() {
 	for _, d := range cg.dirs {
 		for i := 0; i < 50; i++ {
 			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
@@ -313,7 +313,7 @@ func (cg *cgroup) remove() {
 }
 
 // close removes this engine's parent groups; sessions' groups are gone by then.
-func (cs *cgroups) close() {
+func (cs *Cgroups) close() {
 	for _, d := range cs.roots {
 		_ = os.Remove(d)
 	}
@@ -329,4 +329,9 @@ func writeFile(p, s string) error {
 		err = cerr
 	}
 	return err
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }

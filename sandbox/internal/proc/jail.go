@@ -1,4 +1,4 @@
-package sandbox
+package proc
 
 import (
 	"errors"
@@ -14,38 +14,39 @@ import (
 	"time"
 )
 
-// Isolation modes.
-const (
-	// IsolationStrict runs each session process under bubblewrap (new user, PID, mount,
-	// IPC, UTS and, without an allowlist, network namespaces; a read-only view of the
-	// runtime only) in a cgroup of its own (memory, tasks, freezer). The default.
-	IsolationStrict = "strict"
-	// IsolationProcess runs each session in its own process with Deno's permissions as
-	// the only wall. An operator's explicit choice where namespaces or cgroups are not
-	// available (some containers); never picked silently.
-	IsolationProcess = "process"
-)
-
 // mallocMmapThreshold is glibc's MALLOC_MMAP_THRESHOLD_ in session processes (bytes).
 const mallocMmapThreshold = "4194304"
 
-// sessionTasks bounds the processes and threads of one session process (Deno runs about
+// SessionTasks bounds the processes and threads of one session process (Deno runs about
 // 20); a session cannot exhaust the machine's PIDs.
-const sessionTasks = 128
+const SessionTasks = 128
 
-// jail builds the command of a session process and its confinement.
-type jail struct {
-	mode     string
-	bwrap    string
-	cgroups  *cgroups
-	uid, gid int // the unprivileged user sessions run as; -1: as the server's own user
-	cfg      Config
+// Spec is what the confinement of session processes is made from.
+type Spec struct {
+	// Strict runs each session process under bubblewrap (new user, PID, mount, IPC, UTS
+	// and, without an allowlist, network namespaces; a read-only view of the runtime
+	// only) in a cgroup of its own (memory, tasks, freezer). Without it, each session
+	// runs in its own process with Deno's permissions as the only wall.
+	Strict                                       bool
+	SandboxUser                                  string // the user sessions run as when the server is root
+	DenoPath, RuntimeDir, PyodideDir, PackageDir string
+	PackageCacheDir                              string // where a session sees its view of the package cache
+	MemoryBytes, RuntimeOverheadBytes            int64
+	Net                                          []string // hosts sessions may reach; none: no network
 }
 
-// openJail checks that the isolation the configuration asks for is available; the
+// Jail builds the command of a session process and its confinement.
+type Jail struct {
+	bwrap    string
+	Cgroups  *Cgroups // nil without cgroup isolation
+	uid, gid int      // the unprivileged user sessions run as; -1: as the server's own user
+	cfg      Spec
+}
+
+// OpenJail checks that the isolation the configuration asks for is available; the
 // error says what is missing and how to choose the weaker mode.
-func openJail(cfg Config, name string) (*jail, error) {
-	j := &jail{mode: cfg.Isolation, cfg: cfg, uid: -1, gid: -1}
+func OpenJail(cfg Spec, name string) (*Jail, error) {
+	j := &Jail{cfg: cfg, uid: -1, gid: -1}
 	if os.Geteuid() == 0 {
 		uid, gid, err := lookupUser(cfg.SandboxUser)
 		if err != nil {
@@ -53,7 +54,7 @@ func openJail(cfg Config, name string) (*jail, error) {
 		}
 		j.uid, j.gid = uid, gid
 	}
-	if j.mode == IsolationProcess {
+	if !j.cfg.Strict {
 		return j, nil
 	}
 	weaker := " (to run with Deno's permissions as the only wall, set SANDCHAT_SANDBOX_ISOLATION=process)"
@@ -69,7 +70,7 @@ func openJail(cfg Config, name string) (*jail, error) {
 	if out, err := probe.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bubblewrap cannot create namespaces here (%v: %s)%s", err, strings.TrimSpace(string(out)), weaker)
 	}
-	if j.cgroups, err = openCgroups(name); err != nil {
+	if j.Cgroups, err = openCgroups(name); err != nil {
 		return nil, fmt.Errorf("no writable cgroup for session limits: %v%s", err, weaker)
 	}
 	return j, nil
@@ -88,7 +89,7 @@ func lookupUser(name string) (int, int, error) {
 	return uid, gid, nil
 }
 
-func (j *jail) sysProcAttr() *syscall.SysProcAttr {
+func (j *Jail) sysProcAttr() *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setsid: true}
 	if j.uid >= 0 {
 		a.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
@@ -96,36 +97,36 @@ func (j *jail) sysProcAttr() *syscall.SysProcAttr {
 	return a
 }
 
-// describe names the isolation in force, for doctor, the status endpoint and the
+// Describe names the isolation in force, for doctor, the status endpoint and the
 // tool catalogue.
-func (j *jail) describe() string {
-	if j.mode == IsolationProcess {
+func (j *Jail) Describe() string {
+	if !j.cfg.Strict {
 		return "process per session, Deno permissions only (no namespaces, no cgroup limits)"
 	}
 	ctrl := "memory, pids, freezer"
-	if j.cgroups.version == 2 {
+	if j.Cgroups.version == 2 {
 		ctrl = "memory, pids, freeze"
 	}
 	net := "no network"
-	if len(netAllow(j.cfg)) > 0 {
-		net = "network allowlist " + strings.Join(netAllow(j.cfg), ",")
+	if len(j.cfg.Net) > 0 {
+		net = "network allowlist " + strings.Join(j.cfg.Net, ",")
 	}
 	return fmt.Sprintf("process per session under bubblewrap (user, pid, mount, ipc, uts namespaces; %s) in cgroup v%d (%s)",
-		net, j.cgroups.version, ctrl)
+		net, j.Cgroups.version, ctrl)
 }
 
-// memoryLimit is the kernel's cap on a whole session process: the interpreter's heap
+// MemoryLimit is the kernel's cap on a whole session process: the interpreter's heap
 // plus what Deno, V8 and the compiled wasm need beside it.
-func (j *jail) memoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOverheadBytes }
+func (j *Jail) MemoryLimit() int64 { return j.cfg.MemoryBytes + j.cfg.RuntimeOverheadBytes }
 
 // denoArgs is the command line of the session process inside its sandbox; pkgs is its
 // view of the package cache (internal/pkgs), "" for none.
-func (j *jail) denoArgs(pkgs string) []string {
+func (j *Jail) denoArgs(pkgs string) []string {
 	cfg := j.cfg
-	if pkgs != "" && j.mode != IsolationProcess {
+	if pkgs != "" && j.cfg.Strict {
 		pkgs = cfg.PackageCacheDir // where bubblewrap binds the view
 	}
-	reads := uniq(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, pkgs, "/dev/fd/3")
+	reads := Dirs(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, pkgs, "/dev/fd/3")
 	args := []string{cfg.DenoPath, "run", "--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--unstable-worker-options", "--quiet",
 		"--allow-read=" + strings.Join(reads, ","),
@@ -134,7 +135,7 @@ func (j *jail) denoArgs(pkgs string) []string {
 		// plenty for the little JavaScript a session runs; the interpreter's heap is wasm.
 		"--v8-flags=--max-semi-space-size=1,--max-old-space-size=" + strconv.FormatInt(min(cfg.MemoryBytes>>20, 1024), 10),
 	}
-	if nets := netAllow(cfg); len(nets) > 0 {
+	if nets := cfg.Net; len(nets) > 0 {
 		args = append(args, "--allow-net="+strings.Join(nets, ","))
 	}
 	return append(args, filepath.Join(cfg.RuntimeDir, "host.ts"))
@@ -146,11 +147,11 @@ func (j *jail) denoArgs(pkgs string) []string {
 // The session's view of the package cache, pkgs, appears where the cache is: the cache
 // itself never does. Deno's own cache (DENO_DIR) is the node's compiled-code cache
 // (codecache.go) when code names it, read-only unless this process fills it.
-func (j *jail) bwrapArgs(pkgs string, code codeMount) []string {
+func (j *Jail) bwrapArgs(pkgs string, code CodeMount) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox",
-		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", denoDir, "--setenv", "NO_COLOR", "1",
+		"--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "DENO_DIR", DenoDir, "--setenv", "NO_COLOR", "1",
 		"--setenv", "DENO_NO_UPDATE_CHECK", "1", "--setenv", "DENO_NO_PROMPT", "1", "--setenv", "PATH", "/nonexistent",
 		// glibc gives each thread of Deno its own malloc arena (64 MiB chunks): two keep a
 		// session process ~35 MiB smaller (one is smaller still, but triples a save's time).
@@ -162,7 +163,7 @@ func (j *jail) bwrapArgs(pkgs string, code codeMount) []string {
 		"--setenv", "MALLOC_ARENA_MAX", "2", "--setenv", "MALLOC_MMAP_THRESHOLD_", mallocMmapThreshold,
 		"--proc", "/proc", "--dev", "/dev", "--size", strconv.Itoa(64 << 20), "--tmpfs", "/tmp", "--chdir", "/tmp",
 	}
-	if len(netAllow(j.cfg)) == 0 {
+	if len(j.cfg.Net) == 0 {
 		a = append(a, "--unshare-net")
 	} else {
 		for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"} {
@@ -178,18 +179,18 @@ func (j *jail) bwrapArgs(pkgs string, code codeMount) []string {
 	}
 	a = append(a, "--ro-bind-try", "/usr/lib", "/usr/lib", "--ro-bind-try", "/usr/lib64", "/usr/lib64",
 		"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache")
-	for _, d := range uniq(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.DenoPath) {
+	for _, d := range Dirs(j.cfg.RuntimeDir, j.cfg.PyodideDir, j.cfg.PackageDir, j.cfg.DenoPath) {
 		a = append(a, "--ro-bind", d, d)
 	}
 	if pkgs != "" {
 		a = append(a, "--ro-bind", pkgs, j.cfg.PackageCacheDir)
 	}
-	if code.dir != "" {
+	if code.Dir != "" {
 		bind := "--ro-bind"
-		if code.fill {
+		if code.Fill {
 			bind = "--bind"
 		}
-		a = append(a, bind, code.dir, denoDir)
+		a = append(a, bind, code.Dir, DenoDir)
 	}
 	return append(a, "--")
 }
@@ -199,9 +200,9 @@ func (j *jail) bwrapArgs(pkgs string, code codeMount) []string {
 // bubblewrap, so no task of the session ever runs outside its limits. The gate reads fd
 // 5; fds 3 and 4 are the protocol's pipes. pkgs is the session's view of the package
 // cache, "" for none; code, the compiled-code cache it mounts (none in process mode).
-func (j *jail) command(pkgs string, code codeMount) *exec.Cmd {
+func (j *Jail) command(pkgs string, code CodeMount) *exec.Cmd {
 	var cmd *exec.Cmd
-	if j.mode == IsolationProcess {
+	if !j.cfg.Strict {
 		deno := j.denoArgs(pkgs)
 		cmd = exec.Command(deno[0], deno[1:]...)
 	} else {
@@ -216,7 +217,8 @@ func (j *jail) command(pkgs string, code codeMount) *exec.Cmd {
 	return cmd
 }
 
-func uniq(paths ...string) []string {
+// Dirs is paths without the empty ones and the repeated ones, in order.
+func Dirs(paths ...string) []string {
 	var out []string
 	for _, p := range paths {
 		if p != "" && !slices.Contains(out, p) {
@@ -224,4 +226,29 @@ func uniq(paths ...string) []string {
 		}
 	}
 	return out
+}
+
+// Strict tells whether sessions run under bubblewrap and a cgroup.
+func (j *Jail) Strict() bool { return j.cfg.Strict }
+
+// User is the uid and gid sessions run as; -1, -1 as the server's own user.
+func (j *Jail) User() (uid, gid int) { return j.uid, j.gid }
+
+// Close removes the sessions' cgroups.
+func (j *Jail) Close() {
+	if j.Cgroups != nil {
+		j.Cgroups.close()
+	}
+}
+
+// CgroupRoot is the group that holds the sessions' groups (v1: in the memory
+// hierarchy), "" without cgroups.
+func (j *Jail) CgroupRoot() string {
+	if j.Cgroups == nil {
+		return ""
+	}
+	if j.Cgroups.version == 1 {
+		return j.Cgroups.roots["memory"]
+	}
+	return j.Cgroups.roots["unified"]
 }

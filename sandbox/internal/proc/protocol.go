@@ -1,4 +1,4 @@
-package sandbox
+package proc
 
 import (
 	"encoding/binary"
@@ -18,66 +18,67 @@ import (
 // the process's control thread opens. Everything that comes back is checked: a reply
 // with the wrong id, shape or size gets the process killed.
 
-// blob points at bytes in a frame's binary section.
-type blob struct {
+// Blob points at bytes in a frame's binary section.
+type Blob struct {
 	B []int `json:"$b"`
 }
 
-type frame struct {
-	raw json.RawMessage
-	bin []byte
+// Frame is one frame as read: its JSON and its binary section.
+type Frame struct {
+	JSON json.RawMessage
+	Bin  []byte
 }
 
-// bytes resolves a blob; nil when it is absent or points outside the frame.
-func (f frame) bytes(b *blob) []byte {
-	if !f.valid(b) {
+// Bytes resolves a blob; nil when it is absent or points outside the frame.
+func (f Frame) Bytes(b *Blob) []byte {
+	if !f.Valid(b) {
 		return nil
 	}
-	return f.bin[b.B[0] : b.B[0]+b.B[1]]
+	return f.Bin[b.B[0] : b.B[0]+b.B[1]]
 }
 
-// valid tells whether b points inside the frame.
-func (f frame) valid(b *blob) bool {
-	return b != nil && len(b.B) == 2 && b.B[0] >= 0 && b.B[1] >= 0 && b.B[0] <= len(f.bin) && b.B[1] <= len(f.bin)-b.B[0]
+// Valid tells whether b points inside the frame.
+func (f Frame) Valid(b *Blob) bool {
+	return b != nil && len(b.B) == 2 && b.B[0] >= 0 && b.B[1] >= 0 && b.B[0] <= len(f.Bin) && b.B[1] <= len(f.Bin)-b.B[0]
 }
 
-// blobs collects the binary sections of a frame being built.
-type blobs struct {
+// Blobs collects the binary sections of a frame being built.
+type Blobs struct {
 	bins [][]byte
 	n    int
 }
 
-func (o *blobs) add(b []byte) *blob {
+func (o *Blobs) Add(b []byte) *Blob {
 	if b == nil {
 		return nil
 	}
-	r := &blob{B: []int{o.n, len(b)}}
+	r := &Blob{B: []int{o.n, len(b)}}
 	o.bins = append(o.bins, b)
 	o.n += len(b)
 	return r
 }
 
-func readFrame(r io.Reader, max int) (frame, error) {
+func ReadFrame(r io.Reader, max int) (Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return frame{}, err
+		return Frame{}, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n < 4 || int64(n) > int64(max) {
-		return frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, max)
+		return Frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, max)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return frame{}, err
+		return Frame{}, err
 	}
 	jl := binary.BigEndian.Uint32(body[:4])
 	if int64(jl) > int64(len(body)-4) {
-		return frame{}, fmt.Errorf("bad json length %d", jl)
+		return Frame{}, fmt.Errorf("bad json length %d", jl)
 	}
-	return frame{raw: body[4 : 4+jl], bin: body[4+jl:]}, nil
+	return Frame{JSON: body[4 : 4+jl], Bin: body[4+jl:]}, nil
 }
 
-func writeFrame(w io.Writer, msg any, o *blobs) error {
+func WriteFrame(w io.Writer, msg any, o *Blobs) error {
 	js, err := json.Marshal(msg)
 	if err != nil {
 		return err
@@ -105,7 +106,7 @@ func writeFrame(w io.Writer, msg any, o *blobs) error {
 
 // ---- requests ----
 
-type runtimeConfig struct {
+type RuntimeConfig struct {
 	PyodideURL      string   `json:"pyodideURL"`
 	PyodideDir      string   `json:"pyodideDir"`
 	LockFileURL     *string  `json:"lockFileURL"`
@@ -120,72 +121,72 @@ type runtimeConfig struct {
 	Net             []string `json:"net"`
 }
 
-type primeReq struct {
+type PrimeReq struct {
 	Op     string        `json:"op"` // prime
-	Config runtimeConfig `json:"config"`
-	Base   *blob         `json:"base,omitempty"` // packed (basepack.go)
+	Config RuntimeConfig `json:"config"`
+	Base   *Blob         `json:"base,omitempty"` // packed (sandbox/basepack.go)
 	// Warmup restores the base once in a throwaway Worker, so that Pyodide's wasm is
 	// compiled before a restore needs it: for spares, which wait for one.
 	Warmup bool `json:"warmup,omitempty"`
 }
 
-type bootReq struct {
+type BootReq struct {
 	Op      string   `json:"op"`      // boot
 	Preload []string `json:"preload"` // imported before the base snapshot is taken
 }
 
-type loadReq struct {
+type LoadReq struct {
 	Op     string `json:"op"` // load
-	Header *blob  `json:"header,omitempty"`
-	Delta  *blob  `json:"delta,omitempty"`
+	Header *Blob  `json:"header,omitempty"`
+	Delta  *Blob  `json:"delta,omitempty"`
 	Warm   bool   `json:"warm"`
 }
 
-type fileBlob struct {
+type FileBlob struct {
 	Path string `json:"path"`
-	Data *blob  `json:"data"`
+	Data *Blob  `json:"data"`
 }
 
-type dataFile struct {
+type DataFile struct {
 	Name string `json:"name"`
-	Data *blob  `json:"data"`
+	Data *Blob  `json:"data"`
 }
 
-type attachReq struct {
-	Op       string          `json:"op"` // attach
-	Reseed   bool            `json:"reseed"`
-	Files    []fileBlob      `json:"files"`
-	Packages []string        `json:"packages"`
-	Pip      []pipInstallMsg `json:"pip"` // wheels micropip installed, from the cache
-	Cells    []string        `json:"cells"`
+type AttachReq struct {
+	Op       string     `json:"op"` // attach
+	Reseed   bool       `json:"reseed"`
+	Files    []FileBlob `json:"files"`
+	Packages []string   `json:"packages"`
+	Pip      []PipWheel `json:"pip"` // wheels micropip installed, from the cache
+	Cells    []string   `json:"cells"`
 	// CellTimeouts is each cell's time limit in ms: past it the replay interrupts the
 	// cell, past it plus GraceMS the process is stopped, and the restore says which.
 	CellTimeouts []int64 `json:"cellTimeouts"`
 	GraceMS      int64   `json:"graceMs"`
 	// Data is /data as the run about to happen sees it, mounted before cells replay:
 	// a replayed cell may import or read an upload.
-	Data []dataFile `json:"data"`
+	Data []DataFile `json:"data"`
 }
 
-type runReq struct {
+type RunReq struct {
 	Op       string     `json:"op"` // run
 	Code     string     `json:"code"`
 	Filename string     `json:"filename"`
-	Data     []dataFile `json:"data"` // only what the process does not hold yet
+	Data     []DataFile `json:"data"` // only what the process does not hold yet
 	// DataVersions is /data as the run sees it, name → version: files not in Data are
 	// the process's already.
 	DataVersions map[string]string `json:"dataVersions"`
 	Preload      []string          `json:"preload"` // imported before the code
 }
 
-// statsReq asks the process how it is; the engine sends it to learn that a session
+// StatsReq asks the process how it is; the engine sends it to learn that a session
 // process idle (frozen) since its last run is still there before a run is given to it.
-type statsReq struct {
+type StatsReq struct {
 	Op string `json:"op"` // stats
 }
 
-// checkpointReq asks for the session's heap between runs, as a delta against the base.
-type checkpointReq struct {
+// CheckpointReq asks for the session's heap between runs, as a delta against the base.
+type CheckpointReq struct {
 	Op string `json:"op"` // checkpoint
 	// MaxBytes bounds the delta: a heap that differs from the base by more is not
 	// diffed at all (the session persists as its cells), so a checkpoint never costs
@@ -196,6 +197,22 @@ type checkpointReq struct {
 type interruptReq struct {
 	ID int64  `json:"id"` // always 0: no reply
 	Op string `json:"op"` // interrupt
+}
+
+// PipWheel is a wheel micropip installs, at its path in the session's view of the cache.
+type PipWheel struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Path    string `json:"path"`
+}
+
+// PipDone answers a session's micropip.install request (a "pip" frame).
+type PipDone struct {
+	Op     string     `json:"op"` // pipDone
+	Seq    int64      `json:"seq"`
+	Wheels []PipWheel `json:"wheels"`
+	Lock   []string   `json:"lock"`
+	Error  string     `json:"error,omitempty"`
 }
 
 // ---- replies ----
@@ -210,55 +227,56 @@ type replyHead struct {
 	Chunk  string `json:"chunk"`
 	Kind   string `json:"kind"` // display frames: display | result
 	Item   string `json:"item"` // display frames: the MIME bundle's JSON, checked by parseDisplay
-	// pip frames (ID 0): micropip.install asks the engine, which answers with a pipDone
+	// pip frames (ID 0): micropip.install asks the engine, which answers with a PipDone
 	// request carrying Seq.
 	Seq int64           `json:"seq"`
 	Req json.RawMessage `json:"req"`
 }
 
-type primeReply struct {
+type PrimeReply struct {
 	Deno string `json:"deno"`
 }
 
-type bootReply struct {
+type BootReply struct {
 	Version  string `json:"version"`
-	Snapshot *blob  `json:"snapshot"`
+	Snapshot *Blob  `json:"snapshot"`
 }
 
-type loadReply struct {
+type LoadReply struct {
 	Timings map[string]float64 `json:"timings"`
 }
 
-type checkpointReply struct {
-	Header        *blob   `json:"header"`
-	Delta         *blob   `json:"delta"`
+type CheckpointReply struct {
+	Header        *Blob   `json:"header"`
+	Delta         *Blob   `json:"delta"`
 	SnapshotError *string `json:"snapshotError"` // why the heap cannot be saved
 	// TooLarge says the heap can be saved, just not now: it differs from the base by
 	// more than the session's state limit.
 	TooLarge bool `json:"tooLarge"`
 }
 
-func (r *checkpointReply) check(f frame) error {
+// Check refuses a checkpoint reply whose blobs do not add up.
+func (r *CheckpointReply) Check(f Frame) error {
 	if (r.Header == nil) != (r.Delta == nil) {
 		return fmt.Errorf("snapshot header without delta")
 	}
-	if r.Header != nil && (!f.valid(r.Header) || !f.valid(r.Delta)) {
+	if r.Header != nil && (!f.Valid(r.Header) || !f.Valid(r.Delta)) {
 		return fmt.Errorf("snapshot points outside the frame")
 	}
 	return nil
 }
 
-type attachReply struct {
+type AttachReply struct {
 	Error *string `json:"error"`
 }
 
-type changedFile struct {
+type ChangedFile struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
-	Data *blob  `json:"data"` // nil when over the size or count limit
+	Data *Blob  `json:"data"` // nil when over the size or count limit
 }
 
-type runReply struct {
+type RunReply struct {
 	Status          string             `json:"status"`
 	Result          *string            `json:"result"`
 	Error           *sandchat.RunError `json:"error"`
@@ -266,22 +284,24 @@ type runReply struct {
 	Stderr          string             `json:"stderr"`
 	StdoutTruncated bool               `json:"stdoutTruncated"`
 	StderrTruncated bool               `json:"stderrTruncated"`
-	Changed         []changedFile      `json:"changed"`
-	Omitted         int                `json:"omitted"` // changed files past maxChangedFiles, not listed
+	Changed         []ChangedFile      `json:"changed"`
+	Omitted         int                `json:"omitted"` // changed files past the limit, not listed
 	Deleted         []string           `json:"deleted"`
 	Outside         []string           `json:"outside"` // files the run wrote under /tmp, which are not kept
 	Packages        []string           `json:"packages"`
 	DisplaysDropped int                `json:"displaysDropped"`
 }
 
-// check refuses a run reply that no honest runtime sends; the process is then killed.
-func (r *runReply) check(cfg Config, f frame) error {
+// Check refuses a run reply that no honest runtime sends (output past maxOutput four
+// times over, more than maxFiles changed files, blobs outside the frame); the process is
+// then killed.
+func (r *RunReply) Check(maxOutput, maxFiles int, f Frame) error {
 	switch r.Status {
-	case StatusSuccess, StatusError, StatusTimeout:
+	case "success", "error", "timeout":
 	default:
 		return fmt.Errorf("run status %q", r.Status)
 	}
-	if len(r.Stdout) > 4*cfg.MaxOutput+4096 || len(r.Stderr) > 4*cfg.MaxOutput+4096 {
+	if len(r.Stdout) > 4*maxOutput+4096 || len(r.Stderr) > 4*maxOutput+4096 {
 		return fmt.Errorf("output over limit")
 	}
 	if len(r.Outside) > 20 || slices.ContainsFunc(r.Outside, func(p string) bool { return len(p) > 4096 }) {
@@ -290,14 +310,14 @@ func (r *runReply) check(cfg Config, f frame) error {
 	if r.DisplaysDropped < 0 {
 		return fmt.Errorf("displays dropped %d", r.DisplaysDropped)
 	}
-	if len(r.Changed) > maxChangedFiles || r.Omitted < 0 {
+	if len(r.Changed) > maxFiles || r.Omitted < 0 {
 		return fmt.Errorf("%d changed files", len(r.Changed))
 	}
 	for _, c := range r.Changed {
 		if c.Path == "" || len(c.Path) > 4096 || c.Size < 0 {
 			return fmt.Errorf("changed file %q", c.Path)
 		}
-		if c.Data != nil && !f.valid(c.Data) {
+		if c.Data != nil && !f.Valid(c.Data) {
 			return fmt.Errorf("changed file %q points outside the frame", c.Path)
 		}
 	}

@@ -1,0 +1,409 @@
+package proc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+)
+
+// ErrGone is returned for a call in flight when its session process exits.
+var ErrGone = errors.New("sandbox session process exited")
+
+// Error is an operation the process refused or its interpreter failed. Kind names a
+// refusal the engine acts on ("replay": a replayed cell outlived its time limit).
+type Error struct{ Msg, Kind string }
+
+func (e *Error) Error() string { return "sandbox process: " + e.Msg }
+
+// Process is one session process (or a warm spare) and the engine's end of its
+// protocol. Calls are one at a time; an interrupt may be sent while one waits.
+type Process struct {
+	id       string
+	log      *slog.Logger
+	cmd      *exec.Cmd
+	cg       *Cgroup // nil without cgroup isolation
+	req      *os.File
+	maxFrame int
+	tmp      string     // DENO_DIR of a process without a private /tmp
+	pkgs     *pkgs.View // its view of the package cache; nil without a fetcher
+	base     []byte     // the base snapshot it was primed with (the engine's copy, shared)
+
+	callMu sync.Mutex // one call at a time
+	wmu    sync.Mutex // frame writes
+	mu     sync.Mutex
+	nextID int64
+	wantID int64
+	reply  chan Frame
+	onOut  func(stream, chunk string)
+	onDisp func(kind, item string) error
+	onPip  func(seq int64, req json.RawMessage) PipDone
+	onRun  func() // the run's code starts (its packages are loaded)
+	frozen bool
+	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
+
+	done    chan struct{}
+	why     atomic.Pointer[string]
+	console *consoleLog
+	started time.Time
+	release func() // gives its place under the node's bound back, once it is gone
+}
+
+// Launcher starts session processes: the confinement, and what every process is told.
+type Launcher struct {
+	Jail     *Jail
+	Log      *slog.Logger
+	TmpDir   string        // where a process without a private /tmp gets its DENO_DIR
+	Fetch    *pkgs.Fetcher // nil: no package cache
+	CacheDir string        // the package cache, as the configuration names it
+	MaxFrame int           // the largest frame a process may send
+}
+
+// Start says how to start one process.
+type Start struct {
+	// Packed is the base snapshot as the process is primed with it (packed without its
+	// zero pages); nil for the process that boots a new base. Base is the same base as
+	// the engine keeps it, which the process's deltas are XOR-ed against.
+	Packed, Base []byte
+	// Warmup restores the base once in a throwaway Worker (spares, see PrimeReq).
+	Warmup bool
+	Config RuntimeConfig
+	// Code is the compiled-code cache the process mounts (codecache.go).
+	Code CodeMount
+	// Release gives the process's place under the node's bound back; it is called once
+	// the process is gone, or at once when it never started.
+	Release func()
+}
+
+// Start starts a session process and primes it: Deno up, Pyodide imported and its wasm
+// compiled, the base snapshot handed over. The process keeps the base only until its
+// interpreter is loaded from it, then a hash per heap block; the XOR of a session's heap
+// against the base is done by the engine, against its one copy.
+func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
+	j := l.Jail
+	id := "s" + newID()
+	release := o.Release
+	if release == nil {
+		release = func() {}
+	}
+	p := &Process{id: id, log: l.Log.With("proc", id), maxFrame: l.MaxFrame, done: make(chan struct{}),
+		reply: make(chan Frame, 1), started: time.Now(), release: sync.OnceFunc(release), base: o.Base}
+	p.console = &consoleLog{log: p.log}
+	defer func() {
+		if err != nil {
+			p.Kill("start failed")
+			p.cleanup()
+			if p.cmd == nil {
+				// Never started: no wait() will give the place back.
+				p.release()
+			}
+		}
+	}()
+	if j.Cgroups != nil {
+		if p.cg, err = j.Cgroups.create(id, j.MemoryLimit(), SessionTasks); err != nil {
+			return nil, err
+		}
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		repR.Close()
+		repW.Close()
+		return nil, err
+	}
+	defer gateW.Close()
+	if j.uid >= 0 {
+		// The process reopens its ends through /dev/fd as the sandbox user.
+		for _, f := range []*os.File{reqR, repW} {
+			if err := f.Chown(j.uid, j.gid); err != nil {
+				return nil, fmt.Errorf("chown protocol pipe: %w", err)
+			}
+		}
+	}
+	if l.Fetch != nil {
+		if p.pkgs, err = l.Fetch.OpenView(id, j.Strict()); err != nil {
+			return nil, err
+		}
+	}
+	cmd := j.command(p.pkgs.HostDir(), o.Code)
+	if !j.Strict() {
+		if p.tmp, err = os.MkdirTemp(l.TmpDir, "deno-"); err != nil {
+			return nil, err
+		}
+		if j.uid >= 0 {
+			_ = os.Chown(p.tmp, j.uid, j.gid)
+		}
+		cmd.Env = append(cmd.Env, "DENO_DIR="+p.tmp, "HOME="+p.tmp)
+	}
+	cmd.ExtraFiles = []*os.File{reqR, repW, gateR}
+	cmd.Stdout, cmd.Stderr = p.console, p.console
+	p.cmd, p.req = cmd, reqW
+	err = cmd.Start()
+	reqR.Close()
+	repW.Close()
+	gateR.Close()
+	if err != nil {
+		reqW.Close()
+		repR.Close()
+		p.cmd = nil
+		return nil, fmt.Errorf("start session process: %w", err)
+	}
+	go p.wait()
+	go p.read(repR)
+	if p.cg != nil {
+		if err := p.cg.add(cmd.Process.Pid); err != nil {
+			return nil, fmt.Errorf("join cgroup: %w", err)
+		}
+	}
+	if _, err := gateW.Write([]byte("go\n")); err != nil && p.cg != nil {
+		return nil, fmt.Errorf("open gate: %w", err)
+	}
+	var b Blobs
+	prime := PrimeReq{Op: "prime", Config: o.Config, Base: b.Add(o.Packed), Warmup: o.Warmup}
+	configureView(p.pkgs, &prime.Config, l.CacheDir)
+	if _, err := p.Call(ctx, prime, &b); err != nil {
+		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
+	}
+	return p, nil
+}
+
+func (p *Process) wait() {
+	err := p.cmd.Wait()
+	if p.cg != nil && p.cg.oomKilled() {
+		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
+	}
+	p.why.CompareAndSwap(nil, ptr(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err)))
+	// Whatever the process started goes with it.
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	// Its group gone, the process no longer counts against the node's bound: only then
+	// may another take its place.
+	p.cleanup()
+	p.release()
+	close(p.done)
+}
+
+func (p *Process) SetWhy(why string) { p.why.CompareAndSwap(nil, &why) }
+
+// Reason says why the process is gone.
+func (p *Process) Reason() string {
+	if s := p.why.Load(); s != nil {
+		return *s
+	}
+	return "the sandbox process stopped unexpectedly"
+}
+
+func (p *Process) cleanup() {
+	if p.cg != nil {
+		p.cg.remove()
+	}
+	if p.tmp != "" {
+		_ = os.RemoveAll(p.tmp)
+	}
+	p.pkgs.Close()
+}
+
+// FreezeSoon freezes the process off the caller's path (a v1 freezer write takes a few
+// ms), unless a call thaws it first.
+func (p *Process) FreezeSoon() {
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	go p.freezeAt(gen)
+}
+
+// Freeze stops every thread of the process between runs: timers and Workers that user
+// code left behind get no CPU until its next run. Without a cgroup, SIGSTOP does it.
+func (p *Process) Freeze() {
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	p.freezeAt(gen)
+}
+
+func (p *Process) freezeAt(gen uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen || p.gen != gen || !p.Alive() {
+		return
+	}
+	var err error
+	if p.cg != nil {
+		err = p.cg.freeze(true)
+	} else {
+		err = p.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+	p.frozen = err == nil
+}
+
+func (p *Process) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gen++
+	if !p.frozen {
+		return
+	}
+	if p.cg != nil {
+		_ = p.cg.freeze(false)
+	} else {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	p.frozen = false
+}
+
+// Kill ends the process and everything it started; why is what its session is told.
+func (p *Process) Kill(why string) {
+	p.SetWhy(why)
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		if p.cg == nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	if p.req != nil {
+		_ = p.req.Close()
+	}
+}
+
+// Close stops the process and waits for it to be gone.
+func (p *Process) Close(why string) {
+	if p.cmd == nil {
+		return
+	}
+	p.Kill(why)
+	<-p.done
+}
+
+// Memory is what the kernel charges the session for: its cgroup's charge (page cache of
+// the runtime files it read included), or without a cgroup its resident set.
+func (p *Process) Memory() int64 {
+	if p.cg != nil {
+		return p.cg.memory()
+	}
+	return p.RSS()
+}
+
+// rss is the resident memory of the session's processes.
+func (p *Process) RSS() int64 { return p.sumProc("status", "VmRSS:") }
+
+// pss is the proportional set size of the session's processes: their private memory
+// plus their share of what they map with others (the Deno binary), i.e. what one more
+// session costs the machine, where RSS counts the shared pages in full in each.
+func (p *Process) PSS() int64 { return p.sumProc("smaps_rollup", "Pss:") }
+
+// sumProc adds up a "name: N kB" field of /proc/PID/file over the session's processes.
+func (p *Process) sumProc(file, field string) int64 {
+	pids := []int{p.cmd.Process.Pid}
+	if p.cg != nil {
+		pids = p.cg.pids()
+	}
+	var total int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}
+
+// newID names a process: random, so that a process's cgroup and views never meet an
+// earlier one's.
+func newID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ID names the process (its cgroup, its view of the package cache, its logs).
+func (p *Process) ID() string { return p.id }
+
+// Started is when the process was started.
+func (p *Process) Started() time.Time { return p.started }
+
+// Base is the base snapshot the process was primed with (the engine's copy, shared).
+func (p *Process) Base() []byte { return p.base }
+
+// View is the process's view of the package cache; nil without one.
+func (p *Process) View() *pkgs.View { return p.pkgs }
+
+// Done is closed once the process is gone.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// PID is the process's own pid (the gate's, then bubblewrap's, on the host).
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Tasks are the pids of every task of the process: its cgroup's, or its own without one.
+func (p *Process) Tasks() []int {
+	if p.cg != nil {
+		return p.cg.pids()
+	}
+	return []int{p.cmd.Process.Pid}
+}
+
+// CgroupDir is the process's cgroup, "" without one.
+func (p *Process) CgroupDir() string {
+	if p.cg == nil {
+		return ""
+	}
+	return p.cg.dir()
+}
+
+// ConsoleTail is the end of what the process printed, for an error message.
+func (p *Process) ConsoleTail() string { return p.console.tail() }
+
+// configureView points a session's runtime configuration at its view v: without
+// bubblewrap the view is read where it is; without a view the cache is not readable.
+func configureView(v *pkgs.View, c *RuntimeConfig, cacheDir string) {
+	if cacheDir == "" {
+		return
+	}
+	at := v.Inside()
+	c.Read = slices.DeleteFunc(c.Read, func(d string) bool { return d == cacheDir })
+	if at != "" {
+		c.Read = append(c.Read, at)
+	}
+	if at == "" || at == cacheDir {
+		return
+	}
+	for _, u := range []*string{c.LockFileURL, c.PackageBaseURL} {
+		if u != nil && strings.HasPrefix(*u, cacheDir+"/") {
+			*u = at + strings.TrimPrefix(*u, cacheDir)
+		}
+	}
+}
