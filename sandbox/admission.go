@@ -1,18 +1,12 @@
 package sandbox
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 )
 
@@ -88,71 +82,6 @@ func (s *slot) release() {
 	}
 }
 
-// admitProc waits for room for one more session process. wait bounds the wait (with
-// AdmitTimeout): the caller giving up leaves the queue.
-func (e *Engine) admitProc(wait context.Context) (*slot, error) {
-	ctx, cancel := context.WithTimeout(wait, e.cfg.AdmitTimeout)
-	defer cancel()
-	err := e.adm.procs.Acquire(ctx)
-	switch {
-	case err == nil:
-		return &slot{g: e.adm.procs}, nil
-	case wait.Err() != nil:
-		return nil, wait.Err()
-	case errors.Is(err, admit.ErrQueueFull):
-		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
-			"The Python sandbox of this server is at capacity (%d session processes, %d runs waiting); try again in a few seconds.",
-			e.adm.maxProcs, e.cfg.AdmitQueue)}
-	}
-	return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
-		"The Python sandbox of this server is at capacity (%d session processes): no room freed within %s; try again in a few seconds.",
-		e.adm.maxProcs, e.cfg.AdmitTimeout)}
-}
-
-// errNoRoom is what a pool refill meets when the node has no slot to spare: it waits.
-var errNoRoom = errors.New("no room for another session process")
-
-// spawn starts a session process within the node's bounds: it waits for room (as long
-// as wait and AdmitTimeout allow), then for a turn to start one, and runs prep (loading
-// a heap: the rest of the CPU-bound start) in that turn. ctx bounds the start itself.
-func (e *Engine) spawn(wait, ctx context.Context, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
-	s, err := e.admitProc(wait)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.adm.starts.Acquire(ctx); err != nil {
-		s.release()
-		return nil, e.procErr(err, nil, 0)
-	}
-	defer e.adm.starts.Release()
-	p, err := e.startProc(ctx, base, false, s)
-	if err != nil {
-		return nil, e.procErr(err, nil, 0)
-	}
-	if prep != nil {
-		if err := prep(p); err != nil {
-			p.Close("start failed")
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-// trySpawn is spawn for work that can wait (the pool): it takes room and a start turn
-// only if both are free and no run waits for them, else errNoRoom.
-func (e *Engine) trySpawn(ctx context.Context, base []byte, warmup bool) (*proc.Process, error) {
-	if !e.adm.procs.TryAcquire() {
-		return nil, errNoRoom
-	}
-	s := &slot{g: e.adm.procs}
-	if !e.adm.starts.TryAcquire() {
-		s.release()
-		return nil, errNoRoom
-	}
-	defer e.adm.starts.Release()
-	return e.startProc(ctx, base, warmup, s)
-}
-
 // reclaim frees one process slot for a run that waits, unless evictions already under
 // way will: a pooled process nobody took first, else the least recently used idle
 // session. Called when a run starts waiting and when a run ends while some wait.
@@ -178,7 +107,7 @@ func (e *Engine) reclaim() {
 		if pooled != nil {
 			pooled.Close("evicted: room for a waiting run (pooled)")
 		} else {
-			e.retire(lv, "evicted: room for a waiting run (least recently used)")
+			e.ckpt.retire(lv, "evicted: room for a waiting run (least recently used)")
 		}
 		a.mu.Lock()
 		a.reclaiming--

@@ -19,7 +19,7 @@ import (
 // session cgroups that hold a task.
 func sessionProcesses(t *testing.T, e *Engine) int {
 	t.Helper()
-	root := e.launch.Jail.CgroupRoot()
+	root := e.procs.launch.Jail.CgroupRoot()
 	if root == "" {
 		t.Fatal("the engine runs without cgroups: this test needs strict isolation")
 	}

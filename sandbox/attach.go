@@ -27,19 +27,19 @@ type attached struct {
 // caller's history when Redis lost it. Called with the lease held.
 func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
 	a := &attached{}
-	e.awaitRetired(ctx, key)
+	e.ckpt.awaitRetired(ctx, key)
 	stored, err := e.st.Version(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	if lv := e.claim(key, stored); lv != nil {
-		if e.answers(ctx, lv.p) {
+	if lv := e.sess.claim(key, stored); lv != nil {
+		if answers(ctx, lv.p) {
 			a.lv, a.info.RestoredFrom = lv, FromLive
 			return a, nil
 		}
 		// The process died while idle (killed, or by the kernel's memory cap): this
 		// run's code never reached it, so the session comes back as if evicted.
-		e.dropLive(key, lv, "its process stopped between runs")
+		e.sess.drop(key, lv, "its process stopped between runs")
 	}
 	for _, f := range req.Data {
 		if f.Data == nil {
@@ -83,10 +83,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				// Redis lost the session, but its runs are on record: bring it back by
 				// running them again.
 				a.info.RestoredFrom, a.replayed = FromReplay, cells
-				at.Cells, at.CellTimeouts = e.splitCells(cells)
+				at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
 			}
 		}
-		if p, err = e.readyProc(wait, ctx); err != nil {
+		if p, err = e.procs.readyProc(wait, ctx); err != nil {
 			return nil, err
 		}
 	default:
@@ -98,7 +98,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
-			if p, err = e.restoreProc(wait, ctx, st); err != nil {
+			if p, err = e.procs.restoreProc(wait, ctx, st); err != nil {
 				var pe *proc.Error
 				if !errors.As(err, &pe) {
 					return nil, err
@@ -109,7 +109,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			} else {
 				// The heap as last checkpointed, then the runs logged since.
 				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
-				at.Cells, at.CellTimeouts = e.splitCells(st.Tail)
+				at.Cells, at.CellTimeouts = e.cfg.splitCells(st.Tail)
 			}
 		}
 		if p == nil {
@@ -123,9 +123,9 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			if err != nil {
 				return nil, err
 			}
-			at.Cells, at.CellTimeouts = e.splitCells(cells)
+			at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
 			at.Reseed = true
-			if p, err = e.readyProc(wait, ctx); err != nil {
+			if p, err = e.procs.readyProc(wait, ctx); err != nil {
 				return nil, err
 			}
 		}
@@ -166,7 +166,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
 				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
 		}
-		return nil, e.procErr(err, p, 0)
+		return nil, procErr(err, p)
 	}
 	var r proc.AttachReply
 	_ = json.Unmarshal(f.JSON, &r)
@@ -183,67 +183,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	return a, nil
 }
 
-// readyProc is a process with the base interpreter: from the warm pool, or started now
-// once the node has room for it (wait bounds the wait for room).
-func (e *Engine) readyProc(wait, ctx context.Context) (*proc.Process, error) {
-	if p := e.pool.takeReady(); p != nil {
-		return p, nil
-	}
-	// Starting is bounded on its own (a loaded machine may take seconds): RestoreTimeout
-	// bounds the restore work that follows.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
-	defer cancel()
-	return e.spawn(wait, ctx, e.currentBase(), func(p *proc.Process) error {
-		if _, err := p.Call(ctx, proc.LoadReq{Op: "load"}, nil); err != nil {
-			return e.procErr(err, p, 0)
-		}
-		return nil
-	})
-}
-
-// restoreProc brings a saved heap back in a process primed with the base it was saved
-// against: a spare from the pool when that is the current base, else one started once
-// the node has room for it (wait bounds the wait for room).
-func (e *Engine) restoreProc(wait, ctx context.Context, st *state.State) (*proc.Process, error) {
-	var p *proc.Process
-	if st.Base == e.rt.baseHash {
-		p = e.pool.takeSpare()
-	}
-	if p == nil {
-		base := e.currentBase()
-		if st.Base != e.rt.baseHash {
-			b, err := e.st.LoadBase(ctx, st.Base)
-			if err != nil {
-				return nil, err
-			}
-			if b == nil {
-				return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
-			}
-			base = b
-		}
-		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
-		defer cancel()
-		var err error
-		if p, err = e.spawn(wait, start, base, nil); err != nil {
-			return nil, err
-		}
-	}
-	var o proc.Blobs
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
-	defer cancel()
-	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: o.Add(xorBase(p.Base(), st.Delta))}, &o); err != nil {
-		p.Close("restore failed")
-		if errors.Is(err, proc.ErrGone) {
-			// The heap itself took the process down (over the memory cap, say).
-			return nil, &proc.Error{Msg: p.Reason()}
-		}
-		return nil, err
-	}
-	return p, nil
-}
-
 // procErr turns a failure to start or reach a session process into the error callers see.
-func (e *Engine) procErr(err error, p *proc.Process, version int64) error {
+func procErr(err error, p *proc.Process) error {
 	var pe *proc.Error
 	switch {
 	case errors.Is(err, proc.ErrGone) && p != nil:

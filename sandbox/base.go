@@ -44,8 +44,9 @@ func (e *Engine) ensureBase(ctx context.Context) error {
 			}
 		}
 	}
+	e.procs.setBase(snap, hash)
 	e.mu.Lock()
-	e.rt.base, e.rt.baseHash = snap, hash
+	e.rt.baseHash = hash
 	e.mu.Unlock()
 	return nil
 }
@@ -55,7 +56,7 @@ func (e *Engine) ensureBase(ctx context.Context) error {
 func (e *Engine) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := e.spawn(ctx, ctx, nil, nil)
+	p, err := e.procs.spawn(ctx, ctx, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -199,7 +199,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		lv := e.sess.m[key]
 		e.sess.forgetLocked(lv)
 		e.sess.mu.Unlock()
-		e.retire(lv, "bench")
+		e.ckpt.retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -38,6 +39,18 @@ func ptrString(s *string) string {
 	return *s
 }
 
+// checkpoints saves the heaps of live sessions off the runs' path, and before their
+// processes go (eviction, shutdown).
+type checkpoints struct {
+	cfg   Config
+	log   *slog.Logger
+	st    Store
+	sess  *sessions
+	ctx   context.Context // the engine's: ends with Close
+	lease func(ctx context.Context, key string, fn func(token string) error) error
+	build string // the runtime's build, set by Start before any session is live
+}
+
 // retireTimeout bounds the checkpoint an evicted session gets before its process goes;
 // shutdownCheckpointTimeout, all of them at shutdown together.
 const (
@@ -45,45 +58,45 @@ const (
 	shutdownCheckpointTimeout = 10 * time.Second
 )
 
-// scheduleCheckpoint (re)arms lv's checkpoint for CheckpointDelay from now.
-func (e *Engine) scheduleCheckpoint(lv *live) {
-	e.sess.mu.Lock()
-	defer e.sess.mu.Unlock()
-	if e.sess.closed || !lv.dirty() {
+// schedule (re)arms lv's checkpoint for CheckpointDelay from now.
+func (c *checkpoints) schedule(lv *live) {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	if c.sess.closed || !lv.dirty() {
 		return
 	}
 	if lv.checkpoint != nil {
 		lv.checkpoint.Stop()
 	}
-	lv.checkpoint = time.AfterFunc(e.cfg.CheckpointDelay, func() {
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RestoreTimeout)
+	lv.checkpoint = time.AfterFunc(c.cfg.CheckpointDelay, func() {
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RestoreTimeout)
 		defer cancel()
-		err := e.checkpointLive(ctx, lv)
+		err := c.live(ctx, lv)
 		switch {
-		case err == nil, e.ctx.Err() != nil:
+		case err == nil, c.ctx.Err() != nil:
 		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
-			e.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
+			c.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
 		default:
-			e.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.key, "err", err)
+			c.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.key, "err", err)
 		}
 	})
 }
 
 // retire checkpoints a session the set forgot (sessions.forgetLocked), then stops its
 // process.
-func (e *Engine) retire(lv *live, why string) {
+func (c *checkpoints) retire(lv *live, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-	e.checkpointForgotten(ctx, lv, "eviction")
+	c.forgotten(ctx, lv, "eviction")
 	cancel()
 	lv.p.Close(why)
-	e.sess.retired(lv)
+	c.sess.retired(lv)
 }
 
 // awaitRetired waits (bounded) for an eviction of key in flight, so the run that follows
 // restores from the heap it saves.
-func (e *Engine) awaitRetired(ctx context.Context, key string) {
-	lv := e.sess.retiringOf(key)
+func (c *checkpoints) awaitRetired(ctx context.Context, key string) {
+	lv := c.sess.retiringOf(key)
 	if lv == nil {
 		return
 	}
@@ -94,73 +107,73 @@ func (e *Engine) awaitRetired(ctx context.Context, key string) {
 	}
 }
 
-// checkpointAll saves the heap of every idle session that needs it, at shutdown; the
+// all saves the heap of every idle session that needs it, at shutdown; the
 // sessions are no longer live, so no run can reach them meanwhile.
-func (e *Engine) checkpointAll(lvs []*live) {
+func (c *checkpoints) all(lvs []*live) {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownCheckpointTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, lv := range lvs {
-		wg.Go(func() { e.checkpointForgotten(ctx, lv, "shutdown") })
+		wg.Go(func() { c.forgotten(ctx, lv, "shutdown") })
 	}
 	wg.Wait()
 }
 
-// checkpointForgotten saves the heap of a session taken out of the live set (eviction,
+// forgotten saves the heap of a session taken out of the live set (eviction,
 // shutdown), if it is idle and its saved heap lags. No run can reach its process any
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
-func (e *Engine) checkpointForgotten(ctx context.Context, lv *live, before string) {
-	e.sess.mu.Lock()
+func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
+	c.sess.mu.Lock()
 	if lv.checkpoint != nil {
 		lv.checkpoint.Stop()
 	}
 	ok, version := !lv.busy && lv.dirty(), lv.version
-	e.sess.mu.Unlock()
+	c.sess.mu.Unlock()
 	if !ok {
 		return
 	}
-	if err := e.checkpoint(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
-		e.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.key, "err", err)
+	if err := c.save(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
+		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.key, "err", err)
 	}
 }
 
-// checkpointLive saves a live session's heap if the saved one lags it, holding the
+// live saves a live session's heap if the saved one lags it, holding the
 // session's lease so no run (on any node) moves it meanwhile.
-func (e *Engine) checkpointLive(ctx context.Context, lv *live) error {
-	e.sess.mu.Lock()
+func (c *checkpoints) live(ctx context.Context, lv *live) error {
+	c.sess.mu.Lock()
 	dirty := lv.dirty()
-	e.sess.mu.Unlock()
+	c.sess.mu.Unlock()
 	if !dirty {
 		return nil
 	}
-	return e.withLease(ctx, lv.key, func(token string) error {
-		e.sess.mu.Lock()
-		if e.sess.m[lv.key] != lv || lv.busy || !lv.dirty() {
+	return c.lease(ctx, lv.key, func(token string) error {
+		c.sess.mu.Lock()
+		if c.sess.m[lv.key] != lv || lv.busy || !lv.dirty() {
 			// Gone (an eviction checkpoints it itself), a run has it (it checkpoints
 			// again after), or already caught up.
-			e.sess.mu.Unlock()
+			c.sess.mu.Unlock()
 			return nil
 		}
 		lv.busy = true
 		version := lv.version
-		e.sess.mu.Unlock()
+		c.sess.mu.Unlock()
 		defer func() {
-			e.sess.mu.Lock()
+			c.sess.mu.Lock()
 			lv.busy = false
-			e.sess.mu.Unlock()
+			c.sess.mu.Unlock()
 			lv.p.FreezeSoon()
 		}()
-		return e.checkpoint(ctx, lv, token, version)
+		return c.save(ctx, lv, token, version)
 	})
 }
 
-// checkpoint takes lv's heap and saves it as the state of version; token is the lease
+// save takes lv's heap and saves it as the state of version; token is the lease
 // held, or "" for a session no run can reach.
-func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version int64) error {
-	e.sess.mu.Lock()
-	capOf := e.stateCap(lv.stateCap)
-	e.sess.mu.Unlock()
+func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64) error {
+	c.sess.mu.Lock()
+	capOf := c.cfg.stateCap(lv.stateCap)
+	c.sess.mu.Unlock()
 	f, err := lv.p.Call(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
 	if err != nil {
 		return err
@@ -187,10 +200,10 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 		// persists as its cells from now on.
 		mode = modeReplay
 		if r.SnapshotError != nil {
-			e.log.Info("session switches to replay persistence", "session", lv.key, "reason", *r.SnapshotError)
+			c.log.Info("session switches to replay persistence", "session", lv.key, "reason", *r.SnapshotError)
 		}
 	}
-	_, err = e.st.Checkpoint(ctx, lv.key, state.Checkpoint{Token: token, Version: version, Base: lv.base, Build: e.rt.build,
+	_, err = c.st.Checkpoint(ctx, lv.key, state.Checkpoint{Token: token, Version: version, Base: lv.base, Build: c.build,
 		Mode: mode, Header: header, Delta: delta, Cap: capOf})
 	if full := (*state.Full)(nil); errors.As(err, &full) {
 		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
@@ -198,10 +211,10 @@ func (e *Engine) checkpoint(ctx context.Context, lv *live, token string, version
 	if err != nil {
 		return err
 	}
-	e.sess.mu.Lock()
+	c.sess.mu.Lock()
 	if lv.version == version {
 		lv.heapVersion, lv.heapStale, lv.mode = version, false, mode
 	}
-	e.sess.mu.Unlock()
+	c.sess.mu.Unlock()
 	return nil
 }

@@ -96,7 +96,7 @@ func TestCheckpoint(t *testing.T) {
 // killLive stops key's process without a checkpoint, as a crash would.
 func killLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	e.dropLive(key, liveOf(t, e, key), "killed by the test")
+	e.sess.drop(key, liveOf(t, e, key), "killed by the test")
 }
 
 // liveOf is key's live session; the test fails when there is none.

@@ -17,11 +17,11 @@ import (
 )
 
 // stateCap is what a session's saved state may hold when its caller allows want.
-func (e *Engine) stateCap(want int64) int64 {
+func (c Config) stateCap(want int64) int64 {
 	if want > 0 {
-		return min(want, e.cfg.MaxStateBytes)
+		return min(want, c.MaxStateBytes)
 	}
-	return e.cfg.MaxStateBytes
+	return c.MaxStateBytes
 }
 
 // persist makes a successful run durable before it is reported complete: its cell joins
@@ -39,8 +39,8 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	save := state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.logCell(req.Code, req.Timeout)),
-		Cap: e.stateCap(req.StateCap),
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.cfg.logCell(req.Code, req.Timeout)),
+		Cap: e.cfg.stateCap(req.StateCap),
 	}
 	e.sess.mu.Lock()
 	lv.stateCap = save.Cap
@@ -57,7 +57,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	if err != nil {
 		// The warm interpreter is now ahead of Redis: drop it, so the next run starts
 		// from the last state that was saved.
-		e.dropLive(key, lv, "its state could not be saved")
+		e.sess.drop(key, lv, "its state could not be saved")
 		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
 		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
@@ -66,7 +66,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	e.sess.mu.Unlock()
 	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
-	e.scheduleCheckpoint(lv)
+	e.ckpt.schedule(lv)
 	return ctxErr
 }
 
@@ -123,8 +123,9 @@ type loggedCell struct {
 	TimeoutMS int64  `json:"timeout_ms"`
 }
 
-func (e *Engine) logCell(code string, timeout time.Duration) string {
-	if timeout == 0 || timeout == e.cfg.Timeout {
+// logCell is a run's cell as the log keeps it, under the configuration's default limit.
+func (c Config) logCell(code string, timeout time.Duration) string {
+	if timeout == 0 || timeout == c.Timeout {
 		return code
 	}
 	b, _ := json.Marshal(loggedCell{Code: code, TimeoutMS: timeout.Milliseconds()})
@@ -132,13 +133,13 @@ func (e *Engine) logCell(code string, timeout time.Duration) string {
 }
 
 // splitCells decodes logged cells into their code and time limits in milliseconds.
-func (e *Engine) splitCells(cells []string) (codes []string, timeouts []int64) {
+func (c Config) splitCells(cells []string) (codes []string, timeouts []int64) {
 	codes, timeouts = make([]string, 0, len(cells)), make([]int64, 0, len(cells))
-	for _, c := range cells {
-		lc := loggedCell{Code: c, TimeoutMS: e.cfg.Timeout.Milliseconds()}
-		if strings.HasPrefix(c, "\x00") {
-			if json.Unmarshal([]byte(c[1:]), &lc) != nil || lc.TimeoutMS <= 0 {
-				lc = loggedCell{Code: "", TimeoutMS: e.cfg.Timeout.Milliseconds()}
+	for _, cell := range cells {
+		lc := loggedCell{Code: cell, TimeoutMS: c.Timeout.Milliseconds()}
+		if strings.HasPrefix(cell, "\x00") {
+			if json.Unmarshal([]byte(cell[1:]), &lc) != nil || lc.TimeoutMS <= 0 {
+				lc = loggedCell{Code: "", TimeoutMS: c.Timeout.Milliseconds()}
 			}
 		}
 		codes, timeouts = append(codes, lc.Code), append(timeouts, lc.TimeoutMS)

@@ -22,9 +22,9 @@ import (
 // kernel: the process side (the process and its protocol, bubblewrap, cgroups, the
 // compiled-code cache) is internal/proc. It is safe for concurrent use.
 //
-// The files, one job each: engine.go starts, reports and stops; launch.go starts
-// processes (and fills the compiled-code cache); admission.go bounds the node's
-// processes; pool.go keeps processes restored ahead of demand; sessions.go is the set
+// The files, one job each: engine.go starts, reports and stops; procs.go starts
+// processes within the node's bound (and fills the compiled-code cache); admission.go
+// is that bound and the evictions that make room; pool.go keeps processes restored ahead of demand; sessions.go is the set
 // of live sessions and their eviction; lease.go serialises the runs of a session across
 // nodes; attach.go brings a session back into a process; run.go runs code; durable.go
 // makes a run durable and answers for the session's saved state; checkpoint.go saves
@@ -37,21 +37,20 @@ type Engine struct {
 	st  Store
 
 	// Set once by Start before the engine reports itself available; read-only after.
-	launch   *proc.Launcher // starts session processes, confined (internal/proc)
 	cacheDir string
 	rt       runtimeInfo
-	fetch    *pkgs.Fetcher  // nil unless packages come from a CDN or micropip is on
-	packs    basePacks      // the base as processes are primed with it (basepack.go)
-	code     proc.CodeCache // what Deno compiles for a process, filled once (launch.go)
+	fetch    *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
 
+	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
 	history History  // nil: a session the store lost starts fresh
 	locks   keyLocks // this node's runs of a session, one at a time (lease.go)
 
-	sess *sessions // the live sessions of this node (sessions.go)
+	sess *sessions    // the live sessions of this node (sessions.go)
+	ckpt *checkpoints // their heaps, saved off the runs' path (checkpoint.go)
 
-	mu        sync.Mutex // guards what follows, and rt.base
+	mu        sync.Mutex // guards what follows, and rt
 	available bool
 	reason    string
 	closed    bool
@@ -67,7 +66,6 @@ type Engine struct {
 type runtimeInfo struct {
 	deno, pyodide, build string
 	baseHash             string
-	base                 []byte
 	isolation            string
 }
 
@@ -91,6 +89,8 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(e)
 	e.adm = newAdmission(cfg, e.reclaim)
+	e.procs = &nodeProcs{cfg: cfg, log: log, adm: e.adm, pool: e.pool, st: st}
+	e.ckpt = &checkpoints{cfg: cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.withLease}
 	for _, o := range opts {
 		o(e)
 	}
@@ -155,8 +155,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	_ = os.Chmod(e.cacheDir, 0o755)
 	e.mu.Lock()
-	e.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: e.maxReplyBytes()}
-	e.rt = rt
+	e.procs.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: maxReplyBytes(cfg)}
+	e.procs.config = runtimeConfig(cfg, e.fetch)
+	e.rt, e.ckpt.build = rt, rt.build
+	// Start may have changed the configuration (no package cache): its parts see it too.
+	e.procs.cfg, e.ckpt.cfg = e.cfg, e.cfg
 	e.mu.Unlock()
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -175,7 +178,7 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	if err := e.ensureBase(ctx); err != nil {
 		return err
 	}
-	e.fillCode(ctx)
+	e.procs.fillCode(ctx)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -210,11 +213,11 @@ func (e *Engine) retryStart() {
 	}
 }
 
-// runtimeConfig is what every session process is primed with.
 func ptr[T any](v T) *T { return &v }
 
-func (e *Engine) runtimeConfig() proc.RuntimeConfig {
-	cfg := e.cfg
+// runtimeConfig is what every session process is primed with; fetch is the engine's
+// package fetcher, nil for none.
+func runtimeConfig(cfg Config, fetch *pkgs.Fetcher) proc.RuntimeConfig {
 	c := proc.RuntimeConfig{
 		PyodideURL: (&url.URL{Scheme: "file", Path: cfg.PyodideDir + "/"}).String(),
 		PyodideDir: cfg.PyodideDir + "/",
@@ -230,10 +233,10 @@ func (e *Engine) runtimeConfig() proc.RuntimeConfig {
 	lock := filepath.Join(cfg.PackageDir, "pyodide-lock.json")
 	cdn := strings.TrimSuffix(cfg.PackageCDN, "/") + "/"
 	switch {
-	case e.fetch != nil && e.fetch.CDN() != "":
+	case fetch != nil && fetch.CDN() != "":
 		// The engine fetches and verifies wheels; sessions only read its cache.
-		cached := filepath.Join(e.fetch.Dir(), "pyodide-lock.json")
-		c.LockFileURL, c.PackageBaseURL = &cached, ptr(e.fetch.Dir()+"/")
+		cached := filepath.Join(fetch.Dir(), "pyodide-lock.json")
+		c.LockFileURL, c.PackageBaseURL = &cached, ptr(fetch.Dir()+"/")
 	case fileExists(lock):
 		c.LockFileURL, c.PackageBaseURL = &lock, ptr(cfg.PackageDir+"/")
 		if cfg.PackageCDN != "" && cfg.PackageDir == cfg.PyodideDir {
@@ -251,8 +254,7 @@ const maxChangedFiles = 1000
 
 // maxReplyBytes bounds one frame from a session process: a heap delta, the changed
 // files it may send, and its output.
-func (e *Engine) maxReplyBytes() int {
-	c := e.cfg
+func maxReplyBytes(c Config) int {
 	files := max(int64(c.MaxArtifacts)*c.MaxArtifactBytes, c.MaxStateBytes)
 	return int(min(c.MemoryBytes+files+4*int64(c.MaxOutput)+64<<20, 1<<31-1))
 }
@@ -285,7 +287,7 @@ func (e *Engine) watch() {
 			// A run that waited while every session was busy: one may be idle by now.
 			e.reclaim()
 		}
-		if j := e.launch.Jail; !j.Strict() {
+		if j := e.procs.launch.Jail; !j.Strict() {
 			// No cgroup to cap a session's memory: the engine does it, coarsely.
 			for _, p := range e.sess.procs() {
 				if m := p.Memory(); m > j.MemoryLimit() {
@@ -315,7 +317,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 			IdleTimeoutMS: e.cfg.IdleTimeout.Milliseconds(), Pip: !e.cfg.PipOff && e.fetch != nil,
 		},
 	}
-	rt, l := e.rt, e.launch
+	rt, l := e.rt, e.procs.launch
 	e.mu.Unlock()
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
@@ -358,7 +360,7 @@ func (e *Engine) Close() error {
 		procs = append(procs, lv.p)
 	}
 	// Shutdown checkpoints first: the sessions come back on any node without replay.
-	e.checkpointAll(lvs)
+	e.ckpt.all(lvs)
 	close(e.stop)
 	e.cancel()
 	e.wg.Wait()
@@ -368,8 +370,8 @@ func (e *Engine) Close() error {
 		wg.Go(func() { p.Close("the sandbox engine is shut down") })
 	}
 	wg.Wait()
-	if e.launch != nil {
-		e.launch.Jail.Close()
+	if l := e.procs.launch; l != nil {
+		l.Jail.Close()
 	}
 	if e.cacheDir != "" {
 		_ = os.RemoveAll(e.cacheDir)

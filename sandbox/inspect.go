@@ -31,7 +31,7 @@ func (e *Engine) Inspect(key string) (ProcessInfo, error) {
 	p := lv.p
 	info := ProcessInfo{PID: denoPID(p, e.cfg.DenoPath), MemoryUsed: p.Memory()}
 	if dir := p.CgroupDir(); dir != "" {
-		info.Cgroup, info.MemoryMax, info.TasksMax = dir, e.launch.Jail.MemoryLimit(), proc.SessionTasks
+		info.Cgroup, info.MemoryMax, info.TasksMax = dir, e.procs.launch.Jail.MemoryLimit(), proc.SessionTasks
 	}
 	if info.PID == 0 {
 		return info, nil

@@ -327,7 +327,7 @@ func cpuTicks(pids []int) int64 {
 // session that tries to write there changes nothing.
 func TestCodeCacheIsReadOnly(t *testing.T) {
 	e, _, key := setup(t)
-	if !e.code.Ready() {
+	if !e.procs.code.Ready() {
 		t.Fatal("the compiled-code cache was not filled before the engine came up")
 	}
 	k := key("code-cache")
@@ -363,7 +363,7 @@ tries`)
 	if !mounted {
 		t.Fatalf("no session task mounts the code cache at %s", proc.DenoDir)
 	}
-	names, err := os.ReadDir(e.code.Dir())
+	names, err := os.ReadDir(e.procs.code.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}

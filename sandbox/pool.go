@@ -233,7 +233,7 @@ func (p *pool) make(ready bool) (*proc.Process, error) {
 	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
 	defer cancel()
 	e := p.e
-	pr, err := e.trySpawn(ctx, e.currentBase(), !ready)
+	pr, err := e.procs.trySpawn(ctx, e.procs.currentBase(), !ready)
 	if err != nil {
 		return nil, err
 	}
@@ -268,12 +268,6 @@ func (p *pool) drain() []*proc.Process {
 	out := append(p.ready, p.spares...)
 	p.ready, p.spares = nil, nil
 	return out
-}
-
-func (e *Engine) currentBase() []byte {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.rt.base
 }
 
 func (e *Engine) isClosed() bool {

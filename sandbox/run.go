@@ -102,7 +102,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	p := lv.p
 	defer e.release(lv)
 	var o proc.Blobs
-	data, versions, err := e.dataFor(lv, req.Data, &o)
+	data, versions, err := e.sess.dataFor(lv, req.Data, &o)
 	if err != nil {
 		return Result{}, err
 	}
@@ -194,7 +194,7 @@ wait:
 		case <-time.After(e.cfg.Grace):
 			// The code ignored KeyboardInterrupt: kill its process, and with it every
 			// thread it started. The session goes back to its last durable state.
-			e.dropLive(key, lv, "the run ignored the interrupt")
+			e.sess.drop(key, lv, "the run ignored the interrupt")
 			<-done
 			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusTimeout, ExecutionMS: time.Since(start).Milliseconds(),
 				Error: &sandchat.RunError{Type: "TimeoutError", Message: fmt.Sprintf(
@@ -207,7 +207,7 @@ wait:
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.err != nil {
-		e.dropLive(key, lv, "the run failed")
+		e.sess.drop(key, lv, "the run failed")
 		var pe *proc.Error
 		switch {
 		case errors.Is(rep.err, proc.ErrGone):
@@ -233,7 +233,7 @@ wait:
 		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.f)
 	}
 	if err != nil {
-		e.dropLive(key, lv, "protocol: run reply refused")
+		e.sess.drop(key, lv, "protocol: run reply refused")
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.result(&r, rep.f, lv, notes)

@@ -86,7 +86,7 @@ func (s *sessions) take(key string) *live {
 }
 
 // forgetLocked takes lv out of the live set for retiring; a run of its key waits for the
-// retirement (Engine.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
+// retirement (checkpoints.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
 func (s *sessions) forgetLocked(lv *live) {
 	delete(s.m, lv.key)
 	lv.gone = make(chan struct{})
@@ -212,10 +212,10 @@ func (e *Engine) DataVersions(key string) map[string]string {
 
 // dataFor is what a run must send of files for /data: the versions of all, the bytes
 // of those the process does not hold. ErrDataStale when one of those came without them.
-func (e *Engine) dataFor(lv *live, files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
-	e.sess.mu.Lock()
+func (s *sessions) dataFor(lv *live, files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
+	s.mu.Lock()
 	held := lv.data
-	e.sess.mu.Unlock()
+	s.mu.Unlock()
 	versions := make(map[string]string, len(files))
 	out := make([]proc.DataFile, 0, len(files))
 	for _, f := range files {
@@ -245,18 +245,18 @@ func (lv *live) dirty() bool {
 // claim marks key's live session busy if it is current at version; it returns nil
 // (after forgetting a stale or dead one, whose process it closes) when the session has
 // to be brought back.
-func (e *Engine) claim(key string, version int64) *live {
-	e.sess.mu.Lock()
-	lv := e.sess.m[key]
+func (s *sessions) claim(key string, version int64) *live {
+	s.mu.Lock()
+	lv := s.m[key]
 	if lv != nil && lv.p.Alive() && lv.version == version {
 		lv.busy, lv.used = true, time.Now()
-		e.sess.mu.Unlock()
+		s.mu.Unlock()
 		return lv
 	}
 	if lv != nil {
-		delete(e.sess.m, key)
+		delete(s.m, key)
 	}
-	e.sess.mu.Unlock()
+	s.mu.Unlock()
 	if lv != nil {
 		go lv.p.Close("the session moved on")
 	}
@@ -268,9 +268,9 @@ func (e *Engine) claim(key string, version int64) *live {
 const probeTimeout = 10 * time.Second
 
 // answers tells whether p still runs. A process killed while frozen between runs only
-// dies when thawed, so alive() cannot know until something is sent to it: the probe
+// dies when thawed, so Alive() cannot know until something is sent to it: the probe
 // thaws it and asks, before any code is given to it.
-func (e *Engine) answers(ctx context.Context, p *proc.Process) bool {
+func answers(ctx context.Context, p *proc.Process) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
 	_, err := p.Call(ctx, proc.StatsReq{Op: "stats"}, nil)
@@ -298,14 +298,14 @@ func (e *Engine) release(lv *live) {
 	}
 }
 
-// dropLive forgets key's live session and kills its process: the next run starts from
+// drop forgets key's live session lv and kills its process: the next run starts from
 // the last durable state.
-func (e *Engine) dropLive(key string, lv *live, why string) {
-	e.sess.mu.Lock()
-	if e.sess.m[key] == lv {
-		delete(e.sess.m, key)
+func (s *sessions) drop(key string, lv *live, why string) {
+	s.mu.Lock()
+	if s.m[key] == lv {
+		delete(s.m, key)
 	}
-	e.sess.mu.Unlock()
+	s.mu.Unlock()
 	lv.p.Close(why)
 }
 
@@ -313,7 +313,7 @@ func (e *Engine) dropLive(key string, lv *live, why string) {
 // go, their state being safe in Redis.
 func (e *Engine) evictLRU() {
 	for _, lv := range e.sess.overLimit(e.cfg.MaxLive) {
-		go e.retire(lv, "evicted (least recently used)")
+		go e.ckpt.retire(lv, "evicted (least recently used)")
 	}
 }
 
@@ -321,6 +321,6 @@ func (e *Engine) evictLRU() {
 // whose process died between runs.
 func (e *Engine) evictIdle() {
 	for _, lv := range e.sess.idle(e.cfg.IdleTimeout) {
-		go e.retire(lv, "evicted (idle)")
+		go e.ckpt.retire(lv, "evicted (idle)")
 	}
 }

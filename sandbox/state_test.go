@@ -24,14 +24,14 @@ func evictLive(t testing.TB, e *Engine, key string) {
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
-	e.retire(lv, "evicted by the test")
+	e.ckpt.retire(lv, "evicted by the test")
 }
 
 // checkpointNow saves key's heap as its delayed checkpoint would, and returns what the
 // session's durable state says then.
 func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	t.Helper()
-	if err := e.checkpointLive(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, errHeapTooLarge) {
+	if err := e.ckpt.live(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, errHeapTooLarge) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	info, err := e.Session(context.Background(), key)

@@ -106,6 +106,8 @@ func WriteFrame(w io.Writer, msg any, o *Blobs) error {
 
 // ---- requests ----
 
+// RuntimeConfig is what every session process is primed with: where Pyodide and its
+// packages are, what it may read and reach, and its limits.
 type RuntimeConfig struct {
 	PyodideURL      string   `json:"pyodideURL"`
 	PyodideDir      string   `json:"pyodideDir"`
@@ -121,6 +123,8 @@ type RuntimeConfig struct {
 	Net             []string `json:"net"`
 }
 
+// PrimeReq starts a process's Worker with Pyodide imported and hands it the base
+// snapshot.
 type PrimeReq struct {
 	Op     string        `json:"op"` // prime
 	Config RuntimeConfig `json:"config"`
@@ -130,11 +134,14 @@ type PrimeReq struct {
 	Warmup bool `json:"warmup,omitempty"`
 }
 
+// BootReq boots a fresh interpreter whose heap becomes a new base snapshot.
 type BootReq struct {
 	Op      string   `json:"op"`      // boot
 	Preload []string `json:"preload"` // imported before the base snapshot is taken
 }
 
+// LoadReq loads the interpreter from the base, with a saved session's heap when Header
+// and Delta are set.
 type LoadReq struct {
 	Op     string `json:"op"` // load
 	Header *Blob  `json:"header,omitempty"`
@@ -142,16 +149,20 @@ type LoadReq struct {
 	Warm   bool   `json:"warm"`
 }
 
+// FileBlob is a saved file of the session's working directory.
 type FileBlob struct {
 	Path string `json:"path"`
 	Data *Blob  `json:"data"`
 }
 
+// DataFile is a file of /data (an upload) the process does not hold yet.
 type DataFile struct {
 	Name string `json:"name"`
 	Data *Blob  `json:"data"`
 }
 
+// AttachReq makes a loaded interpreter a session's: its files, packages and the cells to
+// replay.
 type AttachReq struct {
 	Op       string     `json:"op"` // attach
 	Reseed   bool       `json:"reseed"`
@@ -168,6 +179,7 @@ type AttachReq struct {
 	Data []DataFile `json:"data"`
 }
 
+// RunReq runs code.
 type RunReq struct {
 	Op       string     `json:"op"` // run
 	Code     string     `json:"code"`
@@ -233,19 +245,24 @@ type replyHead struct {
 	Req json.RawMessage `json:"req"`
 }
 
+// PrimeReply answers PrimeReq.
 type PrimeReply struct {
 	Deno string `json:"deno"`
 }
 
+// BootReply carries the new base snapshot.
 type BootReply struct {
 	Version  string `json:"version"`
 	Snapshot *Blob  `json:"snapshot"`
 }
 
+// LoadReply says how long the load took, by phase.
 type LoadReply struct {
 	Timings map[string]float64 `json:"timings"`
 }
 
+// CheckpointReply carries the session's heap as a delta against the base, or why there
+// is none.
 type CheckpointReply struct {
 	Header        *Blob   `json:"header"`
 	Delta         *Blob   `json:"delta"`
@@ -266,16 +283,19 @@ func (r *CheckpointReply) Check(f Frame) error {
 	return nil
 }
 
+// AttachReply says what could not be brought back, if anything.
 type AttachReply struct {
 	Error *string `json:"error"`
 }
 
+// ChangedFile is a file a run wrote in the working directory.
 type ChangedFile struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
 	Data *Blob  `json:"data"` // nil when over the size or count limit
 }
 
+// RunReply is a run's outcome as the process reports it.
 type RunReply struct {
 	Status          string             `json:"status"`
 	Result          *string            `json:"result"`
