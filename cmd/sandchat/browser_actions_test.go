@@ -286,21 +286,11 @@ print('end of output')`
 				until(hasToast("Internal tools configuration updated")),
 				chromedp.Evaluate(`document.querySelector("#tool-pyodide_sandbox").click(); true`, nil),
 				until(`document.querySelectorAll(".toast").length >= 2`),
-				chromedp.Sleep(100),
-				chromedp.Evaluate(`(() => {
-  const controls = ["#composer", "#input", "#send", "#stop", ".input-toolbar", "#tools-popup", ".chat-head", ".jump-latest", "header.top"]
-    .flatMap((s) => [...document.querySelectorAll(s)]).filter((e) => e.getClientRects().length);
-  const out = [];
-  for (const t of document.querySelectorAll(".toast")) {
-    const a = t.getBoundingClientRect();
-    if (a.height === 0) continue;
-    for (const c of controls) {
-      const b = c.getBoundingClientRect();
-      if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) out.push(t.firstChild.textContent + " covers " + (c.id || c.className));
-    }
-  }
-  return out;
-})()`, &overlaps),
+				// The toasts move to their place on the next frame after a control under them
+				// moves (the popup is redrawn after each change): wait until they have, then
+				// measure.
+				settle(toastOverlaps+".length === 0", 2*time.Second),
+				chromedp.Evaluate(toastOverlaps, &overlaps),
 			)
 			tb.shot(t, fmt.Sprintf("05-toasts-%d", size[0]))
 			if len(overlaps) > 0 {
@@ -354,4 +344,34 @@ func TestBrowserAgentChildren(t *testing.T) {
 			}
 		}
 	}
+}
+
+// toastOverlaps is a JS expression: each visible toast (its part inside the toasts' box,
+// which clips) that lies over a control of the chat, as "text covers control".
+const toastOverlaps = `(() => {
+  const controls = ["#composer", "#input", "#send", "#stop", ".input-toolbar", "#tools-popup", ".chat-head", ".jump-latest", "header.top"]
+    .flatMap((s) => [...document.querySelectorAll(s)]).filter((e) => e.getClientRects().length);
+  const box = document.querySelector(".toasts").getBoundingClientRect();
+  const out = [];
+  for (const t of document.querySelectorAll(".toast")) {
+    const r = t.getBoundingClientRect();
+    const a = { left: Math.max(r.left, box.left), right: Math.min(r.right, box.right), top: Math.max(r.top, box.top), bottom: Math.min(r.bottom, box.bottom) };
+    if (a.bottom <= a.top || a.right <= a.left) continue;
+    for (const c of controls) {
+      const b = c.getBoundingClientRect();
+      if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) out.push(t.firstChild.textContent + " covers " + (c.id || c.className));
+    }
+  }
+  return out;
+})()`
+
+// settle waits up to d for the JS condition js to hold, and goes on either way: what
+// follows measures the state it settled in.
+func settle(js string, d time.Duration) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var ok bool
+		_ = chromedp.Poll("(() => { try { return !!("+js+") } catch { return false } })()", &ok,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(d)).Do(ctx)
+		return nil
+	})
 }
