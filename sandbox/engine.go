@@ -87,9 +87,10 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.pool = newPool(e)
 	e.adm = newAdmission(cfg, e.reclaim)
-	e.procs = &nodeProcs{cfg: cfg, log: log, adm: e.adm, pool: e.pool, st: st}
+	e.procs = &nodeProcs{cfg: cfg, log: log, adm: e.adm, st: st}
+	e.pool = newPool(e.procs, e.ctx, &e.wg, e.isClosed)
+	e.procs.pool = e.pool
 	e.ckpt = &checkpoints{cfg: cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.withLease}
 	for _, o := range opts {
 		o(e)
@@ -159,7 +160,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
 	// Start may have changed the configuration (no package cache): its parts see it too.
-	e.procs.cfg, e.ckpt.cfg = e.cfg, e.cfg
+	e.procs.cfg, e.ckpt.cfg, e.pool.cfg = e.cfg, e.cfg, e.cfg
 	e.mu.Unlock()
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {

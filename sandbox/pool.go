@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,7 +21,12 @@ import (
 // came once finds the pool sized for it when it comes again. Refills run one or two
 // at a time, and wait while a session's first run is under way.
 type pool struct {
-	e *Engine
+	procs  *nodeProcs
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // the engine's: refills stop when it ends
+	wg     *sync.WaitGroup // the engine's background work
+	closed func() bool     // the engine is shut down
 
 	mu           sync.Mutex
 	ready        []*proc.Process
@@ -42,7 +48,9 @@ const (
 	poolStartBudget = 2 * time.Minute
 )
 
-func newPool(e *Engine) *pool { return &pool{e: e, wake: make(chan struct{}, 1)} }
+func newPool(n *nodeProcs, ctx context.Context, wg *sync.WaitGroup, closed func() bool) *pool {
+	return &pool{procs: n, cfg: n.cfg, log: n.log, ctx: ctx, wg: wg, closed: closed, wake: make(chan struct{}, 1)}
+}
 
 func (p *pool) start() {
 	p.mu.Lock()
@@ -52,7 +60,7 @@ func (p *pool) start() {
 	}
 	p.started = true
 	for range poolFillers {
-		p.e.wg.Add(1)
+		p.wg.Add(1)
 		go p.fill()
 	}
 }
@@ -66,7 +74,7 @@ func (p *pool) poke() {
 
 // target is how many ready processes the pool aims for now.
 func (p *pool) target() int {
-	cfg := p.e.cfg
+	cfg := p.cfg
 	now := time.Now()
 	keep := p.takes[:0]
 	for _, t := range p.takes {
@@ -126,7 +134,7 @@ func (p *pool) sizes() (ready, spares int) {
 func (p *pool) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.fillingReady+p.fillingSpare == 0 && len(p.ready) >= p.target() && len(p.spares) >= p.e.cfg.WarmSpares
+	return p.fillingReady+p.fillingSpare == 0 && len(p.ready) >= p.target() && len(p.spares) >= p.cfg.WarmSpares
 }
 
 // next says what a filler should make: a ready process, a spare, or nothing yet.
@@ -146,7 +154,7 @@ func (p *pool) next() (what string, wait time.Duration) {
 		*list = alive
 	}
 	needReady := p.target() - len(p.ready) - p.fillingReady
-	needSpare := p.e.cfg.WarmSpares - len(p.spares) - p.fillingSpare
+	needSpare := p.cfg.WarmSpares - len(p.spares) - p.fillingSpare
 	switch {
 	case needReady > 0 && len(p.ready)+p.fillingReady == 0, needReady > 0 && needSpare <= 0:
 		// A ready process first: a new conversation is the commoner wait.
@@ -163,7 +171,7 @@ func (p *pool) next() (what string, wait time.Duration) {
 }
 
 func (p *pool) fill() {
-	defer p.e.wg.Done()
+	defer p.wg.Done()
 	for {
 		what, wait := p.next()
 		if what == "" {
@@ -179,7 +187,7 @@ func (p *pool) fill() {
 		} else {
 			p.fillingSpare--
 		}
-		closed := p.e.isClosed()
+		closed := p.closed()
 		if err == nil && !closed {
 			if what == "ready" {
 				p.ready = append(p.ready, pr)
@@ -202,7 +210,7 @@ func (p *pool) fill() {
 			if closed {
 				return
 			}
-			p.e.log.Warn("sandbox warm pool refill failed", "err", err)
+			p.log.Warn("sandbox warm pool refill failed", "err", err)
 			if !p.sleep(poolRetryPause, false) {
 				return
 			}
@@ -218,7 +226,7 @@ func (p *pool) sleep(d time.Duration, wakeable bool) bool {
 		wake = nil
 	}
 	select {
-	case <-p.e.stop:
+	case <-p.ctx.Done():
 		return false
 	case <-wake:
 	case <-time.After(d):
@@ -230,10 +238,9 @@ func (p *pool) sleep(d time.Duration, wakeable bool) bool {
 // interpreter loaded and warmed up (its RNG seeded and the first passes of the driver
 // and of the heap diff paid for).
 func (p *pool) make(ready bool) (*proc.Process, error) {
-	ctx, cancel := context.WithTimeout(p.e.ctx, poolStartBudget)
+	ctx, cancel := context.WithTimeout(p.ctx, poolStartBudget)
 	defer cancel()
-	e := p.e
-	pr, err := e.procs.trySpawn(ctx, e.procs.currentBase(), !ready)
+	pr, err := p.procs.trySpawn(ctx, p.procs.currentBase(), !ready)
 	if err != nil {
 		return nil, err
 	}

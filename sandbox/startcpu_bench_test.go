@@ -11,7 +11,7 @@ import (
 // system, clock ticks) of the process's tasks, the figure a burst divides the cores by.
 func BenchmarkReadyProcess(b *testing.B) {
 	e := defaultsEngine(b, "ready", func(cfg *Config) { cfg.WarmPool, cfg.WarmPoolMax, cfg.WarmSpares = 0, 0, 0 })
-	p := newPool(e)
+	p := e.pool
 	var cpu time.Duration
 	for b.Loop() {
 		pr, err := p.make(true)
