@@ -132,7 +132,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
 	defer cancel()
-	pk := e.packages(p)
+	pk := e.procs.packages(p)
 	defer pk.Done()
 	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.

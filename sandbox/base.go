@@ -18,57 +18,53 @@ import (
 
 // ensureBase finds the build's shared base in Redis or boots one and publishes it. Any
 // node can then restore any session: snapshots of separate boots differ.
-func (e *Engine) ensureBase(ctx context.Context) error {
-	hash, err := e.st.BaseFor(ctx, e.rt.build)
-	if err != nil {
-		return err
+func (n *nodeProcs) ensureBase(ctx context.Context, build string) (hash string, err error) {
+	if hash, err = n.st.BaseFor(ctx, build); err != nil {
+		return "", err
 	}
 	var snap []byte
 	if hash != "" {
-		if snap, err = e.st.LoadBase(ctx, hash); err != nil {
-			return err
+		if snap, err = n.st.LoadBase(ctx, hash); err != nil {
+			return "", err
 		}
 	}
 	if snap == nil {
-		if snap, err = e.boot(ctx); err != nil {
-			return err
+		if snap, err = n.boot(ctx); err != nil {
+			return "", err
 		}
 		sum := sha256.Sum256(snap)
 		mine := hex.EncodeToString(sum[:])
-		if hash, err = e.st.PublishBase(ctx, e.rt.build, mine, snap); err != nil {
-			return err
+		if hash, err = n.st.PublishBase(ctx, build, mine, snap); err != nil {
+			return "", err
 		}
 		if hash != mine {
-			if snap, err = e.st.LoadBase(ctx, hash); err != nil || snap == nil {
-				return fmt.Errorf("load base %s published by another node: %v", hash, err)
+			if snap, err = n.st.LoadBase(ctx, hash); err != nil || snap == nil {
+				return "", fmt.Errorf("load base %s published by another node: %v", hash, err)
 			}
 		}
 	}
-	e.procs.setBase(snap, hash)
-	e.mu.Lock()
-	e.rt.baseHash = hash
-	e.mu.Unlock()
-	return nil
+	n.setBase(snap, hash)
+	return hash, nil
 }
 
 // boot starts Pyodide fresh in a session process and takes the heap every session is
 // diffed against.
-func (e *Engine) boot(ctx context.Context) ([]byte, error) {
+func (n *nodeProcs) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := e.procs.spawn(ctx, ctx, nil, nil)
+	p, err := n.spawn(ctx, ctx, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close("boot done")
-	if e.fetch != nil && len(e.cfg.Preload) > 0 {
-		pk := e.packages(p)
+	if len(n.cfg.Preload) > 0 && n.launch.Fetch != nil {
+		pk := n.packages(p)
 		defer pk.Done()
-		if notes := pk.Ensure(ctx, preloadCode(e.cfg.Preload), nil); len(notes) > 0 {
+		if notes := pk.Ensure(ctx, preloadCode(n.cfg.Preload), nil); len(notes) > 0 {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}
-	f, err := p.Call(ctx, proc.BootReq{Op: "boot", Preload: nonNil(e.cfg.Preload)}, nil)
+	f, err := p.Call(ctx, proc.BootReq{Op: "boot", Preload: nonNil(n.cfg.Preload)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.ConsoleTail())
 	}

@@ -176,9 +176,13 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 func (e *Engine) bringUp(ctx context.Context) error {
-	if err := e.ensureBase(ctx); err != nil {
+	hash, err := e.procs.ensureBase(ctx, e.rt.build)
+	if err != nil {
 		return err
 	}
+	e.mu.Lock()
+	e.rt.baseHash = hash
+	e.mu.Unlock()
 	e.procs.fillCode(ctx)
 	e.mu.Lock()
 	if e.closed {

@@ -23,9 +23,9 @@ func (c Config) pkgConfig() pkgs.Config {
 
 // packages opens what one load in p (a run, a restore, the boot) may take from the
 // cache; Done ends it. nil without a fetcher.
-func (e *Engine) packages(p *proc.Process) *pkgs.Load {
-	if e.fetch == nil || p.View() == nil {
+func (n *nodeProcs) packages(p *proc.Process) *pkgs.Load {
+	if n.launch.Fetch == nil || p.View() == nil {
 		return nil
 	}
-	return e.fetch.Begin(p.View())
+	return n.launch.Fetch.Begin(p.View())
 }

@@ -20,8 +20,9 @@ import (
 
 // nodeProcs hands out this node's session processes: a ready one (the base interpreter
 // loaded) or one with a saved heap restored, from the warm pool or started within the
-// node's bound (admission), primed with the current base (packed once per base) and
-// mounting the compiled-code cache it fills. What a process is belongs to
+// node's bound (admission), primed with the current base (found or booted by
+// ensureBase, base.go; packed once per base) and mounting the compiled-code cache it
+// fills. What a process is belongs to
 // internal/proc.
 type nodeProcs struct {
 	cfg Config

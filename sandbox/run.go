@@ -107,7 +107,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		return Result{}, err
 	}
 	// What the run loads from the package cache is its own until it ends.
-	pk := e.packages(p)
+	pk := e.procs.packages(p)
 	defer pk.Done()
 	if e.fetch != nil {
 		if req.OnOutput != nil {
