@@ -75,7 +75,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			mode = modeReplay
 		}
 		if !seen {
-			cells, err := e.lostCells(ctx, key)
+			cells, err := lostCells(ctx, e.history, key, e.cfg.SessionTTL)
 			if err != nil {
 				return nil, fmt.Errorf("session history: %w", err)
 			}

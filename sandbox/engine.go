@@ -44,8 +44,8 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
-	history History  // nil: a session the store lost starts fresh
-	locks   keyLocks // this node's runs of a session, one at a time (lease.go)
+	history History // nil: a session the store lost starts fresh
+	leases  *leases // a session's runs, one at a time across nodes (lease.go)
 
 	sess *sessions    // the live sessions of this node (sessions.go)
 	ckpt *checkpoints // their heaps, saved off the runs' path (checkpoint.go)
@@ -88,10 +88,11 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.adm = newAdmission(cfg, e.reclaim)
+	e.leases = &leases{st: st, cfg: cfg}
 	e.procs = &nodeProcs{cfg: cfg, log: log, adm: e.adm, st: st}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.isClosed)
 	e.procs.pool = e.pool
-	e.ckpt = &checkpoints{cfg: cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.withLease}
+	e.ckpt = &checkpoints{cfg: cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
 	for _, o := range opts {
 		o(e)
 	}
@@ -160,7 +161,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
 	// Start may have changed the configuration (no package cache): its parts see it too.
-	e.procs.cfg, e.ckpt.cfg, e.pool.cfg = e.cfg, e.cfg, e.cfg
+	e.procs.cfg, e.ckpt.cfg, e.pool.cfg, e.leases.cfg = e.cfg, e.cfg, e.cfg, e.cfg
 	e.mu.Unlock()
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {

@@ -49,13 +49,13 @@ func replayable(runs []sandchat.SessionRun, ttl time.Duration, now time.Time) []
 
 // lostCells is the code to replay for a session the store has no state of and never
 // saw expire; nil when there is no history or nothing to replay.
-func (e *Engine) lostCells(ctx context.Context, key string) ([]string, error) {
-	if e.history == nil {
+func lostCells(ctx context.Context, h History, key string, ttl time.Duration) ([]string, error) {
+	if h == nil {
 		return nil, nil
 	}
-	runs, err := e.history.SessionRuns(ctx, key)
+	runs, err := h.SessionRuns(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	return replayable(runs, e.cfg.SessionTTL, time.Now()), nil
+	return replayable(runs, ttl, time.Now()), nil
 }

@@ -51,30 +51,38 @@ func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// withLease runs fn holding the session's lease: queued behind other runs of the same
+// leases serialises the runs of a session: across nodes by the store's lease, fenced,
+// and on this node by keyLocks.
+type leases struct {
+	st    Store
+	cfg   Config
+	locks keyLocks
+}
+
+// with runs fn holding the session's lease: queued behind other runs of the same
 // session on any node, refused when that queue is full. The lease has a fencing token:
 // a save made without it is refused, so a node that lost the lease can never overwrite
 // a newer state.
-func (e *Engine) withLease(ctx context.Context, key string, fn func(token string) error) error {
+func (l *leases) with(ctx context.Context, key string, fn func(token string) error) error {
 	token := newToken()
-	ok, err := e.st.Admit(ctx, key, token, e.cfg.QueueDepth, e.cfg.MaxTimeout+e.cfg.Grace+time.Minute)
+	ok, err := l.st.Admit(ctx, key, token, l.cfg.QueueDepth, l.cfg.MaxTimeout+l.cfg.Grace+time.Minute)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = e.st.Leave(context.WithoutCancel(ctx), key, token) }()
+	defer func() { _ = l.st.Leave(context.WithoutCancel(ctx), key, token) }()
 	if !ok {
 		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 2,
-			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", e.cfg.QueueDepth)}
+			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", l.cfg.QueueDepth)}
 	}
-	unlock, err := e.locks.lock(ctx, key)
+	unlock, err := l.locks.lock(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := e.st.Acquire(ctx, key, token); err != nil {
+	if err := l.st.Acquire(ctx, key, token); err != nil {
 		return err
 	}
-	defer func() { _ = e.st.Release(context.WithoutCancel(ctx), key, token) }()
+	defer func() { _ = l.st.Release(context.WithoutCancel(ctx), key, token) }()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -86,7 +94,7 @@ func (e *Engine) withLease(ctx context.Context, key string, fn func(token string
 			case <-stop:
 				return
 			case <-t.C:
-				_, _ = e.st.Renew(context.Background(), key, token)
+				_, _ = l.st.Renew(context.Background(), key, token)
 			}
 		}
 	})
