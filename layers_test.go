@@ -22,7 +22,7 @@ var layers = map[string][]string{
 	"":                               nil,
 	"sandbox":                        {"", "sandbox/internal/admit", "sandbox/internal/state", "sandbox/internal/pkgs", "sandbox/internal/proc"},
 	"sandbox/internal/admit":         nil,
-	"sandbox/internal/proc":          {"", "sandbox/internal/pkgs"},
+	"sandbox/internal/proc":          {"", "sandbox/internal/pkgs", "sandbox/internal/state"},
 	"sandbox/internal/state":         nil,
 	"sandbox/internal/pkgs":          nil,
 	"sandbox/internal/pkgs/pkgstest": nil,

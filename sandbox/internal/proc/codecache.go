@@ -21,8 +21,7 @@ const DenoDir = "/tmp/deno"
 // session can change what another runs. Only under bubblewrap: a process-mode session
 // has no mount of its own to make read-only, and keeps a fresh DENO_DIR.
 type CodeCache struct {
-	dir   atomic.Pointer[string]
-	ready atomic.Bool
+	dir atomic.Pointer[string] // nil until filled
 }
 
 // CodeMount is the compiled-code cache a process mounts: none when Dir is "", writable
@@ -33,24 +32,16 @@ type CodeMount struct {
 }
 
 // Mount is the cache as every session process mounts it, once it is filled.
-func (c *CodeCache) Mount() CodeMount {
-	if !c.ready.Load() {
-		return CodeMount{}
-	}
-	return CodeMount{Dir: *c.dir.Load()}
-}
+func (c *CodeCache) Mount() CodeMount { return CodeMount{Dir: c.Dir()} }
 
 // Filling is the mount of a process that fills the cache at dir.
 func (c *CodeCache) Filling(dir string) CodeMount { return CodeMount{Dir: dir, Fill: true} }
 
 // Filled makes dir the cache every process started from now on mounts.
-func (c *CodeCache) Filled(dir string) {
-	c.dir.Store(&dir)
-	c.ready.Store(true)
-}
+func (c *CodeCache) Filled(dir string) { c.dir.Store(&dir) }
 
 // Ready tells whether the cache is filled.
-func (c *CodeCache) Ready() bool { return c.ready.Load() }
+func (c *CodeCache) Ready() bool { return c.dir.Load() != nil }
 
 // Dir is the cache's directory on the host, "" until it is filled.
 func (c *CodeCache) Dir() string {

@@ -2,8 +2,6 @@ package proc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // ErrGone is returned for a call in flight when its session process exits.
@@ -95,7 +94,7 @@ type Start struct {
 // against the base is done by the engine, against its one copy.
 func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 	j := l.Jail
-	id := "s" + newID()
+	id := "s" + state.NewToken()[:12]
 	release := o.Release
 	if release == nil {
 		release = func() {}
@@ -322,12 +321,8 @@ func (p *Process) PSS() int64 { return p.sumProc("smaps_rollup", "Pss:") }
 
 // sumProc adds up a "name: N kB" field of /proc/PID/file over the session's processes.
 func (p *Process) sumProc(file, field string) int64 {
-	pids := []int{p.cmd.Process.Pid}
-	if p.cg != nil {
-		pids = p.cg.pids()
-	}
 	var total int64
-	for _, pid := range pids {
+	for _, pid := range p.Tasks() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 		if err != nil {
 			continue
@@ -340,14 +335,6 @@ func (p *Process) sumProc(file, field string) int64 {
 		}
 	}
 	return total
-}
-
-// newID names a process: random, so that a process's cgroup and views never meet an
-// earlier one's.
-func newID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // ID names the process (its cgroup, its view of the package cache, its logs).
