@@ -73,7 +73,7 @@ function warmUp(cfg: RuntimeConfig, snapshot: Uint8Array): Promise<Uint8Array> {
       e.preventDefault();
       reject(new Error(`warm-up: ${e.message}`));
     };
-    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot }, [snapshot.buffer as ArrayBuffer]);
+    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot, warmup: true }, [snapshot.buffer as ArrayBuffer]);
   }).finally(() => w.terminate());
 }
 

@@ -903,7 +903,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         await prime(m);
         if (m.base instanceof Uint8Array) {
           prepared = readBase(m.base);
-          indexBase(prepared);
+          // A warm-up Worker never saves a heap: only the session's Worker needs the
+          // base's block hashes.
+          if (!m.warmup) indexBase(prepared);
         }
         post({ op: "primed" });
         return;
@@ -944,9 +946,13 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
           await quietRun("__import__(\"_sandchat\").reseed()", "<sandchat>");
           reseeded = true;
           await quietRun("None", "<warmup>");
-          try {
-            liveDelta();
-          } catch { /* only warming up */ }
+          // The heap diff is JavaScript, compiled per isolate: warming it up helps only
+          // the Worker that will save the session's heap, not a warm-up Worker.
+          if (!m.returnBase) {
+            try {
+              liveDelta();
+            } catch { /* only warming up */ }
+          }
         }
         if (m.returnBase && !m.delta) {
           // A warm-up Worker hands the base back, unchanged, for the session's Worker.
