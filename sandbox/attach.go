@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -62,7 +61,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	var o proc.Blobs
 	var p *proc.Process
 	mode := modeSnapshot
-	base := e.rt.baseHash
+	base := e.procs.currentHash()
 	var heapVersion int64
 	heapStale := false
 	switch {

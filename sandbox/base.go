@@ -18,33 +18,34 @@ import (
 
 // ensureBase finds the build's shared base in Redis or boots one and publishes it. Any
 // node can then restore any session: snapshots of separate boots differ.
-func (n *nodeProcs) ensureBase(ctx context.Context, build string) (hash string, err error) {
-	if hash, err = n.st.BaseFor(ctx, build); err != nil {
-		return "", err
+func (n *nodeProcs) ensureBase(ctx context.Context, build string) error {
+	hash, err := n.st.BaseFor(ctx, build)
+	if err != nil {
+		return err
 	}
 	var snap []byte
 	if hash != "" {
 		if snap, err = n.st.LoadBase(ctx, hash); err != nil {
-			return "", err
+			return err
 		}
 	}
 	if snap == nil {
 		if snap, err = n.boot(ctx); err != nil {
-			return "", err
+			return err
 		}
 		sum := sha256.Sum256(snap)
 		mine := hex.EncodeToString(sum[:])
 		if hash, err = n.st.PublishBase(ctx, build, mine, snap); err != nil {
-			return "", err
+			return err
 		}
 		if hash != mine {
 			if snap, err = n.st.LoadBase(ctx, hash); err != nil || snap == nil {
-				return "", fmt.Errorf("load base %s published by another node: %v", hash, err)
+				return fmt.Errorf("load base %s published by another node: %v", hash, err)
 			}
 		}
 	}
 	n.setBase(snap, hash)
-	return hash, nil
+	return nil
 }
 
 // boot starts Pyodide fresh in a session process and takes the heap every session is

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -42,7 +41,7 @@ func ptrString(s *string) string {
 // checkpoints saves the heaps of live sessions off the runs' path, and before their
 // processes go (eviction, shutdown).
 type checkpoints struct {
-	cfg   Config
+	cfg   *Config // the engine's
 	log   *slog.Logger
 	st    Store
 	sess  *sessions

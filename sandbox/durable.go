@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 

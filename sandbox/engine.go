@@ -12,10 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // Engine runs Python sessions, each in a session process of its own, confined by the
@@ -65,7 +64,6 @@ type Engine struct {
 // runtimeInfo is what Start learns about the runtime.
 type runtimeInfo struct {
 	deno, pyodide, build string
-	baseHash             string
 	isolation            string
 }
 
@@ -88,11 +86,11 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.adm = newAdmission(cfg, e.reclaim)
-	e.leases = &leases{st: st, cfg: cfg}
-	e.procs = &nodeProcs{cfg: cfg, log: log, adm: e.adm, st: st}
+	e.leases = &leases{st: st, cfg: &e.cfg}
+	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.isClosed)
 	e.procs.pool = e.pool
-	e.ckpt = &checkpoints{cfg: cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
+	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
 	for _, o := range opts {
 		o(e)
 	}
@@ -160,8 +158,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: maxReplyBytes(cfg)}
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
-	// Start may have changed the configuration (no package cache): its parts see it too.
-	e.procs.cfg, e.ckpt.cfg, e.pool.cfg, e.leases.cfg = e.cfg, e.cfg, e.cfg, e.cfg
 	e.mu.Unlock()
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -177,13 +173,9 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 func (e *Engine) bringUp(ctx context.Context) error {
-	hash, err := e.procs.ensureBase(ctx, e.rt.build)
-	if err != nil {
+	if err := e.procs.ensureBase(ctx, e.rt.build); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.rt.baseHash = hash
-	e.mu.Unlock()
 	e.procs.fillCode(ctx)
 	e.mu.Lock()
 	if e.closed {
@@ -195,7 +187,7 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	e.pool.start()
 	e.wg.Add(1)
 	go e.watch()
-	e.log.Info("python sandbox ready", "deno", e.rt.deno, "pyodide", e.rt.pyodide, "base", e.rt.baseHash, "isolation", e.rt.isolation)
+	e.log.Info("python sandbox ready", "deno", e.rt.deno, "pyodide", e.rt.pyodide, "base", e.procs.currentHash(), "isolation", e.rt.isolation)
 	return nil
 }
 
@@ -327,7 +319,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	e.mu.Unlock()
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
-	s.BaseHash, s.Isolation = rt.baseHash, rt.isolation
+	s.BaseHash, s.Isolation = e.procs.currentHash(), rt.isolation
 	if l != nil {
 		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
 	}

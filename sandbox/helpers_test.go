@@ -12,9 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sandchat/sandchat/sandbox/redisstore"
-
 	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/redisstore"
 )
 
 // testRedis connects to TEST_REDIS_URL and fails the test, with how to start Redis,
@@ -161,7 +160,7 @@ func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store) (
 	prefix := randomPrefix(t.Name())
 	cleanPrefix(t, rdb, prefix)
 	ctx := context.Background()
-	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.rt.baseHash} {
+	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.procs.currentHash()} {
 		if err := rdb.Copy(ctx, sb.prefix+"sandbox:"+k, prefix+"sandbox:"+k, 0, true).Err(); err != nil {
 			t.Fatalf("copy base: %v", err)
 		}

@@ -6,9 +6,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // ProcessInfo shows how a live session's process is confined, as the kernel sees it.

@@ -55,7 +55,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 // and on this node by keyLocks.
 type leases struct {
 	st    Store
-	cfg   Config
+	cfg   *Config // the engine's
 	locks keyLocks
 }
 

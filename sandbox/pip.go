@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // The engine's side of a session's package requests: micropip.install in a session

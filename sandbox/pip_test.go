@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/sandchat/sandchat"
-
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs/pkgstest"
 )
 

@@ -1,9 +1,8 @@
 package sandbox
 
 import (
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // The engine's side of a session process's window on the package cache (internal/pkgs

@@ -22,7 +22,7 @@ import (
 // at a time, and wait while a session's first run is under way.
 type pool struct {
 	procs  *nodeProcs
-	cfg    Config
+	cfg    *Config // the engine's
 	log    *slog.Logger
 	ctx    context.Context // the engine's: refills stop when it ends
 	wg     *sync.WaitGroup // the engine's background work

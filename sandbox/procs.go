@@ -25,7 +25,7 @@ import (
 // fills. What a process is belongs to
 // internal/proc.
 type nodeProcs struct {
-	cfg Config
+	cfg *Config // the engine's
 	log *slog.Logger
 	adm *admission
 

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // maxSavedFilesPerRun bounds how many working-directory files one save may write.

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
-
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // live is a session whose interpreter is warm in a process of its own.
