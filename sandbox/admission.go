@@ -44,13 +44,10 @@ func memTotal() int64 {
 	return 0
 }
 
-// admission is the engine's two gates and its evictions in flight.
+// admission is the engine's two gates.
 type admission struct {
 	procs, starts *admit.Gate
 	maxProcs      int
-
-	mu         sync.Mutex
-	reclaiming int // evicted processes not gone yet: each frees one slot soon
 }
 
 func newAdmission(cfg Config, reclaim func()) *admission {
@@ -80,37 +77,4 @@ func (s *slot) release() {
 	if s != nil {
 		s.once.Do(s.g.Release)
 	}
-}
-
-// reclaim frees one process slot for a run that waits, unless evictions already under
-// way will: a pooled process nobody took first, else the least recently used idle
-// session. Called when a run starts waiting and when a run ends while some wait.
-func (e *Engine) reclaim() {
-	a := e.adm
-	a.mu.Lock()
-	if a.reclaiming >= a.procs.Waiting() {
-		a.mu.Unlock()
-		return
-	}
-	pooled := e.pool.evictOne()
-	var lv *live
-	if pooled == nil {
-		lv = e.sess.forgetOldestIdle()
-	}
-	if pooled == nil && lv == nil {
-		a.mu.Unlock()
-		return
-	}
-	a.reclaiming++
-	a.mu.Unlock()
-	go func() {
-		if pooled != nil {
-			pooled.Close("evicted: room for a waiting run (pooled)")
-		} else {
-			e.ckpt.retire(lv, "evicted: room for a waiting run (least recently used)")
-		}
-		a.mu.Lock()
-		a.reclaiming--
-		a.mu.Unlock()
-	}()
 }

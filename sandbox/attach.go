@@ -148,7 +148,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		if e.fetch == nil {
 			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
 		} else {
-			wheels, notes := e.restorePip(actx, pk, pip)
+			wheels, notes := e.pip.restore(actx, pk, pip)
 			at.Pip, a.notes = wheels, append(a.notes, notes...)
 		}
 	}
@@ -178,7 +178,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	lv.heapVersion, lv.heapStale = heapVersion, heapStale
 	a.lv = lv
-	e.adopt(key, lv)
+	e.res.adopt(key, lv)
 	return a, nil
 }
 

@@ -23,13 +23,14 @@ import (
 //
 // The files, one job each: engine.go starts, reports and stops; procs.go starts
 // processes within the node's bound (and fills the compiled-code cache); admission.go
-// is that bound and the evictions that make room; pool.go keeps processes restored ahead of demand; sessions.go is the set
-// of live sessions and their eviction; lease.go serialises the runs of a session across
-// nodes; attach.go brings a session back into a process; run.go runs code; durable.go
-// makes a run durable and answers for the session's saved state; checkpoint.go saves
-// heaps off the runs' path; store.go is the store the engine consumes
-// (sandbox/redisstore); base.go finds or boots the base snapshot, basepack.go packs it
-// for a process and XORs deltas against it; version.go names the runtime's build.
+// is that bound; pool.go keeps processes restored ahead of demand; sessions.go is the
+// set of live sessions; residency.go decides which keep a process; lease.go serialises
+// the runs of a session across nodes; attach.go brings a session back into a process;
+// run.go runs code; pip.go answers its package requests; durable.go makes a run durable
+// and answers for the session's saved state; checkpoint.go saves heaps off the runs'
+// path; store.go is the store the engine consumes (sandbox/redisstore); base.go finds or
+// boots the base snapshot, basepack.go packs it for a process and XORs deltas against
+// it; version.go names the runtime's build.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
@@ -48,11 +49,12 @@ type Engine struct {
 
 	sess *sessions    // the live sessions of this node (sessions.go)
 	ckpt *checkpoints // their heaps, saved off the runs' path (checkpoint.go)
+	res  *residency   // which sessions keep a process here, and evictions (residency.go)
+	pip  *pipService  // sessions' package requests (pip.go); set by Start
 
-	mu        sync.Mutex // guards what follows, and rt
-	available bool
-	reason    string
-	closed    bool
+	state *availability // whether runs are taken, and why not
+
+	mu sync.Mutex // guards rt and procs.launch while Start sets them
 
 	stop chan struct{}
 	// ctx ends with Close: work in the background (pool refills) stops with it.
@@ -81,16 +83,18 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, sess: newSessions(),
-		stop: make(chan struct{}), reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)",
+		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}),
+		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.adm = newAdmission(cfg, e.reclaim)
+	e.res = &residency{cfg: &e.cfg, sess: e.sess}
+	e.adm = newAdmission(cfg, e.res.reclaim)
 	e.leases = &leases{st: st, cfg: &e.cfg}
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
-	e.pool = newPool(e.procs, e.ctx, &e.wg, e.isClosed)
+	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.procs.pool = e.pool
 	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
+	e.res.adm, e.res.pool, e.res.ckpt, e.res.procs = e.adm, e.pool, e.ckpt, e.procs
 	for _, o := range opts {
 		o(e)
 	}
@@ -100,11 +104,56 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 // Config returns the configuration in use, with located paths filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-func (e *Engine) unavailable(reason string) {
-	e.mu.Lock()
-	e.available, e.reason = false, reason
-	e.mu.Unlock()
-	e.log.Warn("python sandbox unavailable", "reason", reason)
+// availability is whether the engine takes runs, and if not, why; closed once it is
+// shut down, for good.
+type availability struct {
+	log       *slog.Logger
+	mu        sync.Mutex
+	available bool
+	reason    string
+	closed    bool
+}
+
+func (a *availability) down(reason string) {
+	a.mu.Lock()
+	a.available, a.reason = false, reason
+	a.mu.Unlock()
+	a.log.Warn("python sandbox unavailable", "reason", reason)
+}
+
+// up makes the engine available, unless it was shut down meanwhile.
+func (a *availability) up() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return errors.New("engine closed")
+	}
+	a.available, a.reason = true, ""
+	return nil
+}
+
+func (a *availability) get() (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.available, a.reason
+}
+
+// shut marks the engine shut down; false when it already was.
+func (a *availability) shut() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.closed = true
+	a.available, a.reason = false, "the sandbox engine is shut down"
+	return true
+}
+
+func (a *availability) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
 }
 
 // Start checks the runtime and the isolation, makes sure a base snapshot exists and
@@ -116,18 +165,18 @@ func (e *Engine) Start(ctx context.Context) error {
 	fix := "run `npm ci --prefix sandbox/runtime` (or set SANDCHAT_SANDBOX_RUNTIME_DIR / SANDCHAT_SANDBOX_DENO / SANDCHAT_SANDBOX_PYODIDE_DIR)"
 	switch {
 	case cfg.RuntimeDir == "" || !fileExists(filepath.Join(cfg.RuntimeDir, "host.ts")):
-		e.unavailable("sandbox runtime (host.ts) not found: " + fix)
+		e.state.down("sandbox runtime (host.ts) not found: " + fix)
 		return nil
 	case cfg.DenoPath == "" || !isExecutable(cfg.DenoPath):
-		e.unavailable("Deno not found: " + fix)
+		e.state.down("Deno not found: " + fix)
 		return nil
 	case cfg.PyodideDir == "" || !fileExists(filepath.Join(cfg.PyodideDir, "pyodide.mjs")):
-		e.unavailable("Pyodide not found: " + fix)
+		e.state.down("Pyodide not found: " + fix)
 		return nil
 	}
 	deno, err := denoVersion(ctx, cfg.DenoPath)
 	if err != nil {
-		e.unavailable(fmt.Sprintf("Deno at %s does not run (%v): %s", cfg.DenoPath, err, fix))
+		e.state.down(fmt.Sprintf("Deno at %s does not run (%v): %s", cfg.DenoPath, err, fix))
 		return nil
 	}
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
@@ -135,7 +184,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
 		if e.fetch, err = pkgs.New(cfg.pkgConfig(), e.log); err != nil {
 			if cfg.PackageCDN != "" {
-				e.unavailable("the package source cannot be set up: " + err.Error())
+				e.state.down("the package source cannot be set up: " + err.Error())
 				return nil
 			}
 			// Only micropip needed the cache: Python runs without it rather than not at all.
@@ -146,7 +195,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
 	j, err := proc.OpenJail(cfg.jailSpec(), name)
 	if err != nil {
-		e.unavailable("the Python sandbox cannot isolate sessions: " + err.Error())
+		e.state.down("the Python sandbox cannot isolate sessions: " + err.Error())
 		return nil
 	}
 	rt.isolation = j.Describe()
@@ -159,56 +208,49 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
 	e.mu.Unlock()
+	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log, sess: e.sess}
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		// Redis down or a process failing to boot may pass: keep trying in the background
 		// while the server runs without the sandbox.
-		e.unavailable("sandbox failed to start (retrying): " + err.Error())
-		e.wg.Add(1)
-		go e.retryStart()
+		e.state.down("sandbox failed to start (retrying): " + err.Error())
+		e.wg.Go(func() {
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(5 * time.Second):
+			}
+			retry := sandchat.Backoff{Initial: 10 * time.Second, Max: time.Minute, For: 100 * 365 * 24 * time.Hour}
+			_ = retry.Retry(e.ctx, func() error {
+				ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
+				defer cancel()
+				err := e.bringUp(ctx)
+				if err != nil && e.ctx.Err() == nil {
+					e.state.down("sandbox failed to start (retrying): " + err.Error())
+				}
+				return err
+			}, func(error) bool { return true })
+		})
 	}
 	return nil
 }
 
+// bringUp makes sure a base snapshot exists, fills the compiled-code cache, and then
+// takes runs: the pool fills and idle sessions are watched.
 func (e *Engine) bringUp(ctx context.Context) error {
 	if err := e.procs.ensureBase(ctx, e.rt.build); err != nil {
 		return err
 	}
 	e.procs.fillCode(ctx)
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return errors.New("engine closed")
+	if err := e.state.up(); err != nil {
+		return err
 	}
-	e.available, e.reason = true, ""
-	e.mu.Unlock()
 	e.pool.start()
-	e.wg.Add(1)
-	go e.watch()
+	e.wg.Go(func() { e.res.watch(e.stop) })
 	e.log.Info("python sandbox ready", "deno", e.rt.deno, "pyodide", e.rt.pyodide, "base", e.procs.currentHash(), "isolation", e.rt.isolation)
 	return nil
-}
-
-func (e *Engine) retryStart() {
-	defer e.wg.Done()
-	wait := 5 * time.Second
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-time.After(wait):
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		err := e.bringUp(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		e.unavailable("sandbox failed to start (retrying): " + err.Error())
-		wait = min(wait*2, time.Minute)
-	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -268,46 +310,15 @@ func netAllow(cfg Config) []string {
 	return nets
 }
 
-// watch evicts idle sessions and forgets the ones whose process died; they come back
-// from Redis on their next run.
-func (e *Engine) watch() {
-	defer e.wg.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-		}
-		e.evictIdle()
-		if e.adm.procs.Waiting() > 0 {
-			// A run that waited while every session was busy: one may be idle by now.
-			e.reclaim()
-		}
-		if j := e.procs.launch.Jail; !j.Strict() {
-			// No cgroup to cap a session's memory: the engine does it, coarsely.
-			for _, p := range e.sess.procs() {
-				if m := p.Memory(); m > j.MemoryLimit() {
-					p.Kill(fmt.Sprintf("the session exceeded its memory limit (%d MiB) and was stopped", j.MemoryLimit()>>20))
-				}
-			}
-		}
-	}
-}
-
 // Available reports whether Execute can run code, and if not, why.
-func (e *Engine) Available() (bool, string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.available, e.reason
-}
+func (e *Engine) Available() (bool, string) { return e.state.get() }
 
 // Status reports versions, isolation, processes and sessions.
 func (e *Engine) Status(ctx context.Context) Status {
+	available, reason := e.state.get()
 	e.mu.Lock()
 	s := Status{
-		Available: e.available, Reason: e.reason,
+		Available: available, Reason: reason,
 		Limits: StatusLimits{
 			TimeoutMS: e.cfg.Timeout.Milliseconds(), MaxTimeoutMS: e.cfg.MaxTimeout.Milliseconds(),
 			MemoryBytes: e.cfg.MemoryBytes, MaxOutput: e.cfg.MaxOutput, MaxCode: e.cfg.MaxCode,
@@ -344,14 +355,9 @@ func (e *Engine) Status(ctx context.Context) Status {
 
 // Close stops every session process. Durable state is already in Redis.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if !e.state.shut() {
 		return nil
 	}
-	e.closed = true
-	e.available, e.reason = false, "the sandbox engine is shut down"
-	e.mu.Unlock()
 	lvs := e.sess.closeAll()
 	var procs []*proc.Process
 	for _, lv := range lvs {

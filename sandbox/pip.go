@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -26,18 +27,27 @@ const (
 	pipRequestTimeout = 2 * time.Minute
 )
 
+// pipService answers sessions' package requests, and gives a session that comes back
+// the wheels it had installed.
+type pipService struct {
+	fetch *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
+	cfg   *Config       // the engine's
+	log   *slog.Logger
+	sess  *sessions // whose lock guards each session's installed wheels
+}
+
 // pipServer answers the install requests of one run of a session; what they fetch is
 // part of the run's load.
 type pipServer struct {
-	e    *Engine
+	*pipService
 	lv   *live
 	ctx  context.Context
 	busy chan struct{}
 	run  *pkgs.Load
 }
 
-func (e *Engine) newPipServer(ctx context.Context, lv *live, run *pkgs.Load) *pipServer {
-	return &pipServer{e: e, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
+func (ps *pipService) server(ctx context.Context, lv *live, run *pkgs.Load) *pipServer {
+	return &pipServer{pipService: ps, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
 }
 
 func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
@@ -54,30 +64,29 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		out.Error = "unreadable install request"
 		return out
 	}
-	if s.e.fetch == nil && req.Lock && len(req.Requirements) == 1 && pkgs.ValidName(req.Requirements[0]) {
+	if s.fetch == nil && req.Lock && len(req.Requirements) == 1 && pkgs.ValidName(req.Requirements[0]) {
 		// No fetcher: the session's Pyodide loads its distribution's packages from the
 		// package directory itself.
 		out.Lock = req.Requirements
 		return out
 	}
-	if s.e.fetch == nil || s.run == nil {
+	if s.fetch == nil || s.run == nil {
 		out.Error = "installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported"
-		if !s.e.cfg.PipOff {
+		if !s.cfg.PipOff {
 			out.Error = "installing packages is unavailable: the server's package cache could not be set up"
 		}
 		return out
 	}
-	e := s.e
 	have := map[string]bool{}
-	e.sess.mu.Lock()
+	s.sess.mu.Lock()
 	for _, w := range s.lv.pip {
 		have[pkgs.Normalize(w.Name)] = true
 	}
-	e.sess.mu.Unlock()
+	s.sess.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, pipRequestTimeout)
 	defer cancel()
 	var lockNotes []string
-	plan, err := e.fetch.Install(ctx, s.run, req, have)
+	plan, err := s.fetch.Install(ctx, s.run, req, have)
 	if err == nil && len(plan.Lock) > 0 {
 		// Given to the run until it ends: the Worker loads them after this answer.
 		lockNotes = s.run.Ensure(ctx, "", plan.Lock)
@@ -86,12 +95,12 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		err = &pkgs.Error{Msg: strings.Join(lockNotes, "; ")}
 	}
 	if err != nil {
-		out.Error = userError(ctx, e, "micropip install", err)
+		out.Error = s.userError(ctx, "micropip install", err)
 		return out
 	}
-	e.sess.mu.Lock()
+	s.sess.mu.Lock()
 	s.lv.pip = append(s.lv.pip, plan.Wheels...)
-	e.sess.mu.Unlock()
+	s.sess.mu.Unlock()
 	for _, w := range plan.Wheels {
 		out.Wheels = append(out.Wheels, proc.PipWheel{Name: w.Name, Version: w.Version, Path: s.run.Path(w.Rel())})
 	}
@@ -101,22 +110,22 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 
 // userError is what a session is told of a package request that failed: a refusal as
 // it is, anything else logged and said in general words.
-func userError(ctx context.Context, e *Engine, what string, err error) string {
+func (ps *pipService) userError(ctx context.Context, what string, err error) string {
 	var pe *pkgs.Error
 	if errors.As(err, &pe) {
 		return pe.Msg
 	}
-	e.log.ErrorContext(ctx, what, "err", err)
+	ps.log.ErrorContext(ctx, what, "err", err)
 	return "the install failed inside the sandbox engine"
 }
 
-// restorePip gives a saved session's wheels to the load r (fetched again and checked
+// restore gives a saved session's wheels to the load r (fetched again and checked
 // against their recorded sha256 when evicted).
-func (e *Engine) restorePip(ctx context.Context, r *pkgs.Load, wheels []pkgs.Wheel) ([]proc.PipWheel, []string) {
+func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, wheels []pkgs.Wheel) ([]proc.PipWheel, []string) {
 	var out []proc.PipWheel
 	var notes []string
 	for _, w := range wheels {
-		if err := e.fetch.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
+		if err := ps.fetch.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
 			notes = append(notes, fmt.Sprintf("[sandbox] installed package %s could not be restored: %v", w.Name, err))
 			continue
 		}

@@ -276,9 +276,3 @@ func (p *pool) drain() []*proc.Process {
 	p.ready, p.spares = nil, nil
 	return out
 }
-
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}

@@ -20,18 +20,16 @@ import (
 // maxSavedFilesPerRun bounds how many working-directory files one save may write.
 const maxSavedFilesPerRun = maxChangedFiles
 
-func (e *Engine) check(key string, req *Request) error {
-	if ok, why := e.Available(); !ok {
-		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
-	}
+// check refuses a request outside the limits, saying which.
+func (c *Config) check(key string, req *Request) error {
 	if key == "" || len(key) > 512 {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key must be 1 to 512 bytes.")
 	}
-	if len(req.Code) > e.cfg.MaxCode {
-		return sandchat.Errorf(sandchat.ETOOLARGE, "Code is %d bytes; the limit is %d bytes.", len(req.Code), e.cfg.MaxCode)
+	if len(req.Code) > c.MaxCode {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "Code is %d bytes; the limit is %d bytes.", len(req.Code), c.MaxCode)
 	}
-	if req.Timeout < 0 || req.Timeout > e.cfg.MaxTimeout {
-		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", e.cfg.MaxTimeout)
+	if req.Timeout < 0 || req.Timeout > c.MaxTimeout {
+		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", c.MaxTimeout)
 	}
 	if err := CheckPreload(req.Preload); err != nil {
 		return err
@@ -52,8 +50,8 @@ func (e *Engine) check(key string, req *Request) error {
 			}
 		}
 	}
-	if total > e.cfg.MaxDataBytes {
-		return sandchat.Errorf(sandchat.ETOOLARGE, "The files under /data total %s; a run may mount at most %s.", sandchat.Size(total), sandchat.Size(e.cfg.MaxDataBytes))
+	if total > c.MaxDataBytes {
+		return sandchat.Errorf(sandchat.ETOOLARGE, "The files under /data total %s; a run may mount at most %s.", sandchat.Size(total), sandchat.Size(c.MaxDataBytes))
 	}
 	return nil
 }
@@ -63,7 +61,10 @@ func (e *Engine) check(key string, req *Request) error {
 // Cancelling ctx interrupts the running code; the interrupted Result comes back along
 // with ctx's error.
 func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, error) {
-	if err := e.check(key, &req); err != nil {
+	if ok, why := e.Available(); !ok {
+		return Result{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
+	}
+	if err := e.cfg.check(key, &req); err != nil {
 		return Result{}, err
 	}
 	if req.Timeout == 0 {
@@ -92,6 +93,10 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 	return res, err
 }
 
+// DataVersions tells which version of each file under /data the warm process of key
+// on this node holds, or nil: a caller may then leave those files' Data out.
+func (e *Engine) DataVersions(key string) map[string]string { return e.sess.dataVersions(key) }
+
 func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (Result, error) {
 	a, err := e.attach(ctx, key, req)
 	if err != nil {
@@ -99,7 +104,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	lv, info, notes := a.lv, a.info, a.notes
 	p := lv.p
-	defer e.release(lv)
+	defer e.res.release(lv)
 	var o proc.Blobs
 	data, versions, err := e.sess.dataFor(lv, req.Data, &o)
 	if err != nil {
@@ -117,7 +122,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		notes = append(notes, pk.Ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
 	}
-	pip := e.newPipServer(ctx, lv, pk)
+	pip := e.pip.server(ctx, lv, pk)
 	p.SetPip(pip.handle)
 	defer p.SetPip(nil)
 	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
@@ -235,7 +240,7 @@ wait:
 		e.sess.drop(key, lv, "protocol: run reply refused")
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
-	res := e.result(&r, rep.f, lv, notes)
+	res := e.cfg.result(&r, rep.f, lv, notes)
 	res.Displays, res.Stderr = disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.ExecutionMS = ms
 	if interrupted && res.Status == StatusTimeout && res.Error != nil {
@@ -269,36 +274,36 @@ func notesPrefix(notes []string) string {
 
 // result turns a run reply into a Result: output with truncation markers, artifacts
 // within their limits, and what happened to changed files the session keeps.
-func (e *Engine) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string) Result {
+func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string) Result {
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
 	if r.StdoutTruncated {
-		res.Stdout += truncatedAt(e.cfg.MaxOutput)
+		res.Stdout += truncatedAt(c.MaxOutput)
 	}
 	if r.StderrTruncated {
-		res.Stderr += truncatedAt(e.cfg.MaxOutput)
+		res.Stderr += truncatedAt(c.MaxOutput)
 	}
 	res.Stderr = notesPrefix(notes) + res.Stderr
 	if len(r.Outside) > 0 {
 		res.Stderr += "[sandbox] not kept: " + strings.Join(r.Outside, ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
 	}
 	var skipped, unsaved []string
-	for _, c := range r.Changed {
-		b := f.Bytes(c.Data)
+	for _, ch := range r.Changed {
+		b := f.Bytes(ch.Data)
 		switch {
-		case c.Data == nil || c.Size > e.cfg.MaxArtifactBytes:
-			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", c.Path, sandchat.Size(c.Size), sandchat.Size(e.cfg.MaxArtifactBytes)))
-		case len(res.Artifacts) >= e.cfg.MaxArtifacts:
-			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", c.Path, e.cfg.MaxArtifacts))
+		case ch.Data == nil || ch.Size > c.MaxArtifactBytes:
+			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", ch.Path, sandchat.Size(ch.Size), sandchat.Size(c.MaxArtifactBytes)))
+		case len(res.Artifacts) >= c.MaxArtifacts:
+			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", ch.Path, c.MaxArtifacts))
 		default:
-			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: c.Path, ContentType: contentType(c.Path, b), Data: b, Size: int64(len(b))})
+			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: ch.Path, ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
 		}
-		if c.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[c.Path] == nil) {
+		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
 			// Redis is no place for big files: they live on in the warm session only.
-			unsaved = append(unsaved, c.Path)
+			unsaved = append(unsaved, ch.Path)
 			continue
 		}
-		lv.unsaved[c.Path] = b
-		delete(lv.unsavedDel, c.Path)
+		lv.unsaved[ch.Path] = b
+		delete(lv.unsavedDel, ch.Path)
 	}
 	if r.Omitted > 0 {
 		skipped = append(skipped, fmt.Sprintf("%d more changed files", r.Omitted))
@@ -311,7 +316,7 @@ func (e *Engine) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string
 	if len(unsaved) > 0 {
 		sort.Strings(unsaved)
 		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
-			e.cfg.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
+			c.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
 	}
 	for _, p := range r.Deleted {
 		delete(lv.unsaved, p)

@@ -193,12 +193,11 @@ func (s *sessions) closeAll() []*live {
 	return out
 }
 
-// DataVersions tells which version of each file under /data the warm process of key
-// on this node holds, or nil: a caller may then leave those files' Data out.
-func (e *Engine) DataVersions(key string) map[string]string {
-	e.sess.mu.Lock()
-	defer e.sess.mu.Unlock()
-	lv := e.sess.m[key]
+// dataVersions is the version of each file under /data that key's process holds, or nil.
+func (s *sessions) dataVersions(key string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lv := s.m[key]
 	if lv == nil || lv.data == nil {
 		return nil
 	}
@@ -241,6 +240,21 @@ func (lv *live) dirty() bool {
 	return lv.mode == modeSnapshot && !lv.tainted && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
 }
 
+// adopt makes lv key's live session, busy.
+func (s *sessions) adopt(key string, lv *live) {
+	s.mu.Lock()
+	lv.busy, lv.used = true, time.Now()
+	s.m[key] = lv
+	s.mu.Unlock()
+}
+
+// idleNow marks lv idle after a run.
+func (s *sessions) idleNow(lv *live) {
+	s.mu.Lock()
+	lv.busy, lv.used = false, time.Now()
+	s.mu.Unlock()
+}
+
 // claim marks key's live session busy if it is current at version; it returns nil
 // (after forgetting a stale or dead one, whose process it closes) when the session has
 // to be brought back.
@@ -276,27 +290,6 @@ func answers(ctx context.Context, p *proc.Process) bool {
 	return err == nil
 }
 
-// adopt makes lv key's live session, busy, and evicts past MaxLive.
-func (e *Engine) adopt(key string, lv *live) {
-	lv.busy, lv.used = true, time.Now()
-	e.sess.mu.Lock()
-	e.sess.m[key] = lv
-	e.sess.mu.Unlock()
-	e.evictLRU()
-}
-
-// release marks lv idle after a run; its process is frozen until the next one.
-func (e *Engine) release(lv *live) {
-	lv.p.FreezeSoon()
-	e.sess.mu.Lock()
-	lv.busy, lv.used = false, time.Now()
-	e.sess.mu.Unlock()
-	if e.adm.procs.Waiting() > 0 {
-		// Runs wait for a process: this idle one (or an older one) makes room.
-		e.reclaim()
-	}
-}
-
 // drop forgets key's live session lv and kills its process: the next run starts from
 // the last durable state.
 func (s *sessions) drop(key string, lv *live, why string) {
@@ -306,20 +299,4 @@ func (s *sessions) drop(key string, lv *live, why string) {
 	}
 	s.mu.Unlock()
 	lv.p.Close(why)
-}
-
-// evictLRU keeps at most MaxLive session processes: the least recently used idle ones
-// go, their state being safe in Redis.
-func (e *Engine) evictLRU() {
-	for _, lv := range e.sess.overLimit(e.cfg.MaxLive) {
-		go e.ckpt.retire(lv, "evicted (least recently used)")
-	}
-}
-
-// evictIdle stops the processes of sessions idle past IdleTimeout, and forgets sessions
-// whose process died between runs.
-func (e *Engine) evictIdle() {
-	for _, lv := range e.sess.idle(e.cfg.IdleTimeout) {
-		go e.ckpt.retire(lv, "evicted (idle)")
-	}
 }
