@@ -56,7 +56,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{},
+	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
 		GraceMS: e.cfg.Grace.Milliseconds()}
 	var o proc.Blobs
 	var p *proc.Process
@@ -137,20 +137,11 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// A session comes back with its packages: the cache may have been emptied since.
 		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 	}
-	at.Pip = []proc.PipWheel{}
 	var pip []pkgs.Wheel
-	if st != nil && len(st.Pip) > 0 {
-		if err := json.Unmarshal(st.Pip, &pip); err != nil {
-			e.log.Warn("session's micropip record does not decode", "session", key, "err", err)
-		}
-	}
-	if len(pip) > 0 {
-		if e.fetch == nil {
-			a.notes = append(a.notes, "[sandbox] packages installed with micropip are not restored: installing is turned off")
-		} else {
-			wheels, notes := e.pip.restore(actx, pk, pip)
-			at.Pip, a.notes = wheels, append(a.notes, notes...)
-		}
+	if st != nil {
+		var notes []string
+		at.Pip, pip, notes = e.pip.restore(actx, pk, key, st.Pip)
+		a.notes = append(a.notes, notes...)
 	}
 	at.Data = []proc.DataFile{}
 	if len(at.Cells) > 0 {

@@ -305,7 +305,16 @@ func procState(pid int) string {
 
 // cpuTicks adds up the user and system CPU time of processes, in clock ticks.
 func cpuTicks(pids []int) int64 {
-	var total int64
+	st := taskStats(pids)
+	return st.user + st.sys
+}
+
+// taskStat is what /proc/PID/stat counts for a set of processes: minor page faults and
+// CPU clock ticks in user and kernel mode.
+type taskStat struct{ faults, user, sys int64 }
+
+func taskStats(pids []int) taskStat {
+	var t taskStat
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -314,12 +323,13 @@ func cpuTicks(pids []int) int64 {
 		s := string(b)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 		if len(f) > 12 {
+			n, _ := strconv.ParseInt(f[7], 10, 64)
 			u, _ := strconv.ParseInt(f[11], 10, 64)
 			k, _ := strconv.ParseInt(f[12], 10, 64)
-			total += u + k
+			t.faults, t.user, t.sys = t.faults+n, t.user+u, t.sys+k
 		}
 	}
-	return total
+	return t
 }
 
 // TestCodeCacheIsReadOnly: every session process shares the node's compiled-code cache

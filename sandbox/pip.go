@@ -119,10 +119,25 @@ func (ps *pipService) userError(ctx context.Context, what string, err error) str
 	return "the install failed inside the sandbox engine"
 }
 
-// restore gives a saved session's wheels to the load r (fetched again and checked
-// against their recorded sha256 when evicted).
-func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, wheels []pkgs.Wheel) ([]proc.PipWheel, []string) {
-	var out []proc.PipWheel
+// restore gives the wheels a saved session had installed (its record, raw) to the load
+// r: fetched again when evicted and checked against their recorded sha256. It returns
+// them as the process installs them, the record decoded, and what could not be restored.
+func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, key string, raw json.RawMessage) ([]proc.PipWheel, []pkgs.Wheel, []string) {
+	out := []proc.PipWheel{}
+	var wheels []pkgs.Wheel
+	if len(raw) == 0 {
+		return out, nil, nil
+	}
+	if err := json.Unmarshal(raw, &wheels); err != nil {
+		ps.log.Warn("session's micropip record does not decode", "session", key, "err", err)
+		return out, nil, nil
+	}
+	if len(wheels) == 0 {
+		return out, wheels, nil
+	}
+	if ps.fetch == nil {
+		return out, wheels, []string{"[sandbox] packages installed with micropip are not restored: installing is turned off"}
+	}
 	var notes []string
 	for _, w := range wheels {
 		if err := ps.fetch.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
@@ -131,7 +146,7 @@ func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, wheels []pkgs.W
 		}
 		out = append(out, proc.PipWheel{Name: w.Name, Version: w.Version, Path: r.Path(w.Rel())})
 	}
-	return out, notes
+	return out, wheels, notes
 }
 
 func preloadCode(mods []string) string {

@@ -10,7 +10,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -122,92 +121,24 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		notes = append(notes, pk.Ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
 	}
-	pip := e.pip.server(ctx, lv, pk)
-	p.SetPip(pip.handle)
-	defer p.SetPip(nil)
 	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	disp := &displays{max: e.cfg.MaxDisplays, maxBytes: e.cfg.MaxDisplayBytes, maxImage: max(e.cfg.MaxArtifactBytes, 1), on: req.OnDisplay}
-	// What the run printed as it came: the answer when the process cannot give its own
-	// (killed for ignoring the interrupt, or gone during the run).
-	seen := &seenOutput{max: e.cfg.MaxOutput}
-	p.SetOutput(func(stream, chunk string) {
-		disp.wrote(stream, len(chunk))
-		seen.add(stream, chunk)
-		if req.OnOutput != nil {
-			req.OnOutput(stream, chunk)
-		}
-	})
-	defer p.SetOutput(nil)
-	p.SetDisplay(disp.add)
-	defer p.SetDisplay(nil)
+	w := e.cfg.wire(p, req, e.pip.server(ctx, lv, pk))
+	defer w.unwire()
 	session := func() SessionInfo {
 		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
-
-	type reply struct {
-		f   proc.Frame
-		err error
-	}
-	done := make(chan reply, 1)
 	start := time.Now()
-	// The call's own deadline is the backstop: past the load, the run's timeout, the
-	// grace and time to save, the process is killed whatever it is doing.
-	hard, cancelHard := context.WithTimeout(context.Background(), e.cfg.RestoreTimeout+req.Timeout+e.cfg.Grace+time.Minute)
-	defer cancelHard()
-	// The run's time limit starts with its code: loading the packages it imports (and
-	// /data) has its own bound, RestoreTimeout, and the process says when it is done.
-	started := make(chan struct{}, 1)
-	p.SetStarted(func() {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
+	rep := e.cfg.call(ctx, p, msg, &o, req.Timeout, func() {
+		// The code ignored KeyboardInterrupt: kill its process, and with it every
+		// thread it started. The session goes back to its last durable state.
+		e.sess.drop(key, lv, "the run ignored the interrupt")
 	})
-	defer p.SetStarted(nil)
-	go func() {
-		f, err := p.Call(hard, msg, &o)
-		done <- reply{f, err}
-	}()
-	timer := time.NewTimer(e.cfg.RestoreTimeout)
-	defer timer.Stop()
-	var rep reply
-	var ctxErr error
-	interrupted := false
-wait:
-	for {
-		select {
-		case rep = <-done:
-		case <-started:
-			// Once: a second word from the process (which user code can forge) never
-			// extends the limit.
-			timer.Reset(req.Timeout)
-			started = nil
-			continue
-		case <-timer.C:
-			interrupted = true
-		case <-ctx.Done():
-			interrupted, ctxErr = true, ctx.Err()
-		}
-		break wait
-	}
-	if interrupted {
-		p.Interrupt()
-		select {
-		case rep = <-done:
-		case <-time.After(e.cfg.Grace):
-			// The code ignored KeyboardInterrupt: kill its process, and with it every
-			// thread it started. The session goes back to its last durable state.
-			e.sess.drop(key, lv, "the run ignored the interrupt")
-			<-done
-			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusTimeout, ExecutionMS: time.Since(start).Milliseconds(),
-				Error: &sandchat.RunError{Type: "TimeoutError", Message: fmt.Sprintf(
-					"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-					e.cfg.Grace, lv.version)}},
-				Session: session()}
-			res.Stdout, res.Stderr = seen.text()
-			return res, ctxErr
-		}
+	ctxErr := rep.ctxErr
+	if rep.stuck {
+		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
+			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
+			e.cfg.Grace, lv.version), start, session(), w.seen), ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.err != nil {
@@ -215,16 +146,12 @@ wait:
 		var pe *proc.Error
 		switch {
 		case errors.Is(rep.err, proc.ErrGone):
-			res := Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
-				Error: &sandchat.RunError{Type: "SandboxError", Message: fmt.Sprintf(
-					"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version)}},
-				Session: session()}
-			res.Stdout, res.Stderr = seen.text()
-			return res, ctxErr
+			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
+				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version),
+				start, session(), w.seen), ctxErr
 		case errors.As(rep.err, &pe):
-			return Result{RunOutcome: sandchat.RunOutcome{Status: StatusError, ExecutionMS: ms,
-				Error: &sandchat.RunError{Type: "SandboxError", Message: "The session's interpreter failed and was restarted from its last saved state: " + pe.Msg}},
-				Session: session()}, ctxErr
+			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
+				start, session(), nil), ctxErr
 		}
 		return Result{}, rep.err
 	}
@@ -241,9 +168,9 @@ wait:
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.cfg.result(&r, rep.f, lv, notes)
-	res.Displays, res.Stderr = disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
+	res.Displays, res.Stderr = w.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.ExecutionMS = ms
-	if interrupted && res.Status == StatusTimeout && res.Error != nil {
+	if rep.interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {
 			res.Error.Message = "Execution was cancelled."
 		} else {
@@ -261,6 +188,17 @@ wait:
 		return res, ctxErr
 	}
 	return res, e.persist(ctx, key, token, lv, a, req, &r, &res, ctxErr)
+}
+
+// lostRun is the answer to a run whose process gave none: why, and what it printed as
+// it came (seen, when the output can be trusted).
+func lostRun(status, typ, msg string, start time.Time, session SessionInfo, seen *seenOutput) Result {
+	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: time.Since(start).Milliseconds(),
+		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
+	if seen != nil {
+		res.Stdout, res.Stderr = seen.text()
+	}
+	return res
 }
 
 // notesPrefix is what the engine says ahead of a run's stderr (how its session came
@@ -335,44 +273,6 @@ func contentType(name string, b []byte) string {
 		return t
 	}
 	return http.DetectContentType(b)
-}
-
-// seenOutput keeps what a run streamed, each stream up to max bytes.
-type seenOutput struct {
-	mu             sync.Mutex
-	max            int
-	stdout, stderr strings.Builder
-	outCut, errCut bool
-}
-
-func (s *seenOutput) add(stream, chunk string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, cut := &s.stdout, &s.outCut
-	if stream == "stderr" {
-		b, cut = &s.stderr, &s.errCut
-	}
-	if *cut {
-		return // past the limit: nothing after the cut
-	}
-	if room := s.max - b.Len(); len(chunk) > room {
-		chunk, *cut = sandchat.TruncateUTF8(chunk, room, ""), true
-	}
-	b.WriteString(chunk)
-}
-
-// text is what was seen, with the marker a run's own answer has when it was cut.
-func (s *seenOutput) text() (stdout, stderr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	stdout, stderr = s.stdout.String(), s.stderr.String()
-	if s.outCut {
-		stdout += truncatedAt(s.max)
-	}
-	if s.errCut {
-		stderr += truncatedAt(s.max)
-	}
-	return stdout, stderr
 }
 
 // truncatedAt ends an output cut at limit bytes.
