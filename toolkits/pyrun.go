@@ -1,0 +1,362 @@
+package toolkits
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/conversations"
+	"github.com/sandchat/sandchat/sandbox"
+)
+
+// RunRequest is one run. AgentID is the agent whose settings allow it (nil for a
+// conversation without one); TurnID ties it to an assistant turn.
+type RunRequest struct {
+	ConversationID int64
+	AgentID        *int64
+	TurnID         *int64
+	Code           string
+	Preload        []string // modules imported before the code (the agent's)
+	Timeout        time.Duration
+	OnOutput       func(stream, chunk string)
+	// OnDisplay receives display items as the code shows them; an image's file id is
+	// only known once the run is stored (Run.Displays).
+	OnDisplay func(sandchat.Display)
+}
+
+// Run is a run's outcome as the API and the model see it.
+type Run struct {
+	ID int64 `json:"id"`
+	sandbox.Result
+	Artifacts []conversations.FileRef `json:"artifacts"`
+	// DataFiles lists the conversation's files under /data for this run, with sizes.
+	DataFiles []string `json:"data_files"`
+	// Notice tells the caller something it must know about the record of the run (it
+	// ran, but its audit row is still being written).
+	Notice string `json:"notice,omitempty"`
+}
+
+// dataFiles is the conversation's uploads as the engine takes them: bytes only for the
+// versions have does not name.
+func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]string) ([]sandbox.File, error) {
+	uploads, err := s.Store.DataFiles(ctx, convID, have)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]sandbox.File, 0, len(uploads))
+	for _, f := range uploads {
+		if sandchat.CheckDataPath(f.Name) != nil {
+			// Stored before the name rules of today (a hidden character, say): it is not
+			// mounted, so the conversation's code still runs; the file can be renamed
+			// by uploading it again, or deleted.
+			s.log().WarnContext(ctx, "upload not mounted: its name is no longer accepted", "conversation", convID, "name", fmt.Sprintf("%q", f.Name))
+			continue
+		}
+		data = append(data, sandbox.File{Name: f.Name, Version: f.Version, Size: f.Size, Data: f.Data})
+	}
+	return data, nil
+}
+
+// Execute runs code. The caller has checked that the sandbox is on for the agent; the
+// user in ctx is charged against the execution rate limit.
+//
+// The run is recorded as pending before it starts, so Postgres being down refuses the
+// run (503) instead of running it unrecorded; after the run its outcome is written
+// with retries. A run whose session state advanced is never reported as failed: if
+// its outcome cannot be written yet, the caller gets the result with a notice, and the
+// write goes on in the background. A run the engine answers without having saved its
+// state is recorded failed and answered 503: replay never applies what the caller was
+// told failed.
+func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
+	if s.Engine == nil {
+		return Run{}, errNoEngine
+	}
+	select {
+	case <-s.cutCh():
+		return Run{}, errCutOff
+	default:
+	}
+	if s.Limiter != nil {
+		if err := s.Limiter.Allow(ctx, "executions"); err != nil {
+			return Run{}, err
+		}
+	}
+	key := s.SessionKey(req.ConversationID, req.AgentID)
+	// Uploads travel once: only those the session's warm process does not hold.
+	data, err := s.dataFiles(ctx, req.ConversationID, s.Engine.DataVersions(key))
+	if err != nil {
+		return Run{}, err
+	}
+	quota, err := s.quotaFor(ctx, req.ConversationID, key)
+	if err != nil {
+		return Run{}, err
+	}
+	ex := conversations.Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
+	id, err := s.Store.BeginExecution(ctx, ex)
+	if err != nil {
+		return Run{}, err
+	}
+	// The record must not be lost to a client that went away mid-run.
+	wctx := context.WithoutCancel(ctx)
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
+		StateCap: quota.cap}
+	r, later := s.call(func() (sandbox.Result, error) {
+		res, err := s.Engine.Execute(ctx, key, sreq)
+		if errors.Is(err, sandbox.ErrDataStale) {
+			// The process moved on since we asked (evicted, restored): no code ran; send all.
+			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err == nil {
+				res, err = s.Engine.Execute(ctx, key, sreq)
+			}
+		}
+		return res, err
+	})
+	if later != nil {
+		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, quota, <-later) })
+		return Run{}, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
+			"The server shut down before the run finished, and stops it now; check its outcome (GET /api/v1/conversations/%d/sandbox/executions/%d) before running it again.",
+			req.ConversationID, id)}
+	}
+	res, err := r.res, r.err
+	s.explain(&res, quota)
+	ex = s.withQuota(wctx, ex, quota, res)
+	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The code ended as it was being stopped, and its state was saved: it succeeded,
+		// and is answered so, as its record says.
+		err = nil
+	}
+	if err != nil {
+		if !stopped(ctx, res, err) {
+			return Run{}, s.failed(ctx, wctx, id, ex, res, err)
+		}
+		// Recorded as stopped, and returned with the error: its caller went away, but
+		// what it printed before is shown as it was.
+		res.Status = RunStopped
+		return Run{ID: id, Result: res}, s.failed(ctx, wctx, id, ex, res, err)
+	}
+	ex = finished(ex, withDisplayImages(res))
+	files, notKept, err := s.finish(wctx, id, ex, "")
+	if err != nil {
+		run := Run{ID: id, Result: res, Artifacts: make([]conversations.FileRef, 0, len(res.Artifacts)),
+			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
+				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
+		for _, a := range res.Artifacts {
+			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))})
+		}
+		run.DataFiles = dataList(data)
+		s.finishLater(wctx, id, ex)
+		return run, nil
+	}
+	// The record's stderr says which files did not fit in the quota; so does the answer.
+	res.Stderr += notKept
+	files = linkDisplayImages(res, files)
+	if files == nil {
+		files = []conversations.FileRef{}
+	}
+	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
+}
+
+// RunStopped is the status of a run its caller stopped (the user's Stop, a cancelled
+// turn). The engine interrupts it as it does a run past its time limit and reports
+// both as timeouts; a timeout is kept for the limit.
+const RunStopped = "stopped"
+
+// stopped reports whether the engine interrupted a run because its caller's context
+// was cancelled, not because a deadline passed.
+func stopped(ctx context.Context, res sandbox.Result, err error) bool {
+	return res.Status != "" && errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled)
+}
+
+// engineReply is what the engine answered to a run.
+type engineReply struct {
+	res sandbox.Result
+	err error
+}
+
+// call runs a run on the engine. Once the shutdown cuts runs off (CutOff), a run the
+// engine still holds (code ignoring its interrupt) is not waited for: later delivers
+// its outcome when the engine lets go of it.
+func (s *Sandbox) call(run func() (sandbox.Result, error)) (r engineReply, later <-chan engineReply) {
+	done := make(chan engineReply, 1)
+	go func() {
+		res, err := run()
+		done <- engineReply{res, err}
+	}()
+	select {
+	case r = <-done:
+		return r, nil
+	case <-s.cutCh():
+		select {
+		case r = <-done:
+			return r, nil
+		default:
+			return engineReply{}, done
+		}
+	}
+}
+
+// failed records a run the engine did not complete, and returns the error for its
+// caller.
+func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.Execution, res sandbox.Result, err error) error {
+	// A result comes with the context's error when the run was interrupted, and then
+	// the session keeps what the run did; with any other error the code ran but the
+	// engine could not save its state and went back to the last one saved.
+	notKept := res.Status != "" && (ctx.Err() == nil || !errors.Is(err, ctx.Err()))
+	reason := sandchat.ErrorMessage(err)
+	switch {
+	case notKept:
+		// Recorded failed, with what it printed, so no replay applies it; the files it
+		// wrote went with its state.
+		ex = finished(ex, res)
+		ex.Outcome.Artifacts, ex.Outcome.Displays = nil, nil
+		reason, err = errNotKept.Message, errNotKept
+	case res.Status != "":
+		// The engine still reports what the run did (interrupted code keeps its
+		// state): record that, not a failure.
+		ex, reason = finished(ex, res), ""
+	case ctx.Err() != nil:
+		reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
+	case s.closing.Load():
+		reason = "The server shut down during the run, which was cut off; run it again."
+		err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
+	}
+	if _, _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
+		s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
+	}
+	return err
+}
+
+// recordLate records the outcome of a run whose caller was answered before the engine
+// let go of it.
+func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota runQuota, r engineReply) {
+	s.explain(&r.res, quota)
+	ex = s.withQuota(wctx, ex, quota, r.res)
+	if r.err != nil {
+		_ = s.failed(ctx, wctx, id, ex, r.res, r.err)
+		return
+	}
+	ex = finished(ex, withDisplayImages(r.res))
+	if _, _, err := s.finish(wctx, id, ex, ""); err != nil {
+		s.log().WarnContext(ctx, "record run", "execution_id", id, "err", err)
+	}
+}
+
+func dataList(data []sandbox.File) []string {
+	out := make([]string, 0, len(data))
+	for _, f := range data {
+		out = append(out, fmt.Sprintf("/data/%s (%d bytes)", f.Name, max(f.Size, int64(len(f.Data)))))
+	}
+	return out
+}
+
+// withDisplayImages returns the result to store: its artifacts plus the images of its
+// display items, each under a name of its own, so every image shown has a file id. A
+// figure that plt.show() also saved as an artifact is stored once.
+func withDisplayImages(res sandbox.Result) sandbox.Result {
+	names := map[string]int64{}
+	for _, a := range res.Artifacts {
+		names[a.Name] = a.Size
+	}
+	arts := slices.Clone(res.Artifacts)
+	for _, d := range res.Displays {
+		img := d.Image
+		if img == nil {
+			continue
+		}
+		if size, ok := names[img.Name]; ok && size == img.Size {
+			continue
+		}
+		// An image the code also saved (savefig, then display) is that file, shown once.
+		if i := slices.IndexFunc(res.Artifacts, func(a sandchat.Artifact) bool { return bytes.Equal(a.Data, img.Data) }); i >= 0 {
+			img.Name = res.Artifacts[i].Name
+			continue
+		}
+		base, ext := strings.TrimSuffix(img.Name, path.Ext(img.Name)), path.Ext(img.Name)
+		for i := 2; ; i++ {
+			if _, taken := names[img.Name]; !taken {
+				break
+			}
+			img.Name = fmt.Sprintf("%s-%d%s", base, i, ext)
+		}
+		names[img.Name] = img.Size
+		arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
+	}
+	res.Artifacts = arts
+	return res
+}
+
+// finished is the record of a run the engine answered: its outcome and the session it
+// left.
+func finished(ex conversations.Execution, res sandbox.Result) conversations.Execution {
+	ex.Outcome, ex.SessionVersion, ex.RestoredFrom = res.RunOutcome, res.Session.Version, res.Session.RestoredFrom
+	return ex
+}
+
+// linkDisplayImages gives each displayed image its file id, and returns the run's
+// artifacts without the files that exist only as display images.
+func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conversations.FileRef {
+	if len(res.Displays) == 0 {
+		return files
+	}
+	byName := map[string]conversations.FileRef{}
+	for _, f := range files {
+		byName[f.Name] = f
+	}
+	artifact := map[string]bool{}
+	for _, a := range res.Artifacts {
+		artifact[a.Name] = true
+	}
+	shown := map[string]bool{}
+	for _, d := range res.Displays {
+		if d.Image == nil {
+			continue
+		}
+		// Files are stored under the plain form of the name Python gave.
+		stored := sandchat.ArtifactName(d.Image.Name)
+		if f, ok := byName[stored]; ok {
+			d.Image.FileID = f.ID
+		}
+		if !artifact[d.Image.Name] {
+			shown[stored] = true
+		}
+	}
+	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
+}
+
+func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, notKept string, err error) {
+	err = finishWait.Retry(ctx, func() (err error) {
+		files, notKept, err = s.Store.FinishExecution(ctx, id, ex, failure)
+		return err
+	}, sandchat.IsUnavailable)
+	if err != nil {
+		return nil, "", err
+	}
+	return files, notKept, nil
+}
+
+// finishLater keeps writing a run's outcome until it is stored (or for an hour, after
+// which the row stays pending and the logs say which one).
+func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Execution) {
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		later := sandchat.Backoff{Initial: 2 * time.Second, Max: 2 * time.Second, For: time.Hour}
+		err := later.Retry(ctx, func() error {
+			_, _, err := s.Store.FinishExecution(ctx, id, ex, "")
+			return err
+		}, func(err error) bool { return sandchat.IsUnavailable(err) && !s.abandoned.Load() })
+		switch {
+		case err == nil:
+			s.log().InfoContext(ctx, "execution recorded after retries", "execution_id", id)
+		case !sandchat.IsUnavailable(err):
+			s.log().ErrorContext(ctx, "record execution", "execution_id", id, "err", err)
+		default:
+			s.log().ErrorContext(ctx, "execution left pending: its outcome could not be written", "execution_id", id)
+		}
+	}()
+}
