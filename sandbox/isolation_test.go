@@ -316,13 +316,7 @@ type taskStat struct{ faults, user, sys int64 }
 func taskStats(pids []int) taskStat {
 	var t taskStat
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) > 12 {
+		if _, f := procStat(fmt.Sprintf("/proc/%d/stat", pid)); len(f) > 12 {
 			n, _ := strconv.ParseInt(f[7], 10, 64)
 			u, _ := strconv.ParseInt(f[11], 10, 64)
 			k, _ := strconv.ParseInt(f[12], 10, 64)
@@ -330,6 +324,20 @@ func taskStats(pids []int) taskStat {
 		}
 	}
 	return t
+}
+
+// procStat reads a /proc stat file: the task's name, and the fields after it (state first).
+func procStat(path string) (name string, fields []string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || end+2 > len(s) {
+		return "", nil
+	}
+	return s[open+1 : end], strings.Fields(s[end+2:])
 }
 
 // TestCodeCacheIsReadOnly: every session process shares the node's compiled-code cache

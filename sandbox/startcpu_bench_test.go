@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -15,6 +18,12 @@ func BenchmarkReadyProcess(b *testing.B) {
 	e := defaultsEngine(b, "ready", func(cfg *Config) { cfg.WarmPool, cfg.WarmPoolMax, cfg.WarmSpares = 0, 0, 0 })
 	p := e.pool
 	var sum taskStat
+	threads := map[string]int64{} // CPU ticks by thread name: Deno's main thread, the Worker's, V8's helpers
+	defer func() {
+		for n, v := range threads {
+			b.Logf("thread %-16s %6.1f cpu-ms/op", n, float64(v)*10/float64(b.N))
+		}
+	}()
 	for b.Loop() {
 		pr, err := p.make(true)
 		if err != nil {
@@ -22,6 +31,9 @@ func BenchmarkReadyProcess(b *testing.B) {
 		}
 		if pr.CgroupDir() == "" {
 			b.Skip("needs the session's cgroup")
+		}
+		for name, ticks := range threadTicks(pr.Tasks()) {
+			threads[name] += ticks
 		}
 		st := taskStats(pr.Tasks())
 		sum.faults, sum.user, sum.sys = sum.faults+st.faults, sum.user+st.user, sum.sys+st.sys
@@ -31,4 +43,21 @@ func BenchmarkReadyProcess(b *testing.B) {
 	b.ReportMetric(float64(sum.user+sum.sys)*tick, "cpu-ms/op")
 	b.ReportMetric(float64(sum.sys)*tick, "sys-ms/op")
 	b.ReportMetric(float64(sum.faults)/float64(b.N), "faults/op")
+}
+
+// threadTicks adds up the CPU clock ticks of the processes' threads by thread name.
+func threadTicks(pids []int) map[string]int64 {
+	out := map[string]int64{}
+	for _, pid := range pids {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range ents {
+			name, f := procStat(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+			if len(f) > 12 {
+				u, _ := strconv.ParseInt(f[11], 10, 64)
+				k, _ := strconv.ParseInt(f[12], 10, 64)
+				out[name] += u + k
+			}
+		}
+	}
+	return out
 }
