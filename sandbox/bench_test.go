@@ -74,7 +74,7 @@ func BenchmarkCrowd(b *testing.B) {
 
 // defaultsEngine starts an engine with the defaults, as `sandchat bench` does (packages
 // from the local mirror only), changed by mutate, under a Redis prefix of its own.
-func defaultsEngine(b *testing.B, name string, mutate func(*Config)) *Engine {
+func defaultsEngine(b testing.TB, name string, mutate func(*Config)) *Engine {
 	rdb := testRedis(b)
 	prefix := randomPrefix(name)
 	cleanPrefix(b, rdb, prefix)
