@@ -34,15 +34,24 @@ func BenchmarkWarmRunPersisted(b *testing.B) {
 
 func BenchmarkNewConversation(b *testing.B) {
 	e := benchEngine(b)
-	i := 0
+	next := freshSessions(b, e, "new")
 	for b.Loop() {
+		benchRun(b, e, next(), "x = 1")
+	}
+}
+
+// freshSessions names a new session for each call, after waiting, off the clock, for the
+// warm pool to be full and idle: each op then measures a new conversation's start.
+func freshSessions(b *testing.B, e *Engine, prefix string) func() string {
+	i := 0
+	return func() string {
 		b.StopTimer()
+		defer b.StartTimer()
 		if err := waitPool(context.Background(), e); err != nil {
 			b.Fatal(err)
 		}
 		i++
-		b.StartTimer()
-		benchRun(b, e, fmt.Sprint("new", i), "x = 1")
+		return fmt.Sprintf("%s:%d", prefix, i)
 	}
 }
 

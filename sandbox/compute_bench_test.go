@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"testing"
 )
 
@@ -19,15 +18,9 @@ func BenchmarkCompute(b *testing.B) {
 	for _, c := range cells {
 		b.Run(c.name, func(b *testing.B) {
 			var first, hot int64
-			i := 0
+			next := freshSessions(b, e, "compute:"+c.name)
 			for b.Loop() {
-				b.StopTimer()
-				if err := waitPool(context.Background(), e); err != nil {
-					b.Fatal(err)
-				}
-				i++
-				key := fmt.Sprintf("compute:%s:%d", c.name, i)
-				b.StartTimer()
+				key := next()
 				for run := range 4 {
 					r, err := e.Execute(context.Background(), key, Request{Code: c.code})
 					if err != nil || r.Status != StatusSuccess {
