@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
@@ -20,12 +18,7 @@ import (
 // resolved, verified and cached; the session installs from its read-only view of the
 // cache and never gets the network.
 
-var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}$`)
-
-const (
-	maxPreload        = 64
-	pipRequestTimeout = 2 * time.Minute
-)
+const pipRequestTimeout = 2 * time.Minute
 
 // pipService answers sessions' package requests, and gives a session that comes back
 // the wheels it had installed.
@@ -147,33 +140,4 @@ func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, key string, raw
 		out = append(out, proc.PipWheel{Name: w.Name, Version: w.Version, Path: r.Path(w.Rel())})
 	}
 	return out, wheels, notes
-}
-
-func preloadCode(mods []string) string {
-	var b strings.Builder
-	for _, m := range mods {
-		b.WriteString("import " + m + "\n")
-	}
-	return b.String()
-}
-
-func nonNilSlice[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// CheckPreload tells whether mods can be a preload list: at most maxPreload module
-// names (dotted identifiers), each imported before a run's code.
-func CheckPreload(mods []string) error {
-	if len(mods) > maxPreload {
-		return sandchat.Errorf(sandchat.EINVALID, "Preload lists %d modules; the limit is %d.", len(mods), maxPreload)
-	}
-	for _, m := range mods {
-		if !moduleName.MatchString(m) {
-			return sandchat.Errorf(sandchat.EINVALID, "Preload entry %q is not a module name (a dotted Python identifier such as numpy or dateutil.parser).", m)
-		}
-	}
-	return nil
 }
