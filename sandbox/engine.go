@@ -114,8 +114,13 @@ type availability struct {
 	closed    bool
 }
 
+// down takes the engine out of service for reason; a shut-down engine keeps its own.
 func (a *availability) down(reason string) {
 	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
 	a.available, a.reason = false, reason
 	a.mu.Unlock()
 	a.log.Warn("python sandbox unavailable", "reason", reason)

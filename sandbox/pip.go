@@ -122,8 +122,8 @@ func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, key string, raw
 		return out, nil, nil
 	}
 	if err := json.Unmarshal(raw, &wheels); err != nil {
+		// What did decode is restored and kept.
 		ps.log.Warn("session's micropip record does not decode", "session", key, "err", err)
-		return out, nil, nil
 	}
 	if len(wheels) == 0 {
 		return out, wheels, nil

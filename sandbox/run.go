@@ -138,7 +138,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	if rep.stuck {
 		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
 			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-			e.cfg.Grace, lv.version), start, session(), w.seen), ctxErr
+			e.cfg.Grace, lv.version), time.Since(start).Milliseconds(), session(), w.seen), ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.err != nil {
@@ -148,10 +148,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		case errors.Is(rep.err, proc.ErrGone):
 			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
 				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version),
-				start, session(), w.seen), ctxErr
+				ms, session(), w.seen), ctxErr
 		case errors.As(rep.err, &pe):
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
-				start, session(), nil), ctxErr
+				ms, session(), nil), ctxErr
 		}
 		return Result{}, rep.err
 	}
@@ -192,8 +192,8 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 
 // lostRun is the answer to a run whose process gave none: why, and what it printed as
 // it came (seen, when the output can be trusted).
-func lostRun(status, typ, msg string, start time.Time, session SessionInfo, seen *seenOutput) Result {
-	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: time.Since(start).Milliseconds(),
+func lostRun(status, typ, msg string, ms int64, session SessionInfo, seen *seenOutput) Result {
+	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: ms,
 		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
 	if seen != nil {
 		res.Stdout, res.Stderr = seen.text()
