@@ -123,54 +123,54 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	w := e.cfg.wire(p, req, e.pip.server(ctx, lv, pk))
-	defer w.unwire()
+	out, hooks := e.cfg.hooks(req, e.pip.server(ctx, lv, pk))
 	session := func() SessionInfo {
 		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
 	start := time.Now()
-	rep := e.cfg.call(ctx, p, msg, &o, req.Timeout, func() {
+	lim := proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: req.Timeout, Grace: e.cfg.Grace}
+	rep := p.Run(ctx, msg, &o, lim, hooks, func() {
 		// The code ignored KeyboardInterrupt: kill its process, and with it every
 		// thread it started. The session goes back to its last durable state.
 		e.sess.drop(key, lv, "the run ignored the interrupt")
 	})
-	ctxErr := rep.ctxErr
-	if rep.stuck {
+	ctxErr := rep.CtxErr
+	if rep.Stuck {
 		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
 			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-			e.cfg.Grace, lv.version), time.Since(start).Milliseconds(), session(), w.seen), ctxErr
+			e.cfg.Grace, lv.version), time.Since(start).Milliseconds(), session(), out.seen), ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
-	if rep.err != nil {
+	if rep.Err != nil {
 		e.sess.drop(key, lv, "the run failed")
 		var pe *proc.Error
 		switch {
-		case errors.Is(rep.err, proc.ErrGone):
+		case errors.Is(rep.Err, proc.ErrGone):
 			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
 				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version),
-				ms, session(), w.seen), ctxErr
-		case errors.As(rep.err, &pe):
+				ms, session(), out.seen), ctxErr
+		case errors.As(rep.Err, &pe):
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
 				ms, session(), nil), ctxErr
 		}
-		return Result{}, rep.err
+		return Result{}, rep.Err
 	}
 	// The process mounted /data as sent, whatever the code then did.
 	e.sess.mu.Lock()
 	lv.data = versions
 	e.sess.mu.Unlock()
 	var r proc.RunReply
-	if err := json.Unmarshal(rep.f.JSON, &r); err == nil {
-		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.f)
+	if err := json.Unmarshal(rep.Frame.JSON, &r); err == nil {
+		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.Frame)
 	}
 	if err != nil {
 		e.sess.drop(key, lv, "protocol: run reply refused")
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
-	res := e.cfg.result(&r, rep.f, lv, notes)
-	res.Displays, res.Stderr = w.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
+	res := e.cfg.result(&r, rep.Frame, lv, notes)
+	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.ExecutionMS = ms
-	if rep.interrupted && res.Status == StatusTimeout && res.Error != nil {
+	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {
 			res.Error.Message = "Execution was cancelled."
 		} else {

@@ -159,37 +159,18 @@ func (p *Process) send(id int64, msg any, o *Blobs) error {
 	return nil
 }
 
-// Interrupt raises KeyboardInterrupt in the running code.
-func (p *Process) Interrupt() {
+// interrupt raises KeyboardInterrupt in the running code.
+func (p *Process) interrupt() {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	_ = WriteFrame(p.req, interruptReq{Op: "interrupt"}, nil)
 }
 
-// SetDisplay routes a run's display frames; an error from fn kills the process.
-func (p *Process) SetDisplay(fn func(kind, item string) error) {
+// setHooks routes what the process sends during a run (output chunks, display frames,
+// install requests) to h, and says when the run starts its code; the zero values
+// stop them. A display hook's error kills the process.
+func (p *Process) setHooks(h RunHooks, started func()) {
 	p.mu.Lock()
-	p.onDisp = fn
-	p.mu.Unlock()
-}
-
-// setPip routes a run's install requests; nil refuses them.
-// setStarted sets what is called when the run in flight starts its code.
-func (p *Process) SetStarted(fn func()) {
-	p.mu.Lock()
-	p.onRun = fn
-	p.mu.Unlock()
-}
-
-func (p *Process) SetPip(fn func(seq int64, req json.RawMessage) PipDone) {
-	p.mu.Lock()
-	p.onPip = fn
-	p.mu.Unlock()
-}
-
-// SetOutput routes a run's output chunks; nil stops them.
-func (p *Process) SetOutput(fn func(stream, chunk string)) {
-	p.mu.Lock()
-	p.onOut = fn
+	p.onOut, p.onDisp, p.onPip, p.onRun = h.Output, h.Display, h.Pip, started
 	p.mu.Unlock()
 }

@@ -1,0 +1,86 @@
+package proc
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// RunLimits bound one run: Load is what loading the packages it imports (and /data)
+// may take, until the process says its code started; Timeout is the code's own time;
+// Grace is how long interrupted code has to stop.
+type RunLimits struct{ Load, Timeout, Grace time.Duration }
+
+// RunHooks receive what the process sends while a run goes on; nil ones refuse or drop.
+type RunHooks struct {
+	Output  func(stream, chunk string)
+	Display func(kind, item string) error // an error kills the process
+	Pip     func(seq int64, req json.RawMessage) PipDone
+}
+
+// RunEnd is how a run call ended.
+type RunEnd struct {
+	Frame       Frame
+	Err         error
+	Interrupted bool  // the time limit passed or ctx ended: the code was interrupted
+	CtxErr      error // ctx's error, when it ended
+	Stuck       bool  // the code ignored the interrupt for Grace: kill was called
+}
+
+// Run gives msg to the process and waits for its answer, h receiving what the process
+// sends meanwhile. The run's time limit starts with its code: loading has its own
+// bound, and the process says when it is done (once: a second word, which user code
+// can forge, never extends the limit). At the limit, or when ctx ends, the code is
+// interrupted; if it does not stop within Grace, kill is called (it must stop the
+// process) and Run returns once the call has.
+func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, h RunHooks, kill func()) RunEnd {
+	started := make(chan struct{}, 1)
+	p.setHooks(h, func() {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	})
+	defer p.setHooks(RunHooks{}, nil)
+	// The call's own deadline is the backstop: past the load, the run's timeout, the
+	// grace and time to save, the process is killed whatever it is doing.
+	hard, cancel := context.WithTimeout(context.Background(), lim.Load+lim.Timeout+lim.Grace+time.Minute)
+	defer cancel()
+	done := make(chan RunEnd, 1)
+	go func() {
+		f, err := p.Call(hard, msg, o)
+		done <- RunEnd{Frame: f, Err: err}
+	}()
+	timer := time.NewTimer(lim.Load)
+	defer timer.Stop()
+	var end RunEnd
+	var ctxErr error
+	interrupted := false
+wait:
+	for {
+		select {
+		case end = <-done:
+		case <-started:
+			timer.Reset(lim.Timeout)
+			started = nil
+			continue
+		case <-timer.C:
+			interrupted = true
+		case <-ctx.Done():
+			interrupted, ctxErr = true, ctx.Err()
+		}
+		break wait
+	}
+	if interrupted {
+		p.interrupt()
+		select {
+		case end = <-done:
+		case <-time.After(lim.Grace):
+			kill()
+			end = <-done
+			end.Stuck = true
+		}
+	}
+	end.Interrupted, end.CtxErr = interrupted, ctxErr
+	return end
+}
