@@ -82,6 +82,7 @@ func (p *Process) read(r *os.File) {
 	}
 }
 
+// Alive tells whether the process still runs.
 func (p *Process) Alive() bool {
 	select {
 	case <-p.done:
@@ -99,7 +100,7 @@ func (p *Process) Call(ctx context.Context, msg any, o *Blobs) (Frame, error) {
 	if !p.Alive() {
 		return Frame{}, ErrGone
 	}
-	p.Thaw()
+	p.thaw()
 	p.mu.Lock()
 	p.nextID++
 	id := p.nextID

@@ -52,5 +52,3 @@ func (c *consoleLog) tail() string {
 	}
 	return " (process said: " + s + ")"
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -196,7 +196,7 @@ func (p *Process) wait() {
 	if p.cg != nil && p.cg.oomKilled() {
 		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
 	}
-	p.why.CompareAndSwap(nil, ptr(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err)))
+	p.SetWhy(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err))
 	// Whatever the process started goes with it.
 	if p.cg != nil {
 		p.cg.kill()
@@ -208,6 +208,7 @@ func (p *Process) wait() {
 	close(p.done)
 }
 
+// SetWhy records why the process is going, unless a reason is recorded already.
 func (p *Process) SetWhy(why string) { p.why.CompareAndSwap(nil, &why) }
 
 // Reason says why the process is gone.
@@ -261,7 +262,8 @@ func (p *Process) freezeAt(gen uint64) {
 	p.frozen = err == nil
 }
 
-func (p *Process) Thaw() {
+// thaw lets a frozen process run again, and voids a freeze asked for before.
+func (p *Process) thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gen++
@@ -311,10 +313,10 @@ func (p *Process) Memory() int64 {
 	return p.RSS()
 }
 
-// rss is the resident memory of the session's processes.
+// RSS is the resident memory of the session's processes.
 func (p *Process) RSS() int64 { return p.sumProc("status", "VmRSS:") }
 
-// pss is the proportional set size of the session's processes: their private memory
+// PSS is the proportional set size of the session's processes: their private memory
 // plus their share of what they map with others (the Deno binary), i.e. what one more
 // session costs the machine, where RSS counts the shared pages in full in each.
 func (p *Process) PSS() int64 { return p.sumProc("smaps_rollup", "Pss:") }

@@ -48,6 +48,7 @@ type Blobs struct {
 	n    int
 }
 
+// Add appends b to the frame's binary section and points at it; nil for nil.
 func (o *Blobs) Add(b []byte) *Blob {
 	if b == nil {
 		return nil
@@ -58,6 +59,8 @@ func (o *Blobs) Add(b []byte) *Blob {
 	return r
 }
 
+// ReadFrame reads one frame (u32 length, u32 JSON length, the JSON, the binary
+// section; big-endian), refusing one over max bytes.
 func ReadFrame(r io.Reader, max int) (Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -78,6 +81,7 @@ func ReadFrame(r io.Reader, max int) (Frame, error) {
 	return Frame{JSON: body[4 : 4+jl], Bin: body[4+jl:]}, nil
 }
 
+// WriteFrame writes msg as JSON with o's bytes as the frame's binary section.
 func WriteFrame(w io.Writer, msg any, o *Blobs) error {
 	js, err := json.Marshal(msg)
 	if err != nil {
