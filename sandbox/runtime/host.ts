@@ -107,7 +107,7 @@ function onWorker(m: any) {
   if (m.op === "pip") {
     // micropip.install: the engine resolves, fetches and verifies; the session only
     // ever gets paths into the read-only package cache. One request at a time.
-    if (!Number.isInteger(m.seq) || typeof m.req !== "string") return;
+    if (!Number.isSafeInteger(m.seq) || typeof m.req !== "string") return;
     let req: any = null;
     try {
       if (m.req.length <= 65536) req = JSON.parse(m.req);
@@ -125,7 +125,9 @@ function onWorker(m: any) {
   }
   if (!p) return;
   if (m.op === "replaying") {
-    if (p.expect !== "attached" || !Number.isInteger(m.index) || m.index < 0 || m.index >= replay.limits.length) return;
+    // Cells replay in order, each once: the word for the next one, never a repeat that
+    // would re-arm a cell's time limit (Python can post this message too).
+    if (p.expect !== "attached" || m.index !== replay.cell + 1 || m.index >= replay.limits.length) return;
     replay.timers.forEach(clearTimeout);
     const i = m.index, limit = replay.limits[i];
     replay.cell = i;
@@ -194,6 +196,11 @@ function str(v: unknown, max: number): string {
   return typeof v === "string" ? v.slice(0, max) : "";
 }
 
+// strings keeps the strings of a list, each cut to max.
+function strings(vs: unknown[], max: number): string[] {
+  return vs.filter((v): v is string => typeof v === "string").map((v) => v.slice(0, max));
+}
+
 // checkRun bounds what a run's reply may carry before it goes to the engine.
 function checkRun(r: any): string | null {
   const cfg = config!;
@@ -201,9 +208,9 @@ function checkRun(r: any): string | null {
   if (typeof r.stdout !== "string" || typeof r.stderr !== "string") return "bad output";
   if (r.stdout.length > 2 * cfg.maxOutput + 1024 || r.stderr.length > 2 * cfg.maxOutput + 1024) return "output over limit";
   if (!Array.isArray(r.changed) || !Array.isArray(r.deleted) || !Array.isArray(r.packages)) return "bad files";
-  if (r.changed.length > cfg.maxFiles || !Number.isInteger(r.omitted) || r.deleted.length > 100000) return "too many files";
+  if (r.changed.length > cfg.maxFiles || !Number.isSafeInteger(r.omitted) || r.deleted.length > 100000 || r.packages.length > 10000) return "too many files";
   for (const f of r.changed) {
-    if (typeof f?.path !== "string" || typeof f.size !== "number") return "bad file";
+    if (typeof f?.path !== "string" || !Number.isSafeInteger(f.size) || f.size < 0) return "bad file";
     if (f.data !== null && (!(f.data instanceof Uint8Array) || f.data.length > cfg.maxFileBytes)) return "bad file data";
   }
   return null;
@@ -275,7 +282,10 @@ async function handle(m: any) {
         runStarted = false;
         displayBytes = displayCount = displayDropped = 0;
         pipInFlight = false;
-        new Uint8Array(interrupt)[1] = 0;
+        // A stale interrupt (one that came as the last run ended) is dropped here, before
+        // the Worker has the run: frames come in order, so an interrupt for this run,
+        // handled after this frame, is never cleared.
+        new Uint8Array(interrupt).fill(0);
         const cfg = config!;
         const r = await call({
           op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
@@ -287,13 +297,13 @@ async function handle(m: any) {
         const bad = checkRun(r);
         if (bad) die(`worker reply refused: ${bad}`);
         await reply(id, {
-          ok: true, status: r.status, result: typeof r.result === "string" ? r.result : null,
+          ok: true, status: r.status, result: typeof r.result === "string" ? str(r.result, 2 * cfg.maxOutput + 1024) : null,
           error: r.error && typeof r.error === "object"
             ? { type: str(r.error.type, 200), message: str(r.error.message, 65536), traceback: str(r.error.traceback, 262144) }
             : null,
           stdout: r.stdout, stderr: r.stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
           changed: r.changed.map((f: any) => ({ path: f.path, size: f.size, data: f.data })), omitted: r.omitted,
-          deleted: r.deleted.map(String), packages: r.packages.map(String),
+          deleted: strings(r.deleted, 4096), packages: strings(r.packages, 200),
           outside: Array.isArray(r.outside) ? r.outside.slice(0, 20).map((p: unknown) => str(p, 4096)) : [],
           displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
         });

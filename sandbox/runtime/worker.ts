@@ -709,7 +709,6 @@ async function run(m: any) {
   };
   let status = "success", result: string | null = null, error: any = null, compiled: string[] = [];
   const loadErrors: string[] = [];
-  interrupt[0] = 0;
   // Loading packages (the preload's and the code's imports) comes before the run's time
   // limit; importing them is Python, and counts.
   if (m.preload?.length) {

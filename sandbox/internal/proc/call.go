@@ -21,7 +21,9 @@ func (p *Process) read(r *os.File) {
 	for {
 		f, err := ReadFrame(br, p.maxFrame)
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && p.Alive() {
+			// The process's end (EOF, also in the middle of a frame) is wait's to explain:
+			// the memory cap's kill, an exit status. Anything else is a broken frame.
+			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && p.Alive() {
 				p.Kill("protocol: " + err.Error())
 			}
 			return
@@ -95,6 +97,11 @@ func (p *Process) Alive() bool {
 // Call sends a request and waits for its reply. A process that does not answer before
 // ctx ends is killed: no wait on a session process is unbounded.
 func (p *Process) Call(ctx context.Context, msg any, o *Blobs) (Frame, error) {
+	return p.call(ctx, msg, o, nil)
+}
+
+// call is Call, and tells sent once the request is written.
+func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func()) (Frame, error) {
 	p.callMu.Lock()
 	defer p.callMu.Unlock()
 	if !p.Alive() {
@@ -108,6 +115,9 @@ func (p *Process) Call(ctx context.Context, msg any, o *Blobs) (Frame, error) {
 	p.mu.Unlock()
 	if err := p.send(id, msg, o); err != nil {
 		return Frame{}, err
+	}
+	if sent != nil {
+		sent()
 	}
 	select {
 	case f := <-p.reply:

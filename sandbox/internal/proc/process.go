@@ -136,6 +136,14 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 		return nil, err
 	}
 	defer gateW.Close()
+	launched := false
+	defer func() {
+		if !launched { // a failure before the process had its ends
+			for _, f := range []*os.File{reqR, reqW, repR, repW, gateR} {
+				f.Close()
+			}
+		}
+	}()
 	if j.uid >= 0 {
 		// The process reopens its ends through /dev/fd as the sandbox user.
 		for _, f := range []*os.File{reqR, repW} {
@@ -162,16 +170,14 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 	cmd.ExtraFiles = []*os.File{reqR, repW, gateR}
 	cmd.Stdout, cmd.Stderr = p.console, p.console
 	p.cmd, p.req = cmd, reqW
-	err = cmd.Start()
-	reqR.Close()
-	repW.Close()
-	gateR.Close()
-	if err != nil {
-		reqW.Close()
-		repR.Close()
+	if err = cmd.Start(); err != nil {
 		p.cmd = nil
 		return nil, fmt.Errorf("start session process: %w", err)
 	}
+	launched = true
+	reqR.Close()
+	repW.Close()
+	gateR.Close()
 	go p.wait()
 	go p.read(repR)
 	if p.cg != nil {

@@ -47,8 +47,9 @@ func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, 
 	hard, cancel := context.WithTimeout(context.Background(), lim.Load+lim.Timeout+lim.Grace+time.Minute)
 	defer cancel()
 	done := make(chan RunEnd, 1)
+	sent := make(chan struct{})
 	go func() {
-		f, err := p.Call(hard, msg, o)
+		f, err := p.call(hard, msg, o, func() { close(sent) })
 		done <- RunEnd{Frame: f, Err: err}
 	}()
 	timer := time.NewTimer(lim.Load)
@@ -72,13 +73,19 @@ wait:
 		break wait
 	}
 	if interrupted {
-		p.interrupt()
+		// The interrupt follows the run's frame: one written before it would reach the
+		// process first and be cleared as a stale one, and the code would run on.
 		select {
-		case end = <-done:
-		case <-time.After(lim.Grace):
-			kill()
-			end = <-done
-			end.Stuck = true
+		case <-sent:
+			p.interrupt()
+			select {
+			case end = <-done:
+			case <-time.After(lim.Grace):
+				kill()
+				end = <-done
+				end.Stuck = true
+			}
+		case end = <-done: // the run was never given to the process
 		}
 	}
 	end.Interrupted, end.CtxErr = interrupted, ctxErr
