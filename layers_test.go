@@ -27,7 +27,7 @@ var layers = map[string][]string{
 	"sandbox/internal/pkgs":          nil,
 	"sandbox/internal/pkgs/pkgstest": nil,
 	"sandbox/redisstore":             {"", "sandbox/internal/state"},
-	"sandbox/pgcold":                 {"migrations/pgdb"},
+	"sandbox/pgcold":                 {"", "migrations/pgdb"},
 	"conversations":                  {""},
 	"toolkits":                       {"", "conversations", "sandbox"},
 	"agents":                         {"", "conversations", "toolkits"},

@@ -18,7 +18,7 @@ type attached struct {
 	lv       *live
 	info     SessionInfo
 	notes    []string
-	replayed []string // cells replayed from the caller's history: they join the replay log
+	replayed []string // cells replayed from the caller's history: the log takes them at the next save (live.unlogged)
 }
 
 // attach makes sure key has a current interpreter, bringing it back when the warm copy
@@ -67,7 +67,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	switch {
 	case st == nil:
 		a.info.RestoredFrom = FromFresh
-		seen, _ := e.st.Seen(ctx, key)
+		seen, err := e.st.Seen(ctx, key)
+		if err != nil {
+			return nil, err
+		}
 		a.info.Expired = seen
 		at.Reseed = true
 		if e.cfg.ForceReplay {
@@ -156,20 +159,30 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
 				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
 		}
+		if len(at.Cells) > 0 && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			// Trying again would replay the same cells into the same limit.
+			return nil, sandchat.Errorf(sandchat.ECONFLICT,
+				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",
+				len(at.Cells), e.cfg.RestoreTimeout)
+		}
 		return nil, procErr(err, p)
 	}
 	var r proc.AttachReply
 	_ = json.Unmarshal(f.JSON, &r)
+	lv := newLive(key, p, base, mode)
 	if r.Error != nil {
 		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
+		lv.partial = true
 	}
-	lv := newLive(key, p, base, mode)
 	if st != nil {
 		lv.version, lv.packages, lv.pip = st.Version, st.Packages, pip
 	}
-	lv.heapVersion, lv.heapStale = heapVersion, heapStale
+	lv.heapVersion, lv.heapStale, lv.unlogged = heapVersion, heapStale, a.replayed
 	a.lv = lv
-	e.res.adopt(key, lv)
+	if !e.res.adopt(key, lv) {
+		p.Close("the engine shut down")
+		return nil, errShutDown
+	}
 	return a, nil
 }
 

@@ -26,19 +26,24 @@ func (c Config) stateCap(want int64) int64 {
 // persist makes a successful run durable before it is reported complete: its cell joins
 // the session's log in Redis with the files it changed (a few hundred bytes for most
 // runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
-// restore replays the cells logged since the last checkpoint.
-func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *attached, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
+// restore replays the cells logged since the last checkpoint. After a run that failed,
+// whose effects no cell in the log holds, the heap is saved before the answer.
+func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
 	deleted := make([]string, 0, len(lv.unsavedDel))
 	for p := range lv.unsavedDel {
 		deleted = append(deleted, p)
 	}
 	e.sess.mu.Lock()
 	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
+	// A run that failed since the last save left effects in this heap that the log does
+	// not hold (Python errors are not logged), and this run may build on them: its cell
+	// alone would not replay. The heap is then saved before the answer.
+	heapNow := lv.tainted && !lv.partial && lv.mode == modeSnapshot
 	e.sess.mu.Unlock()
 	save := state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, a.replayed...), e.cfg.logCell(req.Code, req.Timeout)),
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), e.cfg.logCell(req.Code, req.Timeout)),
 		Cap: e.cfg.stateCap(req.StateCap),
 	}
 	e.sess.mu.Lock()
@@ -63,8 +68,19 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, a *at
 	e.sess.mu.Lock()
 	lv.version, lv.tainted, lv.heapStale = v, false, false
 	e.sess.mu.Unlock()
-	lv.unsaved, lv.unsavedDel = map[string][]byte{}, map[string]bool{}
+	lv.unsaved, lv.unsavedDel, lv.unlogged = map[string][]byte{}, map[string]bool{}, nil
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
+	if heapNow {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RestoreTimeout)
+		err := e.ckpt.save(cctx, lv, token, v)
+		cancel()
+		if err != nil {
+			// The log alone cannot bring this run back; a later checkpoint may still.
+			e.log.WarnContext(ctx, "checkpoint after a failed run", "session", key, "err", err)
+			res.Stderr += "[sandbox] this run's state builds on an earlier run that failed, and could not be saved yet (" +
+				sandchat.ErrorMessage(err) + "): until it is, it lives only while the session stays warm\n"
+		}
+	}
 	e.ckpt.schedule(lv)
 	return ctxErr
 }

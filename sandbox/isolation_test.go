@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
@@ -237,8 +238,8 @@ func TestRestoreDeadline(t *testing.T) {
 	_, err := e.Execute(context.Background(), k, Request{Code: "x"})
 	took := time.Since(t0)
 	t.Logf("err %v after %s", err, took)
-	if err == nil || took > 15*time.Second {
-		t.Fatalf("restore of a wedged replay: err %v after %s", err, took)
+	if err == nil || took > 15*time.Second || sandchat.ErrorCode(err) != sandchat.ECONFLICT || !strings.Contains(err.Error(), "Reset the session") {
+		t.Fatalf("restore of a wedged replay: err %v after %s, want a 409 that says to reset", err, took)
 	}
 	if got := resultOf(mustSucceed(t, e, "other", "1 + 1")); got != "2" {
 		t.Fatalf("another session afterwards: %s", got)

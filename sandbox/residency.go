@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
@@ -24,12 +25,20 @@ type residency struct {
 	reclaiming int // evicted processes not gone yet: each frees one slot soon
 }
 
-// adopt makes lv key's live session, busy, and evicts past MaxLive.
-func (r *residency) adopt(key string, lv *live) {
-	r.sess.adopt(key, lv)
+// errShutDown answers a run whose session came back as the engine shut down.
+var errShutDown = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The Python sandbox is shutting down on this server; run the code again."}
+
+// adopt makes lv key's live session, busy, and evicts past MaxLive; false once the
+// engine is shut down.
+func (r *residency) adopt(key string, lv *live) bool {
+	if !r.sess.adopt(key, lv) {
+		return false
+	}
 	for _, old := range r.sess.overLimit(r.cfg.MaxLive) {
 		go r.ckpt.retire(old, "evicted (least recently used)")
 	}
+	return true
 }
 
 // release marks lv idle after a run; its process is frozen until the next one.

@@ -20,6 +20,11 @@ import (
 const maxSavedFilesPerRun = maxChangedFiles
 
 // check refuses a request outside the limits, saying which.
+// Check tells whether the engine would take req for key under c's limits (the key, the
+// code's size, the time limit, the preload, the /data files), for a caller that records
+// a run before it asks for it. Execute checks again.
+func (c Config) Check(key string, req Request) error { return c.check(key, &req) }
+
 func (c *Config) check(key string, req *Request) error {
 	if key == "" || len(key) > 512 {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key must be 1 to 512 bytes.")
@@ -187,7 +192,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		lv.tainted = true
 		return res, ctxErr
 	}
-	return res, e.persist(ctx, key, token, lv, a, req, &r, &res, ctxErr)
+	return res, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
 }
 
 // lostRun is the answer to a run whose process gave none: why, and what it printed as

@@ -25,6 +25,9 @@ type live struct {
 	// Files changed by runs that were not saved (a Python error): the next save carries them.
 	unsaved    map[string][]byte
 	unsavedDel map[string]bool
+	// unlogged are cells the session was rebuilt from (the caller's history) that its log
+	// does not hold yet: the next save logs them ahead of its own cell.
+	unlogged []string
 
 	// Checkpoints (checkpoint.go), guarded by sessions.mu. heapVersion is the version of
 	// the heap saved in Redis; heapStale says that heap no longer applies (the session
@@ -33,8 +36,11 @@ type live struct {
 	heapVersion int64
 	heapStale   bool
 	tainted     bool
-	checkpoint  *time.Timer
-	gone        chan struct{} // closed once retired (checkpointed after eviction, then stopped)
+	// partial: the session came back without all of its logged cells (one failed to
+	// replay), so this heap is never saved as its state: the log stays whole.
+	partial    bool
+	checkpoint *time.Timer
+	gone       chan struct{} // closed once retired (checkpointed after eviction, then stopped)
 
 	// stateCap is what the session's saved state may hold, as its last run allowed
 	// (guarded by sessions.mu); checkpoints keep to it.
@@ -237,15 +243,20 @@ func (s *sessions) dataFor(lv *live, files []File, o *proc.Blobs) ([]proc.DataFi
 // dirty tells whether the saved heap lags this interpreter and a checkpoint can catch it
 // up; called with sessions.mu held.
 func (lv *live) dirty() bool {
-	return lv.mode == modeSnapshot && !lv.tainted && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
+	return lv.mode == modeSnapshot && !lv.tainted && !lv.partial && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
 }
 
-// adopt makes lv key's live session, busy.
-func (s *sessions) adopt(key string, lv *live) {
+// adopt makes lv key's live session, busy; false once the engine is shut down, when
+// nothing would ever stop lv's process.
+func (s *sessions) adopt(key string, lv *live) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
 	lv.busy, lv.used = true, time.Now()
 	s.m[key] = lv
-	s.mu.Unlock()
+	return true
 }
 
 // idleNow marks lv idle after a run.

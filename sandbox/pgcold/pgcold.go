@@ -7,12 +7,12 @@ package pgcold
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
@@ -43,7 +43,8 @@ func (s *Store) Get(ctx context.Context, session, hash string) ([]byte, error) {
 	var data []byte
 	err := s.db.QueryRow(ctx, `select data from sandbox_blobs where session = $1 and hash = $2`, session, hash).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("the session's saved state refers to a blob that is gone (%.12s)", hash)
+		return nil, sandchat.Errorf(sandchat.ECONFLICT,
+			"This Python session's saved state is incomplete: a stored part of it (%.12s) is gone. Reset the session to start over.", hash)
 	}
 	if err != nil {
 		return nil, pgdb.PgError(err, "session state")

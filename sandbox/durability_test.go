@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A run that succeeds after one that failed may build on what the failed one left in
+// the interpreter (the log holds only runs that succeeded): it is durable when it
+// answers, so a crash right after it loses nothing.
+func TestSuccessAfterFailureIsDurable(t *testing.T) {
+	e, _, keyOf := setup(t)
+	key := keyOf("after-failure")
+	mustSucceed(t, e, key, "x = 1")
+	if res := run(t, e, key, "y = 5\n1 / 0"); res.Status != StatusError {
+		t.Fatalf("the failing run: status %s, want error", res.Status)
+	}
+	mustSucceed(t, e, key, "z = x + y")
+	killAll(t, liveOf(t, e, key).p)
+	res := mustSucceed(t, e, key, "z")
+	if got := resultOf(res); got != "6" {
+		t.Fatalf("after the crash: z = %s, want 6 (restored from %s, stderr %q)", got, res.Session.RestoredFrom, res.Stderr)
+	}
+}
+
+// A session that came back without all of its cells (one failed to replay) never has its
+// heap saved as its state: the log keeps every cell for a later restore.
+func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.CheckpointDelay = 24 * time.Hour })
+	ctx := context.Background()
+	key := "partial"
+	mustSucceed(t, e, key, "a = 1")
+	// Succeeds now, fails when replayed a few seconds later.
+	until := time.Now().Add(5 * time.Second).Unix()
+	mustSucceed(t, e, key, fmt.Sprintf("import time\nassert time.time() < %d", until))
+	mustSucceed(t, e, key, "b = 2")
+	killAll(t, liveOf(t, e, key).p)
+	time.Sleep(time.Until(time.Unix(until+1, 0)))
+	res := mustSucceed(t, e, key, "c = 3")
+	if !strings.Contains(res.Stderr, "could not be fully restored") {
+		t.Fatalf("the restore did not say it was partial: stderr %q", res.Stderr)
+	}
+	lv := liveOf(t, e, key)
+	if err := e.ckpt.live(ctx, lv); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	st, err := e.st.Load(ctx, key, false)
+	if err != nil || st == nil {
+		t.Fatalf("load: %v", err)
+	}
+	if st.HeapVersion != 0 {
+		t.Fatalf("the partial heap was saved as version %d", st.HeapVersion)
+	}
+	cells, err := e.st.Cells(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(cells, func(c string) bool { return strings.Contains(c, "b = 2") }) {
+		t.Fatalf("the log lost a cell the restore skipped: %q", cells)
+	}
+}
+
+// Cells a session was rebuilt from (the caller's history, after the store lost it) join
+// its log at the first save, even when the first run after the rebuild fails.
+func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
+	e, b := newEngine(t, func(c *Config) { c.ForceReplay = true })
+	history := &runLog{}
+	e.history = history
+	ctx := context.Background()
+	k := "rebuilt"
+	for _, code := range []string{"counter = 0", "counter += 1"} {
+		mustSucceed(t, e, k, code)
+		history.add(k, code)
+	}
+	keys, err := b.rdb.Keys(ctx, b.prefix+"sandbox:{"+k+"}:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("session keys %v %v", keys, err)
+	}
+	if err := b.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, e, k, "1 / 0"); r.Status != StatusError || r.Session.RestoredFrom != FromReplay {
+		t.Fatalf("first run after the loss: %s from %s", r.Status, r.Session.RestoredFrom)
+	}
+	mustSucceed(t, e, k, "counter += 1")
+	killAll(t, liveOf(t, e, k).p)
+	if r := mustSucceed(t, e, k, "counter"); resultOf(r) != "2" {
+		t.Fatalf("after the crash: counter = %s, want 2 (stderr %q)", resultOf(r), r.Stderr)
+	}
+}
