@@ -3,6 +3,7 @@ package frontendapi
 import (
 	"context"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"path"
@@ -142,7 +143,8 @@ func (s *Server) execute(c *fiber.Ctx) error {
 		if *in.TimeoutMS <= 0 {
 			return sandchat.Errorf(sandchat.EINVALID, "timeout_ms must be positive.")
 		}
-		timeout = time.Duration(*in.TimeoutMS) * time.Millisecond
+		// Past what a Duration holds it is past any limit: the engine says which.
+		timeout = time.Duration(min(*in.TimeoutMS, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 	}
 	run, err := s.sandbox.ExecuteDirect(c.UserContext(), id, in.Code, timeout)
 	if err != nil {

@@ -88,6 +88,12 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		}
 	}
 	key := s.SessionKey(req.ConversationID, req.AgentID)
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay}
+	// A run the engine would refuse (code too long, a time limit past the maximum) is
+	// refused before anything of it is stored.
+	if err := s.Engine.Config().Check(key, sreq); err != nil {
+		return Run{}, err
+	}
 	// Uploads travel once: only those the session's warm process does not hold.
 	data, err := s.dataFiles(ctx, req.ConversationID, s.Engine.DataVersions(key))
 	if err != nil {
@@ -104,8 +110,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, Data: data, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
-		StateCap: quota.cap}
+	sreq.Data, sreq.StateCap = data, quota.cap
 	r, later := s.call(func() (sandbox.Result, error) {
 		res, err := s.Engine.Execute(ctx, key, sreq)
 		if errors.Is(err, sandbox.ErrDataStale) {
@@ -130,14 +135,25 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		// and is answered so, as its record says.
 		err = nil
 	}
+	if err != nil && res.Status != "" && errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The request's own time limit passed while the code ran: the code was
+		// interrupted as at its time limit, and the session keeps what it did. That is
+		// the run's outcome, recorded and answered as such: "try again" would run it twice.
+		if res.Status == sandbox.StatusTimeout && res.Error != nil {
+			res.Error.Message = "The request's time limit passed while the code ran (the wait for the session included): it was interrupted, and the session keeps its state."
+		}
+		err = nil
+	}
 	if err != nil {
 		if !stopped(ctx, res, err) {
-			return Run{}, s.failed(ctx, wctx, id, ex, res, err)
+			_, err = s.failed(ctx, wctx, id, ex, res, err)
+			return Run{}, err
 		}
 		// Recorded as stopped, and returned with the error: its caller went away, but
-		// what it printed before is shown as it was.
+		// what it printed and showed before is kept as it was.
 		res.Status = RunStopped
-		return Run{ID: id, Result: res}, s.failed(ctx, wctx, id, ex, res, err)
+		files, err := s.failed(ctx, wctx, id, ex, res, err)
+		return Run{ID: id, Result: res, Artifacts: linkDisplayImages(res, files)}, err
 	}
 	ex = finished(ex, withDisplayImages(res))
 	files, notKept, err := s.finish(wctx, id, ex, "")
@@ -149,7 +165,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
 		run.DataFiles = dataList(data)
-		s.finishLater(wctx, id, ex)
+		s.finishLater(wctx, id, ex, "")
 		return run, nil
 	}
 	// The record's stderr says which files did not fit in the quota; so does the answer.
@@ -200,9 +216,9 @@ func (s *Sandbox) call(run func() (sandbox.Result, error)) (r engineReply, later
 	}
 }
 
-// failed records a run the engine did not complete, and returns the error for its
-// caller.
-func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.Execution, res sandbox.Result, err error) error {
+// failed records a run the engine did not complete, and returns the files stored with
+// it (an interrupted run keeps its artifacts and images) and the error for its caller.
+func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.Execution, res sandbox.Result, err error) ([]conversations.FileRef, error) {
 	// A result comes with the context's error when the run was interrupted, and then
 	// the session keeps what the run did; with any other error the code ran but the
 	// engine could not save its state and went back to the last one saved.
@@ -218,17 +234,19 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 	case res.Status != "":
 		// The engine still reports what the run did (interrupted code keeps its
 		// state): record that, not a failure.
-		ex, reason = finished(ex, res), ""
+		ex, reason = finished(ex, withDisplayImages(res)), ""
 	case ctx.Err() != nil:
 		reason = "The run was stopped: " + context.Cause(ctx).Error() + "."
 	case s.closing.Load():
 		reason = "The server shut down during the run, which was cut off; run it again."
 		err = sandchat.Errorf(sandchat.EUNAVAILABLE, "%s", reason)
 	}
-	if _, _, ferr := s.finish(wctx, id, ex, reason); ferr != nil {
+	files, _, ferr := s.finish(wctx, id, ex, reason)
+	if ferr != nil {
 		s.log().WarnContext(ctx, "record failed run", "execution_id", id, "err", ferr)
+		s.finishLater(wctx, id, ex, reason)
 	}
-	return err
+	return files, err
 }
 
 // recordLate records the outcome of a run whose caller was answered before the engine
@@ -237,7 +255,7 @@ func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversatio
 	s.explain(&r.res, quota)
 	ex = s.withQuota(wctx, ex, quota, r.res)
 	if r.err != nil {
-		_ = s.failed(ctx, wctx, id, ex, r.res, r.err)
+		_, _ = s.failed(ctx, wctx, id, ex, r.res, r.err)
 		return
 	}
 	ex = finished(ex, withDisplayImages(r.res))
@@ -339,15 +357,15 @@ func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Executi
 	return files, notKept, nil
 }
 
-// finishLater keeps writing a run's outcome until it is stored (or for an hour, after
-// which the row stays pending and the logs say which one).
-func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Execution) {
+// finishLater keeps writing a run's outcome (failure: why it failed, if it did) until it
+// is stored, or for an hour, after which the row stays pending and the logs say which.
+func (s *Sandbox) finishLater(ctx context.Context, id int64, ex conversations.Execution, failure string) {
 	s.background.Add(1)
 	go func() {
 		defer s.background.Done()
 		later := sandchat.Backoff{Initial: 2 * time.Second, Max: 2 * time.Second, For: time.Hour}
 		err := later.Retry(ctx, func() error {
-			_, _, err := s.Store.FinishExecution(ctx, id, ex, "")
+			_, _, err := s.Store.FinishExecution(ctx, id, ex, failure)
 			return err
 		}, func(err error) bool { return sandchat.IsUnavailable(err) && !s.abandoned.Load() })
 		switch {

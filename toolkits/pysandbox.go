@@ -19,6 +19,8 @@ import (
 
 // Engine is what the Python sandbox tool needs of the sandbox engine.
 type Engine interface {
+	// Config is the engine's configuration: its limits check a run before it is recorded.
+	Config() sandbox.Config
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
 	// StateBytes is what the session's saved state holds; zero when it has none.

@@ -399,6 +399,9 @@ func (e *scriptedEngine) Reset(ctx context.Context, key string) error {
 	return sandchat.RedisError(e.rdb.Del(ctx, e.prefix+key).Err())
 }
 
+// Config: the scripted engine takes what the real one takes.
+func (e *scriptedEngine) Config() sandbox.Config { return sandbox.DefaultConfig() }
+
 // DataVersions: the scripted engine keeps no /data, so every run gets every upload.
 func (e *scriptedEngine) DataVersions(string) map[string]string { return nil }
 

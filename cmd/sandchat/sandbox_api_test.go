@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -146,6 +147,19 @@ func TestSandboxAPI(t *testing.T) {
 		r = alice.run(conv, "print(math.pi > 3)\nf(1)")
 		if r.Status != "success" || r.Stdout != "True\n" || r.Result == nil || *r.Result != "42" || r.Session.Version != 2 || r.Session.RestoredFrom != "live" {
 			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("a run the engine would refuse leaves no record", func(t *testing.T) {
+		refusedConv := alice.createConversation(agent.ID)
+		path := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", refusedConv)
+		alice.must(413, "POST", path, map[string]any{"code": strings.Repeat("x", 257<<10)}, nil)
+		for _, ms := range []int64{301_000, math.MaxInt64} {
+			alice.must(400, "POST", path, map[string]any{"code": "1", "timeout_ms": ms}, nil)
+		}
+		var runs []json.RawMessage
+		alice.must(200, "GET", path, nil, &runs)
+		if len(runs) != 0 {
+			t.Fatalf("%d refused runs were recorded", len(runs))
 		}
 	})
 	t.Run("python errors are structured", func(t *testing.T) {

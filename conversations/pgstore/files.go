@@ -421,16 +421,24 @@ func scanStoredFile(r pgx.CollectableRow) (conversations.StoredFile, error) {
 }
 
 // File returns a file and its bytes if the caller may view its conversation.
+// The caller's access is checked before the bytes are read; a file of a conversation
+// the caller may not see is not found, and a database that fails says so (503).
 func (s *Store) File(ctx context.Context, id int64) (conversations.StoredFile, []byte, error) {
 	var f conversations.StoredFile
-	var data []byte
-	err := s.db.QueryRow(ctx, `select id, name, content_type, size, conversation_id, source, execution_id, data
-		from files where id = $1`, id).Scan(&f.ID, &f.Name, &f.ContentType, &f.Size, &f.ConversationID, &f.Source, &f.ExecutionID, &data)
+	err := s.db.QueryRow(ctx, `select id, name, content_type, size, conversation_id, source, execution_id
+		from files where id = $1`, id).Scan(&f.ID, &f.Name, &f.ContentType, &f.Size, &f.ConversationID, &f.Source, &f.ExecutionID)
 	if err != nil {
 		return f, nil, pgdb.PgError(err, "File")
 	}
 	if _, err := share.Authorize(ctx, s.db, f.ConversationID, sandchat.Anyone...); err != nil {
-		return f, nil, sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
+		if c := sandchat.ErrorCode(err); c == sandchat.ENOTFOUND || c == sandchat.EFORBIDDEN {
+			return f, nil, sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
+		}
+		return f, nil, err
+	}
+	var data []byte
+	if err := s.db.QueryRow(ctx, `select data from files where id = $1`, id).Scan(&data); err != nil {
+		return f, nil, pgdb.PgError(err, "File")
 	}
 	return f, data, nil
 }
