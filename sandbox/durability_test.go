@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // A run that succeeds after one that failed may build on what the failed one left in
@@ -91,4 +95,39 @@ func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
 	if r := mustSucceed(t, e, k, "counter"); resultOf(r) != "2" {
 		t.Fatalf("after the crash: counter = %s, want 2 (stderr %q)", resultOf(r), r.Stderr)
 	}
+}
+
+// A save whose answer is lost after it went through (a timeout once the script ran) is
+// a save: the run is answered as the success it was, not as "not saved, run it again".
+func TestSaveAnswerLost(t *testing.T) {
+	var st *lostAnswer
+	e, _ := newEngineOn(t, nil, func(c Config) Store {
+		st = &lostAnswer{Store: storeFor(testRedis(t), c)}
+		return st
+	})
+	k := "lost-answer"
+	mustSucceed(t, e, k, "n = 1")
+	st.lose.Store(true)
+	r := mustSucceed(t, e, k, "n += 1\nn")
+	if resultOf(r) != "2" || r.Session.Version != 2 || st.lose.Load() {
+		t.Fatalf("run after a lost answer: %s, version %d (save answered: %v)", resultOf(r), r.Session.Version, !st.lose.Load())
+	}
+	evictLive(t, e, k)
+	if got := resultOf(mustSucceed(t, e, k, "n")); got != "2" {
+		t.Fatalf("after eviction: n = %s, want 2 (the run applied once)", got)
+	}
+}
+
+// lostAnswer saves, then (once, when lose is set) answers as if Redis timed out.
+type lostAnswer struct {
+	Store
+	lose atomic.Bool
+}
+
+func (s *lostAnswer) Save(ctx context.Context, session string, r state.Save) (int64, int64, error) {
+	v, n, err := s.Store.Save(ctx, session, r)
+	if err == nil && s.lose.CompareAndSwap(true, false) {
+		return 0, 0, sandchat.RedisError(context.DeadlineExceeded)
+	}
+	return v, n, err
 }

@@ -51,6 +51,16 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	e.sess.mu.Unlock()
 	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
 	var full *state.Full
+	if err != nil && !errors.As(err, &full) && !errors.Is(err, state.ErrFenced) {
+		// The answer may be what was lost (a timeout after the script ran), not the save.
+		// Only this lease's holder moves the version, so the version tells: a run told
+		// it was not saved would be run again, and applied twice.
+		bg := context.WithoutCancel(ctx)
+		if now, verr := e.st.Version(bg, key); verr == nil && now == save.From+1 {
+			v, err = now, nil
+			stateBytes, _ = e.st.Bytes(bg, key)
+		}
+	}
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
