@@ -152,14 +152,18 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			at.Data = append(at.Data, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
 		}
 	}
-	f, err := p.Call(actx, at, &o)
+	// The replay is a step of its own, with its own RestoreTimeout: a slow package fetch
+	// before it does not count against the cells.
+	rctx, rcancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	defer rcancel()
+	f, err := p.Call(rctx, at, &o)
 	if err != nil {
 		p.Close("attach failed")
 		if pe := (*proc.Error)(nil); errors.As(err, &pe) && pe.Kind == "replay" {
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
 				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
 		}
-		if len(at.Cells) > 0 && errors.Is(actx.Err(), context.DeadlineExceeded) {
+		if len(at.Cells) > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			// Trying again would replay the same cells into the same limit.
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
 				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",

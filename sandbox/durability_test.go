@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -130,4 +132,31 @@ func (s *lostAnswer) Save(ctx context.Context, session string, r state.Save) (in
 		return 0, 0, sandchat.RedisError(context.DeadlineExceeded)
 	}
 	return v, n, err
+}
+
+// A run whose caller is gone as it starts is interrupted, not killed: the interrupt goes
+// after the run's frame, and one that lands while the Worker loads the code's imports
+// (Python, which swallows it) still reaches the code.
+func TestInterruptAtStart(t *testing.T) {
+	e, _, keyOf := setup(t)
+	key := keyOf("interrupt-at-start")
+	mustSucceed(t, e, key, "n = 1")
+	p := liveOf(t, e, key).p
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, code := range []string{"while True:\n    n += 1", "import math\nwhile True:\n    n += 1"} {
+		killed := false
+		end := p.Run(gone, proc.RunReq{Op: "run", Code: code, Filename: fmt.Sprintf("<start-%d>", i), Data: []proc.DataFile{}, Preload: []string{}},
+			nil, proc.RunLimits{Load: 10 * time.Second, Timeout: 10 * time.Second, Grace: 2 * time.Second}, proc.RunHooks{}, func() {
+				killed = true
+				p.Kill("test: the run ignored the interrupt")
+			})
+		if killed || end.Stuck || end.Err != nil {
+			t.Fatalf("%q with its caller gone: killed %v, stuck %v, err %v", code, killed, end.Stuck, end.Err)
+		}
+		var r proc.RunReply
+		if err := json.Unmarshal(end.Frame.JSON, &r); err != nil || r.Status != StatusTimeout {
+			t.Fatalf("%q with its caller gone: reply %+v %v, want a timeout", code, r, err)
+		}
+	}
 }

@@ -50,17 +50,13 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	lv.stateCap = save.Cap
 	e.sess.mu.Unlock()
 	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
-	var full *state.Full
-	if err != nil && !errors.As(err, &full) && !errors.Is(err, state.ErrFenced) {
-		// The answer may be what was lost (a timeout after the script ran), not the save.
-		// Only this lease's holder moves the version, so the version tells: a run told
-		// it was not saved would be run again, and applied twice.
-		bg := context.WithoutCancel(ctx)
-		if now, verr := e.st.Version(bg, key); verr == nil && now == save.From+1 {
-			v, err = now, nil
-			stateBytes, _ = e.st.Bytes(bg, key)
-		}
+	if sandchat.IsUnavailable(err) {
+		// The answer may be what was lost (a timeout after the save went through): a save
+		// is idempotent under its token, so asking once more tells. A run told it was not
+		// saved would be run again, and applied twice.
+		v, stateBytes, err = e.st.Save(context.WithoutCancel(ctx), key, save)
 	}
+	var full *state.Full
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
@@ -87,9 +83,10 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		if err != nil {
 			// The log alone cannot bring this run back; a later checkpoint may still.
 			e.log.WarnContext(ctx, "checkpoint after a failed run", "session", key, "err", err)
-			res.Stderr += "[sandbox] this run's state builds on an earlier run that failed, and could not be saved yet (" +
+			res.Stderr += "[sandbox] this run's state holds changes no saved cell has (an earlier run failed or was not saved), and could not be saved yet (" +
 				sandchat.ErrorMessage(err) + "): until it is, it lives only while the session stays warm\n"
 		}
+		res.Session.Mode = lv.mode // a heap that cannot be saved turns the session to replay
 	}
 	e.ckpt.schedule(lv)
 	return ctxErr

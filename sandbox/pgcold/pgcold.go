@@ -7,6 +7,7 @@ package pgcold
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +44,10 @@ func (s *Store) Get(ctx context.Context, session, hash string) ([]byte, error) {
 	var data []byte
 	err := s.db.QueryRow(ctx, `select data from sandbox_blobs where session = $1 and hash = $2`, session, hash).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, sandchat.Errorf(sandchat.ECONFLICT,
-			"This Python session's saved state is incomplete: a stored part of it (%.12s) is gone. Reset the session to start over.", hash)
+		// Most often a checkpoint replaced it a moment ago (the state read before it named
+		// the old one): the next try reads the new state. If it stays, only a reset helps.
+		return nil, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
+			"This Python session's saved state names a stored part (%.12s) that is not there; try again, and if this persists, reset the session.", hash)}
 	}
 	if err != nil {
 		return nil, pgdb.PgError(err, "session state")

@@ -23,12 +23,22 @@ import (
 // newer state (fencing). It keeps the session's total (heap, files, replay log, hot and
 // cold) under the cap and what stays in Redis under the hot bound, refusing the whole
 // save rather than keeping part of it. Files are either in the files hash (hot) or named
-// in the cold hash as "hash size".
+// in the cold hash as "hash size". A save asked again with the same token after it went
+// through (its answer lost to a timeout) is answered again: saves are idempotent.
 var saveScript = redis.NewScript(`
 local state, files, cells, lease, seen, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
-if v ~= tonumber(ARGV[2]) then return {-2, 0, 0} end
+if v ~= tonumber(ARGV[2]) then
+  -- This very save, applied before its answer was lost (asked again after a timeout):
+  -- the token that wrote it says so, and it is answered again, not refused.
+  if v == tonumber(ARGV[3]) and redis.call('HGET', state, 'savedby') == ARGV[1] then
+    local t = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta')
+    for _, f in ipairs({'fbytes', 'cbytes', 'cfbytes', 'deltasize'}) do t = t + tonumber(redis.call('HGET', state, f) or '0') end
+    return {v, t, 0}
+  end
+  return {-2, 0, 0}
+end
 local ttl, cap, hotcap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fixedhot, fixedcold = tonumber(ARGV[7]), tonumber(ARGV[8])
 local hadcold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
@@ -89,7 +99,7 @@ for k = 0, nd - 1 do
   redis.call('HDEL', cold, ARGV[deleted + 1 + k])
 end
 for k = 0, ncell - 1 do redis.call('RPUSH', cells, ARGV[i + k]) end
-redis.call('HSET', state, 'version', ARGV[3], 'fbytes', fbytes, 'cbytes', cbytes, 'cfbytes', cfbytes)
+redis.call('HSET', state, 'version', ARGV[3], 'savedby', ARGV[1], 'fbytes', fbytes, 'cbytes', cbytes, 'cfbytes', cfbytes)
 for _, key in ipairs({state, files, cells, cold}) do redis.call('PEXPIRE', key, ttl) end
 redis.call('SET', seen, '1', 'PX', ttl * 7)
 local hascold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''

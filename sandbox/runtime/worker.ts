@@ -725,10 +725,17 @@ async function run(m: any) {
     }
   }
   post({ op: "started" }); // the run's time limit starts now
+  // An interrupt that came while packages loaded (or preloads ran) was raised, and
+  // swallowed, in that Python: the host's flag still says it came, so the code gets it.
+  const pending = () => {
+    if (interrupt[1] === 1) interrupt[0] = 2; // SIGINT
+  };
+  pending();
   for (const n of m.preload ?? []) {
     const e = await quietRun(`import ${n}`, "<preload>");
     if (e) se.write(new TextEncoder().encode(`[sandbox] preload of ${n} failed: ${e}\n`));
   }
+  pending();
   try {
     const [s, v, e, so] = await callDriver(m.code, m.filename, m.maxOutput);
     compiled = so ?? [];
