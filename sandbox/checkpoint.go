@@ -46,7 +46,7 @@ type checkpoints struct {
 	st    Store
 	sess  *sessions
 	ctx   context.Context // the engine's: ends with Close
-	lease func(ctx context.Context, key string, fn func(token string) error) error
+	lease func(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error
 	build string // the runtime's build, set by Start before any session is live
 }
 
@@ -146,7 +146,9 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 	if !dirty {
 		return nil
 	}
-	return c.lease(ctx, lv.key, func(token string) error {
+	// A checkpoint whose lease is lost is refused by the store's fence: it goes on with
+	// ctx, not the lease's, so its process is not killed for it.
+	return c.lease(ctx, lv.key, func(_ context.Context, token string) error {
 		c.sess.mu.Lock()
 		if c.sess.m[lv.key] != lv || lv.busy || !lv.dirty() {
 			// Gone (an eviction checkpoints it itself), a run has it (it checkpoints

@@ -160,3 +160,47 @@ func TestInterruptAtStart(t *testing.T) {
 		}
 	}
 }
+
+// A run whose lease is taken from it (the session store lost it, another server holds
+// the session) is stopped at once, with a reason, rather than running beside the other
+// server's run until its save is refused.
+func TestLeaseLostStopsRun(t *testing.T) {
+	e, b, keyOf := setup(t)
+	key := keyOf("lease-lost")
+	mustSucceed(t, e, key, "n = 1")
+	lease := skey(e, key, "lease")
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := e.Execute(context.Background(), key, Request{Code: "import time\ntime.sleep(60)"})
+		done <- err
+	}()
+	ctx := context.Background()
+	for {
+		if v, _ := b.rdb.Get(ctx, lease).Result(); v != "" {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("the run never took its lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := b.rdb.Set(ctx, lease, "another-server", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if sandchat.ErrorCode(err) != sandchat.EUNAVAILABLE || !strings.Contains(err.Error(), "lost hold") {
+			t.Fatalf("run after its lease was taken: %v, want a 503 that says the lease was lost", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the run went on after its lease was taken")
+	}
+	if err := b.rdb.Del(ctx, lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := resultOf(mustSucceed(t, e, key, "n")); got != "1" {
+		t.Fatalf("the session after: n = %s", got)
+	}
+}

@@ -125,7 +125,7 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
 	}
-	return e.leases.with(ctx, key, func(string) error {
+	return e.leases.with(ctx, key, func(context.Context, string) error {
 		if err := e.st.Reset(ctx, key); err != nil {
 			return err
 		}

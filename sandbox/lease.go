@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -59,11 +60,17 @@ type leases struct {
 	locks keyLocks
 }
 
+// errLeaseLost ends a run whose lease this node could not keep (Redis unreachable for
+// the lease's life, or another node took the session): the fenced save would refuse
+// it anyway, and the code should not go on beside another node's run.
+var errLeaseLost = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "This server lost hold of the Python session during the run (the session store was unreachable, or another server took the session); the run was stopped and its state not saved."}
+
 // with runs fn holding the session's lease: queued behind other runs of the same
 // session on any node, refused when that queue is full. The lease has a fencing token:
 // a save made without it is refused, so a node that lost the lease can never overwrite
-// a newer state.
-func (l *leases) with(ctx context.Context, key string, fn func(token string) error) error {
+// a newer state. fn's context ends (cause errLeaseLost) once the lease is lost.
+func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error {
 	token := newToken()
 	ok, err := l.st.Admit(ctx, key, token, l.cfg.QueueDepth, l.cfg.MaxTimeout+l.cfg.Grace+time.Minute)
 	if err != nil {
@@ -84,20 +91,36 @@ func (l *leases) with(ctx context.Context, key string, fn func(token string) err
 	}
 	defer func() { _ = l.st.Release(context.WithoutCancel(ctx), key, token) }()
 
+	lctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(leaseTTL / 3)
 		defer t.Stop()
+		held := time.Now()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				_, _ = l.st.Renew(context.Background(), key, token)
+				rctx, cancel := context.WithTimeout(context.Background(), leaseTTL/3)
+				ok, err := l.st.Renew(rctx, key, token)
+				cancel()
+				switch {
+				case err == nil && ok:
+					held = time.Now()
+				case err == nil, time.Since(held) >= leaseTTL:
+					lost(errLeaseLost)
+					return
+				}
 			}
 		}
 	})
 	defer func() { close(stop); wg.Wait() }()
-	return fn(token)
+	err = fn(lctx, token)
+	if errors.Is(context.Cause(lctx), errLeaseLost) && ctx.Err() == nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = errLeaseLost
+	}
+	return err
 }

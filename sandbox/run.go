@@ -77,7 +77,7 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 	var res Result
 	t0 := time.Now()
 	var waited time.Duration
-	err := e.leases.with(ctx, key, func(token string) error {
+	err := e.leases.with(ctx, key, func(ctx context.Context, token string) error {
 		waited = time.Since(t0)
 		var err error
 		res, err = e.runLocked(ctx, key, token, req)
