@@ -204,3 +204,32 @@ func TestLeaseLostStopsRun(t *testing.T) {
 		t.Fatalf("the session after: n = %s", got)
 	}
 }
+
+// Versions never repeat across a reset: a warm copy of the session from before it (on
+// another node) can neither answer for the session nor save into it, however many runs
+// the reset session has made since.
+func TestResetOnAnotherNode(t *testing.T) {
+	e1, b := newEngine(t, nil)
+	e2, err := bootEngine(b.cfg, storeFor(b.rdb, b.cfg), testLogger(t))
+	if e2 != nil {
+		t.Cleanup(func() { _ = e2.Close() })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "reset-elsewhere"
+	mustSucceed(t, e1, k, "secret = 'before the reset'")
+	mustSucceed(t, e1, k, "a = 1")
+	if err := e2.Reset(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{"b = 1", "c = 1"} {
+		if r := mustSucceed(t, e2, k, code); r.Session.Version <= 2 {
+			t.Fatalf("after the reset, %q saved version %d, one the session had before it", code, r.Session.Version)
+		}
+	}
+	r := mustSucceed(t, e1, k, "'secret' in globals(), 'c' in globals()")
+	if got := resultOf(r); got != "(False, True)" || r.Session.RestoredFrom == FromLive {
+		t.Fatalf("the old node after the reset: %s from %s, want (False, True) restored", got, r.Session.RestoredFrom)
+	}
+}

@@ -98,6 +98,20 @@ func (s *Store) Version(ctx context.Context, session string) (int64, error) {
 	return v, fail(ctx, err)
 }
 
+// resetScript forgets a session's state, and leaves the version it had reached as the
+// floor of the next one's (save.go): versions never repeat across a reset, so a warm
+// copy from before it, on any node, can neither be taken for the session nor save.
+var resetScript = redis.NewScript(`
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+local floor = tonumber(redis.call('GET', KEYS[6]) or '0')
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if v > floor then floor = v end
+if floor > 0 then
+  if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[6], floor, 'PX', ARGV[1]) else redis.call('SET', KEYS[6], floor) end
+end
+return floor
+`)
+
 // Seen tells an expired session from one that never existed: the marker outlives the state.
 func (s *Store) Seen(ctx context.Context, session string) (bool, error) {
 	n, err := s.rdb.Exists(ctx, s.key(session, "seen")).Result()
@@ -200,7 +214,8 @@ func (s *Store) Bytes(ctx context.Context, session string) (int64, error) {
 
 // Reset forgets the session's state, files and log, in both tiers.
 func (s *Store) Reset(ctx context.Context, session string) error {
-	if err := s.rdb.Del(ctx, s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen")).Err(); err != nil {
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen"), s.key(session, "floor")}
+	if err := resetScript.Run(ctx, s.rdb, keys, (s.ttl * 7).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fail(ctx, err)
 	}
 	if s.cold != nil {

@@ -29,10 +29,17 @@ var saveScript = redis.NewScript(`
 local state, files, cells, lease, seen, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
+-- A first save after a reset goes past every version the session had before it (the
+-- floor Reset left), so a warm copy from before the reset, on any node, never matches.
+local nv = tonumber(ARGV[3])
+if ARGV[10 + 2 * tonumber(ARGV[9])] == '1' then
+  local floor = tonumber(redis.call('GET', KEYS[7]) or '0')
+  if floor >= nv then nv = floor + 1 end
+end
 if v ~= tonumber(ARGV[2]) then
   -- This very save, applied before its answer was lost (asked again after a timeout):
   -- the token that wrote it says so, and it is answered again, not refused.
-  if v == tonumber(ARGV[3]) and redis.call('HGET', state, 'savedby') == ARGV[1] then
+  if v == nv and redis.call('HGET', state, 'savedby') == ARGV[1] then
     local t = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta')
     for _, f in ipairs({'fbytes', 'cbytes', 'cfbytes', 'deltasize'}) do t = t + tonumber(redis.call('HGET', state, f) or '0') end
     return {v, t, 0}
@@ -99,12 +106,12 @@ for k = 0, nd - 1 do
   redis.call('HDEL', cold, ARGV[deleted + 1 + k])
 end
 for k = 0, ncell - 1 do redis.call('RPUSH', cells, ARGV[i + k]) end
-redis.call('HSET', state, 'version', ARGV[3], 'savedby', ARGV[1], 'fbytes', fbytes, 'cbytes', cbytes, 'cfbytes', cfbytes)
+redis.call('HSET', state, 'version', nv, 'savedby', ARGV[1], 'fbytes', fbytes, 'cbytes', cbytes, 'cfbytes', cfbytes)
 for _, key in ipairs({state, files, cells, cold}) do redis.call('PEXPIRE', key, ttl) end
 redis.call('SET', seen, '1', 'PX', ttl * 7)
 local hascold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
-if hadcold or hascold then return {tonumber(ARGV[3]), total, 1} end
-return {tonumber(ARGV[3]), total, 0}
+if hadcold or hascold then return {nv, total, 1} end
+return {nv, total, 0}
 `)
 
 // Save writes a run's state; it returns the new version and the bytes the session's
@@ -183,7 +190,7 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	for _, c := range r.Cells {
 		args = append(args, c)
 	}
-	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold")}
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold"), s.key(session, "floor")}
 	res, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, fail(ctx, err)
