@@ -170,21 +170,13 @@ func TestLeaseLostStopsRun(t *testing.T) {
 	mustSucceed(t, e, key, "n = 1")
 	lease := skey(e, key, "lease")
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() {
 		_, err := e.Execute(context.Background(), key, Request{Code: "import time\ntime.sleep(60)"})
 		done <- err
 	}()
 	ctx := context.Background()
-	for {
-		if v, _ := b.rdb.Get(ctx, lease).Result(); v != "" {
-			break
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("the run never took its lease")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The run takes its lease.
+	waitUntil(t, 20*time.Second, func() bool { return b.rdb.Get(ctx, lease).Val() != "" })
 	time.Sleep(500 * time.Millisecond)
 	if err := b.rdb.Set(ctx, lease, "another-server", time.Minute).Err(); err != nil {
 		t.Fatal(err)

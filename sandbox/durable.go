@@ -49,12 +49,14 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	e.sess.mu.Lock()
 	lv.stateCap = save.Cap
 	e.sess.mu.Unlock()
-	v, stateBytes, err := e.st.Save(context.WithoutCancel(ctx), key, save)
+	// The run is over: what it did is saved whether or not its caller still waits.
+	bg := context.WithoutCancel(ctx)
+	v, stateBytes, err := e.st.Save(bg, key, save)
 	if sandchat.IsUnavailable(err) {
 		// The answer may be what was lost (a timeout after the save went through): a save
 		// is idempotent under its token, so asking once more tells. A run told it was not
 		// saved would be run again, and applied twice.
-		v, stateBytes, err = e.st.Save(context.WithoutCancel(ctx), key, save)
+		v, stateBytes, err = e.st.Save(bg, key, save)
 	}
 	var full *state.Full
 	if errors.As(err, &full) {
@@ -77,7 +79,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	lv.unsaved, lv.unsavedDel, lv.unlogged = map[string][]byte{}, map[string]bool{}, nil
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
 	if heapNow {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RestoreTimeout)
+		cctx, cancel := context.WithTimeout(bg, e.cfg.RestoreTimeout)
 		err := e.ckpt.save(cctx, lv, token, v)
 		cancel()
 		if err != nil {
