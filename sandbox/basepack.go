@@ -1,29 +1,47 @@
 package sandbox
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
-// A base snapshot travels to a session process packed: its header, then only the heap
-// pages that are not all zeros (about half of a fresh interpreter's heap is zeros: the
-// C stack's unused depth and the free top of the heap). The process writes those pages
-// into wasm memory and leaves the rest untouched, so neither the frame it reads nor the
-// interpreter's memory ever holds the zeros (runtime/worker.ts, readBase).
+// A base snapshot reaches session processes as a file of the engine's, packed: its
+// header, a hash of every block of its heap, then only the heap pages that are not all
+// zeros (about half of a fresh interpreter's heap is zeros: the C stack's unused depth
+// and the free top of the heap). Every process of the node reads the one file, through
+// the page cache: the process reads those pages straight into wasm memory and leaves
+// the rest untouched, and neither a pipe nor a buffer of the process ever holds the base
+// (runtime/worker.ts, readBase and fillHeap). The hashes are what a process keeps of the
+// base to tell which blocks of its heap a checkpoint sends (worker.ts, diffHeap):
+// computed here once per base instead of in every process.
 //
-// Layout, little-endian, every part 16-aligned from the start of the blob (the frame
-// puts the blob itself on a 16-byte boundary):
+// Layout, little-endian:
 //
-//	u32 header length H, u32 heap length L, u32 page size P, u32 page count N
-//	the header (H bytes), padded
-//	N u32 page numbers, ascending, padded
+//	u32 header length H, u32 heap length L, u32 page size P, u32 page count N,
+//	u32 hash block size B, u32 hashed block count K (L / B), u32 0, u32 0
+//	the header (H bytes), padded to 16
+//	N u32 page numbers, ascending, padded to 16
+//	K pairs of u32 hashes (blockHash), padded to P
 //	N pages of P bytes (the last one padded with zeros if the heap ends inside it)
-const basePage = 4096
+const (
+	basePage       = 4096
+	baseHashBlock  = 256 // worker.ts, PAGE
+	basePackedHead = 32
+)
 
 func pad16(n int) int { return (n + 15) &^ 15 }
+
+func padTo(n, to int) int { return (n + to - 1) / to * to }
 
 // packBase packs a base snapshot (Pyodide's layout: u32 magic, u32 heap offset, …).
 // A snapshot too short to hold a header is packed as a header with an empty heap.
@@ -40,20 +58,41 @@ func packBase(snap []byte) []byte {
 			pages = append(pages, uint32(p))
 		}
 	}
-	idxAt := 16 + pad16(len(header))
-	dataAt := idxAt + pad16(4*len(pages))
+	blocks := len(heap) / baseHashBlock
+	idxAt := basePackedHead + pad16(len(header))
+	hashAt := idxAt + pad16(4*len(pages))
+	dataAt := padTo(hashAt+8*blocks, basePage)
 	out := make([]byte, dataAt+len(pages)*basePage)
-	le.PutUint32(out[0:], uint32(len(header)))
-	le.PutUint32(out[4:], uint32(len(heap)))
-	le.PutUint32(out[8:], basePage)
-	le.PutUint32(out[12:], uint32(len(pages)))
-	copy(out[16:], header)
+	for i, v := range []uint32{uint32(len(header)), uint32(len(heap)), basePage, uint32(len(pages)), baseHashBlock, uint32(blocks)} {
+		le.PutUint32(out[4*i:], v)
+	}
+	copy(out[basePackedHead:], header)
 	for k, p := range pages {
 		le.PutUint32(out[idxAt+4*k:], p)
 		start := int(p) * basePage
 		copy(out[dataAt+k*basePage:], heap[start:min(start+basePage, len(heap))])
 	}
+	for q := range blocks {
+		h1, h2 := blockHash(heap[q*baseHashBlock:(q+1)*baseHashBlock], uint32(q*baseHashBlock/4))
+		le.PutUint32(out[hashAt+8*q:], h1)
+		le.PutUint32(out[hashAt+8*q+4:], h2)
+	}
 	return out
+}
+
+// blockHash is worker.ts's hashBlock, to the bit: two 32-bit lanes over one block of
+// baseHashBlock bytes whose first word is word at of the heap (the second lane weighs
+// each word by its place). A block of zeros hashes the same wherever it lies.
+func blockHash(b []byte, at uint32) (uint32, uint32) {
+	le := binary.LittleEndian
+	h1, h2, h3 := uint32(0x2545f491), uint32(0x6a09e667), uint32(0x3c6ef372)
+	for i := uint32(0); i < baseHashBlock/4; i += 2 {
+		w, v, j := le.Uint32(b[4*i:]), le.Uint32(b[4*i+4:]), at+i
+		h1 = (h1^w)*0x9e3779b1 ^ h1>>15
+		h3 = (h3^v)*0x85ebca6b ^ h3>>13
+		h2 += w*(j<<1|1) + v*(j<<1|3)
+	}
+	return h1 ^ h3*0xcc9e2d51, h2
 }
 
 func allZero(b []byte) bool {
@@ -71,25 +110,59 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// basePacks keeps the packed form of the base last packed: every process the engine
-// starts is primed with the current base, so it is packed once per base, not per start.
-type basePacks struct {
-	mu     sync.Mutex
-	of     []byte // the snapshot packed (the engine's copy: compared by identity)
-	packed []byte
+// baseFiles writes the packed bases processes are primed with into dir, each named by
+// its contents, once per base: every process the engine starts is primed with the
+// current base, so it is packed once, not per start. The last few bases are kept
+// (sessions saved against an older base restore from it); a file that went missing is
+// written again.
+type baseFiles struct {
+	dir string
+
+	mu   sync.Mutex
+	last []baseFile // most recent first
 }
 
-func (c *basePacks) get(snap []byte) []byte {
+type baseFile struct {
+	of   []byte // the snapshot packed (the engine's copy: compared by identity)
+	name string
+}
+
+const keptBaseFiles = 4
+
+// name is the file of snap's packed form in dir, written if it is not there; "" for no
+// base.
+func (c *baseFiles) name(snap []byte) (string, error) {
 	if len(snap) == 0 {
-		return nil
+		return "", nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.of) == len(snap) && unsafe.SliceData(c.of) == unsafe.SliceData(snap) {
-		return c.packed
+	for i, f := range c.last {
+		if len(f.of) == len(snap) && unsafe.SliceData(f.of) == unsafe.SliceData(snap) {
+			if _, err := os.Stat(filepath.Join(c.dir, f.name)); err != nil {
+				break // removed under us: written again below
+			}
+			copy(c.last[1:i+1], c.last[:i])
+			c.last[0] = f
+			return f.name, nil
+		}
 	}
-	c.of, c.packed = snap, packBase(snap)
-	return c.packed
+	packed := packBase(snap)
+	sum := sha256.Sum256(packed)
+	name := hex.EncodeToString(sum[:16]) + ".base"
+	if err := pkgs.WriteAtomic(c.dir, name, packed); err != nil {
+		return "", fmt.Errorf("write the packed base: %w", err)
+	}
+	c.last = slices.DeleteFunc(c.last, func(f baseFile) bool { return unsafe.SliceData(f.of) == unsafe.SliceData(snap) })
+	c.last = append([]baseFile{{of: snap, name: name}}, c.last...)
+	for _, f := range c.last[min(len(c.last), keptBaseFiles):] {
+		if !slices.ContainsFunc(c.last[:keptBaseFiles], func(g baseFile) bool { return g.name == f.name }) {
+			// A process that has it open still reads it.
+			_ = os.Remove(filepath.Join(c.dir, f.name))
+		}
+	}
+	c.last = c.last[:min(len(c.last), keptBaseFiles)]
+	return name, nil
 }
 
 // xorBase turns a heap delta between the forms the process and the store keep: the

@@ -419,12 +419,13 @@ func findDeno(runtimeDir string) string {
 	return ""
 }
 
-// jailSpec is what the confinement of session processes is made from.
-func (c Config) jailSpec() proc.Spec {
+// jailSpec is what the confinement of session processes is made from; bases is the
+// directory of the packed base snapshots processes read (basepack.go).
+func (c Config) jailSpec(bases string) proc.Spec {
 	return proc.Spec{
 		Strict: c.Isolation != IsolationProcess, SandboxUser: c.SandboxUser,
 		DenoPath: c.DenoPath, RuntimeDir: c.RuntimeDir, PyodideDir: c.PyodideDir, PackageDir: c.PackageDir,
-		PackageCacheDir: c.PackageCacheDir, MemoryBytes: c.MemoryBytes, RuntimeOverheadBytes: c.RuntimeOverheadBytes,
+		PackageCacheDir: c.PackageCacheDir, BaseDir: bases, MemoryBytes: c.MemoryBytes, RuntimeOverheadBytes: c.RuntimeOverheadBytes,
 		Net: netAllow(c),
 	}
 }

@@ -197,17 +197,21 @@ func (e *Engine) Start(ctx context.Context) error {
 			e.fetch, cfg.PackageCacheDir, e.cfg.PackageCacheDir = nil, "", ""
 		}
 	}
+	if e.cacheDir, err = os.MkdirTemp("", "sandchat-sandbox-"); err != nil {
+		return err
+	}
+	_ = os.Chmod(e.cacheDir, 0o755)
+	e.procs.bases.dir = filepath.Join(e.cacheDir, "bases")
+	if err := os.Mkdir(e.procs.bases.dir, 0o755); err != nil {
+		return err
+	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
-	j, err := proc.OpenJail(cfg.jailSpec(), name)
+	j, err := proc.OpenJail(cfg.jailSpec(e.procs.bases.dir), name)
 	if err != nil {
 		e.state.down("the Python sandbox cannot isolate sessions: " + err.Error())
 		return nil
 	}
 	rt.isolation = j.Describe()
-	if e.cacheDir, err = os.MkdirTemp("", "sandchat-sandbox-"); err != nil {
-		return err
-	}
-	_ = os.Chmod(e.cacheDir, 0o755)
 	e.mu.Lock()
 	e.procs.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: maxReplyBytes(cfg)}
 	e.procs.config = runtimeConfig(cfg, e.fetch)

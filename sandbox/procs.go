@@ -33,7 +33,7 @@ type nodeProcs struct {
 	launch *proc.Launcher
 	config proc.RuntimeConfig // what every process is primed with
 
-	packs basePacks      // the base as processes are primed with it (basepack.go)
+	bases baseFiles      // the base as processes are primed with it (basepack.go)
 	code  proc.CodeCache // what Deno compiles for a process, filled once
 
 	pool *pool // processes started ahead of demand
@@ -194,7 +194,7 @@ func (n *nodeProcs) tryStart(ctx context.Context, base []byte, warmup bool, code
 }
 
 // startProc starts a session process (internal/proc) and primes it with base, packed
-// once per base (basepack.go); base is nil for the process that boots a new base. s is
+// into a file once per base (basepack.go); base is nil for the process that boots a new base. s is
 // the process's slot under the node's bound (admission.go); it is given back when the
 // process is gone. The process mounts the compiled-code cache once it is filled.
 func (n *nodeProcs) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (*proc.Process, error) {
@@ -202,8 +202,13 @@ func (n *nodeProcs) startProc(ctx context.Context, base []byte, warmup bool, s *
 }
 
 func (n *nodeProcs) startProcWith(ctx context.Context, base []byte, warmup bool, s *slot, code proc.CodeMount) (*proc.Process, error) {
+	file, err := n.bases.name(base)
+	if err != nil {
+		s.release()
+		return nil, err
+	}
 	return n.launch.Start(ctx, proc.Start{
-		Packed: n.packs.get(base), Base: base, Warmup: warmup,
+		BaseFile: file, Base: base, Warmup: warmup,
 		Config: n.config, Code: code, Release: s.release,
 	})
 }

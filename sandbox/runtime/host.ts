@@ -54,26 +54,25 @@ function newWorker(cfg: RuntimeConfig): Worker {
 
 // warmUp restores the base interpreter once in a throwaway Worker: V8 compiles Pyodide's
 // wasm lazily, and the compiled code belongs to the module, which the session's Worker
-// shares. A spare pays this while it waits, not the restore that takes it (~0.3 s). The
-// base moves to that Worker and back (transferred, never copied).
-function warmUp(cfg: RuntimeConfig, snapshot: Uint8Array): Promise<Uint8Array> {
+// shares. A spare pays this while it waits, not the restore that takes it (~0.3 s).
+function warmUp(cfg: RuntimeConfig, basePath: string): Promise<void> {
   const w = newWorker(cfg);
-  return new Promise<Uint8Array>((resolve, reject) => {
+  return new Promise<void>((resolve, reject) => {
     w.onmessage = ({ data: m }) => {
       if (m?.op === "primed") {
         w.postMessage({
           op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
           lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
-          interrupt: new SharedArrayBuffer(2), warm: true, returnBase: true,
+          interrupt: new SharedArrayBuffer(2), warm: true, warmup: true,
         });
-      } else if (m?.op === "ready" && m.base instanceof Uint8Array) resolve(m.base);
+      } else if (m?.op === "ready") resolve();
       else reject(new Error("warm-up failed"));
     };
     w.onerror = (e) => {
       e.preventDefault();
       reject(new Error(`warm-up: ${e.message}`));
     };
-    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, base: snapshot, warmup: true }, [snapshot.buffer as ArrayBuffer]);
+    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, basePath, warmup: true });
   }).finally(() => w.terminate());
 }
 
@@ -225,13 +224,11 @@ async function handle(m: any) {
         // Pyodide's module imported, its wasm compiled, the base heap laid out.
         config = m.config as RuntimeConfig;
         wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm");
-        // The base snapshot is a view of the frame it came in (readFrames): it moves to
-        // the Worker with its frame (transferred, not copied).
-        let base: Uint8Array | undefined = m.base instanceof Uint8Array ? m.base : undefined;
-        if (m.warmup && base) base = await warmUp(config, base);
+        // The Worker reads the base from its file itself, straight into wasm memory.
+        const basePath = typeof m.basePath === "string" && m.basePath ? m.basePath : undefined;
+        if (m.warmup && basePath) await warmUp(config, basePath);
         startWorker(config);
-        await call({ op: "prime", pyodideURL: config.pyodideURL, base }, "primed", base ? [base.buffer as ArrayBuffer] : []);
-        base = undefined;
+        await call({ op: "prime", pyodideURL: config.pyodideURL, basePath }, "primed");
         await reply(id, { ok: true, deno: Deno.version.deno });
         return;
       }

@@ -13,7 +13,8 @@ export type Blob = Uint8Array;
 
 /** Requests from the engine. One is in flight at a time, except interrupt. */
 export type Request =
-  | { id: number; op: "prime"; config: RuntimeConfig; base?: Blob; warmup?: boolean }
+  /** basePath: the packed base snapshot's file (sandbox/basepack.go). */
+  | { id: number; op: "prime"; config: RuntimeConfig; basePath?: string; warmup?: boolean }
   | { id: number; op: "boot"; preload: string[] }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
   /** cellTimeouts: each replayed cell's limit (ms), then graceMs before the process is stopped. */
@@ -75,7 +76,7 @@ function pack(v: any, blobs: Uint8Array[], off: { n: number }): any {
   return v;
 }
 
-// A blob that is most of its frame (a base snapshot, a session's heap) comes as a view
+// A blob that is most of its frame (a session's heap) comes as a view
 // of the frame, so it costs no copy and can be handed to the Worker as it is; smaller
 // ones are copied, so that none of them keeps a large frame alive.
 function unpack(v: any, bin: Uint8Array): any {
@@ -129,7 +130,7 @@ export class FrameWriter {
 }
 
 /** Reads the engine's frames. A frame's body is read straight into one buffer of its
- * size: a large frame (a base snapshot) is neither gathered from chunks nor copied. */
+ * size: a large frame (a session's heap) is neither gathered from chunks nor copied. */
 export async function* readFrames(file: Deno.FsFile, maxFrame: number): AsyncGenerator<any> {
   const buf = new Uint8Array(64 << 10);
   let start = 0, end = 0;

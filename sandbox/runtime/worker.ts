@@ -129,78 +129,99 @@ function heapOffset(s: Uint8Array): number {
 }
 
 // What this process keeps of the base snapshot once its interpreter is loaded: the
-// fixed part of its header and a hash of every block of its heap, ~1 MB instead of the
-// base's ~31 MB. The engine keeps the base itself (one copy for all sessions) and XORs
-// the blocks sent here against it before it stores them.
+// fixed part of its header and a hash of every block of its heap (~1 MB, computed by the
+// engine once per base), instead of the base's ~31 MB. The engine keeps the base itself
+// (one copy for all sessions) and XORs the blocks sent here against it before it stores
+// them.
 let baseFixed = new Uint8Array(0);
 let baseHeapLen = 0;
 let baseHashes = new Int32Array(0);
-// The base snapshot as received, until the interpreter is loaded from it (restoreFrom).
+// The base snapshot's file, until the interpreter is loaded from it (restoreFrom).
 let prepared: PackedBase | null = null;
 
-// The base snapshot as the engine sends it (sandbox/basepack.go): the header, then only
-// the heap pages that are not all zeros, each at a 16-aligned place in the blob.
+// The base snapshot as the engine packs it into a file (sandbox/basepack.go): its
+// header, a hash of every block of its heap, then only the heap pages that are not all
+// zeros. The pages stay in the file (in the page cache, shared by the node's processes)
+// until fillHeap reads them straight into wasm memory.
 type PackedBase = {
-  raw: Uint8Array;
+  file: Deno.FsFile;
   header: Uint8Array;
   heapLen: number;
-  slot: Int32Array; // per page of the heap: its place among the pages sent, -1 for zeros
-  data: Uint8Array; // the pages sent, OS_PAGE bytes each
+  slot: Int32Array; // per page of the heap: its place among the pages in the file, -1 for zeros
+  dataAt: number; // where the pages start in the file, OS_PAGE bytes each
+  hashes: Int32Array; // two lanes (hashBlock) per PAGE block of the heap
 };
 
-function readBase(raw: Uint8Array): PackedBase {
-  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-  if (raw.byteOffset % 16 !== 0 || raw.length < 16) throw new Error("base snapshot: not a packed base");
-  const hl = dv.getUint32(0, true), heapLen = dv.getUint32(4, true), page = dv.getUint32(8, true), n = dv.getUint32(12, true);
-  const pad = (x: number) => (x + 15) & ~15;
-  const idxAt = 16 + pad(hl), dataAt = idxAt + pad(4 * n);
-  if (page !== OS_PAGE || dataAt + n * page > raw.length || hl < HEADER_FIXED) throw new Error("base snapshot: bad packed layout");
-  const idx = new Uint32Array(raw.buffer, raw.byteOffset + idxAt, n);
-  const slot = new Int32Array(Math.ceil(heapLen / page)).fill(-1);
-  for (let k = 0; k < n; k++) {
-    if (idx[k] >= slot.length) throw new Error("base snapshot: page past the heap");
-    slot[idx[k]] = k;
+// readAt fills into from the file at offset at.
+function readAt(f: Deno.FsFile, at: number, into: Uint8Array) {
+  f.seekSync(at, Deno.SeekMode.Start);
+  for (let o = 0; o < into.length;) {
+    const n = f.readSync(into.subarray(o));
+    if (!n) throw new Error("base snapshot: the file ends early");
+    o += n;
   }
-  return { raw, header: raw.subarray(16, 16 + hl), heapLen, slot, data: raw.subarray(dataAt, dataAt + n * page) };
+}
+
+const BASE_HEAD = 32;
+
+function readBase(path: string): PackedBase {
+  const file = Deno.openSync(path, { read: true });
+  try {
+    const head = new Uint8Array(BASE_HEAD);
+    readAt(file, 0, head);
+    const dv = new DataView(head.buffer);
+    const [hl, heapLen, page, n, block, blocks] = [0, 1, 2, 3, 4, 5].map((i) => dv.getUint32(4 * i, true));
+    const pad = (x: number) => (x + 15) & ~15;
+    const idxAt = BASE_HEAD + pad(hl), hashAt = idxAt + pad(4 * n);
+    const dataAt = Math.ceil((hashAt + 8 * blocks) / OS_PAGE) * OS_PAGE;
+    if (page !== OS_PAGE || block !== PAGE || blocks !== Math.floor(heapLen / PAGE) || hl < HEADER_FIXED ||
+      dataAt + n * page > file.statSync().size) {
+      throw new Error("base snapshot: bad packed layout");
+    }
+    const meta = new Uint8Array(hashAt + 8 * blocks - BASE_HEAD);
+    readAt(file, BASE_HEAD, meta);
+    const idx = new Uint32Array(meta.buffer, idxAt - BASE_HEAD, n);
+    const slot = new Int32Array(Math.ceil(heapLen / page)).fill(-1);
+    for (let k = 0; k < n; k++) {
+      if (idx[k] >= slot.length) throw new Error("base snapshot: page past the heap");
+      slot[idx[k]] = k;
+    }
+    const hashes = new Int32Array(meta.buffer, hashAt - BASE_HEAD, 2 * blocks);
+    return { file, header: meta.subarray(0, hl), heapLen, slot, dataAt, hashes };
+  } catch (e) {
+    file.close();
+    throw e;
+  }
 }
 
 let hash2 = 0;
 // hashBlock hashes one block (PAGE bytes from word s) into two 32-bit lanes that fail in
 // different ways, so that a change goes unseen only if both miss it: the first runs two
 // multiply-xorshift chains (even and odd words), the second is a sum of the words
-// weighted by odd numbers that depend on their place, which sees any change of a single
-// word. Returns the first lane; the second is in hash2.
-// The place weights are those of the block's word in the heap, at (s by default).
-function hashBlock(w32: Int32Array, s: number, at = s): number {
+// weighted by odd numbers that depend on their place in the heap, which sees any change
+// of a single word. Returns the first lane; the second is in hash2. The engine hashes
+// the base the same way (sandbox/basepack.go, blockHash; basepack_test.go holds the two
+// together).
+// hashBlock:begin
+function hashBlock(w32: Int32Array, s: number): number {
   let h1 = 0x2545f491, h2 = 0x6a09e667, h3 = 0x3c6ef372;
-  for (let i = s, e = s + (PAGE >> 2), d = at - s; i < e; i += 2) {
-    const w = w32[i], v = w32[i + 1], j = i + d;
+  for (let i = s, e = s + (PAGE >> 2); i < e; i += 2) {
+    const w = w32[i], v = w32[i + 1];
     h1 = Math.imul(h1 ^ w, 0x9e3779b1) ^ (h1 >>> 15);
     h3 = Math.imul(h3 ^ v, 0x85ebca6b) ^ (h3 >>> 13);
-    h2 = (h2 + Math.imul(w, (j << 1) | 1) + Math.imul(v, (j << 1) | 3)) | 0;
+    h2 = (h2 + Math.imul(w, (i << 1) | 1) + Math.imul(v, (i << 1) | 3)) | 0;
   }
   hash2 = h2;
   return h1 ^ Math.imul(h3, 0xcc9e2d51);
 }
+// hashBlock:end
 
+// indexBase keeps what a checkpoint needs of the base: its header's fixed part, and the
+// hashes of its blocks.
 function indexBase(b: PackedBase) {
   baseFixed = b.header.slice(0, HEADER_FIXED + 1);
   baseHeapLen = b.heapLen;
-  const n = Math.floor(b.heapLen / PAGE), per = OS_PAGE / PAGE;
-  const d32 = new Int32Array(b.data.buffer, b.data.byteOffset, b.data.length >> 2);
-  // A block of zeros hashes the same wherever it lies.
-  const z1 = hashBlock(new Int32Array(PAGE >> 2), 0), z2 = hash2;
-  baseHashes = new Int32Array(2 * n);
-  for (let q = 0; q < n; q++) {
-    const k = b.slot[Math.floor(q / per)];
-    if (k < 0) {
-      baseHashes[2 * q] = z1;
-      baseHashes[2 * q + 1] = z2;
-    } else {
-      baseHashes[2 * q] = hashBlock(d32, (k * OS_PAGE + (q % per) * PAGE) >> 2, q * (PAGE >> 2));
-      baseHashes[2 * q + 1] = hash2;
-    }
-  }
+  baseHashes = b.hashes;
 }
 
 // The session's state travels as the heap blocks that differ from the base's, as they
@@ -328,18 +349,27 @@ function fillHeap(r: HeapRestore, memory: WebAssembly.Memory) {
   const dst = new Uint8Array(memory.buffer);
   const d32 = new Int32Array(memory.buffer);
   if (dst.length < r.heapLen) throw new Error(`wasm memory (${dst.length} bytes) smaller than the heap to restore (${r.heapLen})`);
-  const { slot, data } = r.base;
-  for (let p = 0, o = 0; o < r.heapLen; p++, o += OS_PAGE) {
-    const e = Math.min(o + OS_PAGE, r.heapLen);
+  const { slot, file, dataAt } = r.base;
+  const pages = Math.ceil(r.heapLen / OS_PAGE);
+  for (let p = 0; p < pages;) {
+    const o = p * OS_PAGE;
     const k = p < slot.length ? slot[p] : -1;
     if (k >= 0) {
-      // A page sent whole: past the base's heap it is padded with zeros.
-      dst.set(data.subarray(k * OS_PAGE, k * OS_PAGE + e - o), o);
-    } else if ((o & 3) !== 0 || (e & 3) !== 0 || !isZero(d32, o >> 2, e >> 2)) {
+      // A run of pages that lie one after the other in the file too: one read, from the
+      // page cache into wasm memory.
+      let q = p + 1;
+      while (q < pages && q < slot.length && slot[q] === k + (q - p)) q++;
+      readAt(file, dataAt + k * OS_PAGE, dst.subarray(o, Math.min(q * OS_PAGE, r.heapLen)));
+      p = q;
+      continue;
+    }
+    const e = Math.min(o + OS_PAGE, r.heapLen);
+    if ((o & 3) !== 0 || (e & 3) !== 0 || !isZero(d32, o >> 2, e >> 2)) {
       // Memory the runtime wrote while it started: zeros, as the snapshot has them. A
       // page never written reads as zeros without being made resident.
       dst.fill(0, o, e);
     }
+    p++;
   }
   if (!r.delta) return;
   const dv = new DataView(r.delta.buffer, r.delta.byteOffset, r.delta.byteLength);
@@ -907,8 +937,8 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         // A spare Worker: loaded and ready to restore a session without paying for
         // starting a Worker and importing Pyodide.
         await prime(m);
-        if (m.base instanceof Uint8Array) {
-          prepared = readBase(m.base);
+        if (typeof m.basePath === "string" && m.basePath) {
+          prepared = readBase(m.basePath);
           // A warm-up Worker never saves a heap: only the session's Worker needs the
           // base's block hashes.
           if (!m.warmup) indexBase(prepared);
@@ -932,13 +962,10 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
           unread = pendingHeap !== null;
         } finally {
           pendingHeap = null;
+          // The heap is in wasm memory now: the file is done with.
+          base.file.close();
         }
         if (unread) throw new Error("Pyodide loaded without asking for the heap: its snapshot layout changed");
-        if (!m.returnBase) {
-          // The heap is in wasm memory now. The base (~31 MB) is freed at once: an idle
-          // isolate collects nothing, so garbage would stay as long as the session.
-          release(base.raw);
-        }
         initTimings = { prepare: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
         py.setInterruptBuffer(interrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
@@ -954,16 +981,11 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
           await quietRun("None", "<warmup>");
           // The heap diff is JavaScript, compiled per isolate: warming it up helps only
           // the Worker that will save the session's heap, not a warm-up Worker.
-          if (!m.returnBase) {
+          if (!m.warmup) {
             try {
               liveDelta();
             } catch { /* only warming up */ }
           }
-        }
-        if (m.returnBase && !m.delta) {
-          // A warm-up Worker hands the base back, unchanged, for the session's Worker.
-          post({ op: "ready", timings: initTimings, base: base.raw }, [base.raw.buffer as ArrayBuffer]);
-          return;
         }
         post({ op: "ready", timings: initTimings });
         return;

@@ -122,7 +122,7 @@ func (f *Fetcher) admit(rel string, data []byte) error {
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		_ = os.Chmod(dir, 0o755)
-		err = writeAtomic(dir, filepath.Base(rel), data)
+		err = WriteAtomic(dir, filepath.Base(rel), data)
 	}
 	if err != nil {
 		f.release([]string{rel})

@@ -137,7 +137,7 @@ func New(cfg Config, log *slog.Logger) (*Fetcher, error) {
 	// Session processes may run as another user: the cache must be readable to them.
 	_ = os.Chmod(cfg.PackageCacheDir, 0o755)
 	if raw != nil {
-		if err := writeAtomic(cfg.PackageCacheDir, "pyodide-lock.json", raw); err != nil {
+		if err := WriteAtomic(cfg.PackageCacheDir, "pyodide-lock.json", raw); err != nil {
 			return nil, fmt.Errorf("package cache: %w", err)
 		}
 	}
@@ -290,8 +290,8 @@ func (f *Fetcher) download(ctx context.Context, rawURL string, limit int64) ([]b
 	return data, nil
 }
 
-// writeAtomic writes name in dir so that readers see the whole file or none.
-func writeAtomic(dir, name string, data []byte) error {
+// WriteAtomic writes name in dir so that readers see the whole file or none.
+func WriteAtomic(dir, name string, data []byte) error {
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ type Spec struct {
 	SandboxUser                                  string // the user sessions run as when the server is root
 	DenoPath, RuntimeDir, PyodideDir, PackageDir string
 	PackageCacheDir                              string // where a session sees its view of the package cache
+	BaseDir                                      string // the engine's packed base snapshots, read by every process
 	MemoryBytes, RuntimeOverheadBytes            int64
 	Net                                          []string // hosts sessions may reach; none: no network
 }
@@ -126,7 +127,7 @@ func (j *Jail) denoArgs(pkgs string) []string {
 	if pkgs != "" && j.cfg.Strict {
 		pkgs = cfg.PackageCacheDir // where bubblewrap binds the view
 	}
-	reads := Dirs(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, pkgs, "/dev/fd/3")
+	reads := Dirs(cfg.RuntimeDir, cfg.PyodideDir, cfg.PackageDir, pkgs, j.baseDir(), "/dev/fd/3")
 	args := []string{cfg.DenoPath, "run", "--no-prompt", "--no-config", "--no-lock", "--no-remote", "--no-npm",
 		"--unstable-worker-options", "--quiet",
 		"--allow-read=" + strings.Join(reads, ","),
@@ -201,6 +202,9 @@ func (j *Jail) bwrapArgs(pkgs string, code CodeMount) []string {
 	if pkgs != "" {
 		a = append(a, "--ro-bind", pkgs, j.cfg.PackageCacheDir)
 	}
+	if j.cfg.BaseDir != "" {
+		a = append(a, "--ro-bind", j.cfg.BaseDir, baseMount)
+	}
 	if code.Dir != "" {
 		bind := "--ro-bind"
 		if code.Fill {
@@ -231,6 +235,18 @@ func (j *Jail) command(pkgs string, code CodeMount) *exec.Cmd {
 	cmd.Dir = "/"
 	cmd.Env = []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", "DENO_NO_PROMPT=1", "MALLOC_ARENA_MAX=2", "MALLOC_MMAP_THRESHOLD_=" + mallocMmapThreshold}
 	return cmd
+}
+
+// baseMount is where a sandboxed process sees the engine's packed bases: one path for
+// every engine, so that it does not change the compiled-code cache's key.
+const baseMount = "/sandchat-bases"
+
+// baseDir is the directory of packed bases as the process sees it; "" for none.
+func (j *Jail) baseDir() string {
+	if j.cfg.BaseDir == "" || !j.cfg.Strict {
+		return j.cfg.BaseDir
+	}
+	return baseMount
 }
 
 // Dirs is paths without the empty ones and the repeated ones, in order.

@@ -74,10 +74,12 @@ type Launcher struct {
 
 // Start says how to start one process.
 type Start struct {
-	// Packed is the base snapshot as the process is primed with it (packed without its
-	// zero pages); nil for the process that boots a new base. Base is the same base as
-	// the engine keeps it, which the process's deltas are XOR-ed against.
-	Packed, Base []byte
+	// BaseFile names the base snapshot as the process is primed with it: a file in the
+	// jail's BaseDir (sandbox/basepack.go); "" for the process that boots a new base.
+	BaseFile string
+	// Base is the same base as the engine keeps it, which the process's deltas are
+	// XOR-ed against.
+	Base []byte
 	// Warmup restores the base once in a throwaway Worker (spares, see PrimeReq).
 	Warmup bool
 	Config RuntimeConfig
@@ -188,10 +190,16 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 	if _, err := gateW.Write([]byte("go\n")); err != nil && p.cg != nil {
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
-	var b Blobs
-	prime := PrimeReq{Op: "prime", Config: o.Config, Base: b.Add(o.Packed), Warmup: o.Warmup}
+	prime := PrimeReq{Op: "prime", Config: o.Config, Warmup: o.Warmup}
+	// Each process's own list: the engine's is shared by every start.
+	prime.Config.Read = slices.Clone(o.Config.Read)
 	configureView(p.pkgs, &prime.Config, l.CacheDir)
-	if _, err := p.Call(ctx, prime, &b); err != nil {
+	if o.BaseFile != "" {
+		dir := j.baseDir()
+		prime.BasePath = dir + "/" + o.BaseFile
+		prime.Config.Read = append(prime.Config.Read, dir)
+	}
+	if _, err := p.Call(ctx, prime, nil); err != nil {
 		return nil, fmt.Errorf("prime session process: %w%s", err, p.console.tail())
 	}
 	return p, nil

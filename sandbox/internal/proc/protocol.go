@@ -127,12 +127,13 @@ type RuntimeConfig struct {
 	Net             []string `json:"net"`
 }
 
-// PrimeReq starts a process's Worker with Pyodide imported and hands it the base
-// snapshot.
+// PrimeReq starts a process's Worker with Pyodide imported and names the base
+// snapshot it loads.
 type PrimeReq struct {
 	Op     string        `json:"op"` // prime
 	Config RuntimeConfig `json:"config"`
-	Base   *Blob         `json:"base,omitempty"` // packed (sandbox/basepack.go)
+	// BasePath is the packed base's file as the process sees it (sandbox/basepack.go).
+	BasePath string `json:"basePath,omitempty"`
 	// Warmup restores the base once in a throwaway Worker, so that Pyodide's wasm is
 	// compiled before a restore needs it: for spares, which wait for one.
 	Warmup bool `json:"warmup,omitempty"`
