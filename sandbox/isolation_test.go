@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -390,5 +392,65 @@ tries`)
 		if n.Name() == "planted" {
 			t.Fatal("a session planted a file in the code cache")
 		}
+	}
+}
+
+// TestBaseFileIsReadOnly: every session process reads the node's packed base from one
+// file, mounted read-only; a session that tries to change, truncate or remove it changes
+// nothing for the sessions that start after it.
+func TestBaseFileIsReadOnly(t *testing.T) {
+	e, _, key := setup(t)
+	name, err := e.procs.bases.name(e.procs.currentBase())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(e.procs.bases.dir, name)
+	before, err := os.ReadFile(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key("base-file")
+	r := mustSucceed(t, e, k, fmt.Sprintf(`import js
+f = %q
+tries = []
+for what, attempt in [
+    ("write", lambda: js.Deno.writeTextFileSync(f, "planted")),
+    ("truncate", lambda: js.Deno.truncateSync(f, 0)),
+    ("remove", lambda: js.Deno.removeSync(f)),
+    ("plant", lambda: js.Deno.writeTextFileSync(%q, "planted")),
+]:
+    try:
+        attempt()
+        tries.append(what + " done")
+    except Exception as err:
+        tries.append(type(err).__name__)
+tries`, proc.BaseMount+"/"+name, proc.BaseMount+"/planted"))
+	t.Logf("tries: %s", resultOf(r))
+	if strings.Contains(resultOf(r), "done") {
+		t.Fatalf("a session changed the base's directory: %s", resultOf(r))
+	}
+	mounted := false
+	for _, pid := range sessionPIDs(t, e, k) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 5 && f[4] == proc.BaseMount {
+				mounted = true
+				if !strings.Contains(","+f[5]+",", ",ro,") {
+					t.Errorf("pid %d mounts %s %s", pid, proc.BaseMount, f[5])
+				}
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("no session task mounts the bases at %s", proc.BaseMount)
+	}
+	if after, err := os.ReadFile(host); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the base file changed: %v", err)
+	}
+	if got := resultOf(mustSucceed(t, e, key("after"), "1 + 1")); got != "2" {
+		t.Fatalf("a session after the attempt: %s", got)
 	}
 }

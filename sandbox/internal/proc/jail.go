@@ -210,7 +210,7 @@ func (j *Jail) bwrapArgs(pkgs string, code CodeMount) []string {
 		a = append(a, "--ro-bind", pkgs, j.cfg.PackageCacheDir)
 	}
 	if j.cfg.BaseDir != "" {
-		a = append(a, "--ro-bind", j.cfg.BaseDir, baseMount)
+		a = append(a, "--ro-bind", j.cfg.BaseDir, BaseMount)
 	}
 	if code.Dir != "" {
 		bind := "--ro-bind"
@@ -244,16 +244,16 @@ func (j *Jail) command(pkgs string, code CodeMount) *exec.Cmd {
 	return cmd
 }
 
-// baseMount is where a sandboxed process sees the engine's packed bases: one path for
+// BaseMount is where a sandboxed process sees the engine's packed bases: one path for
 // every engine, so that it does not change the compiled-code cache's key.
-const baseMount = "/sandchat-bases"
+const BaseMount = "/sandchat-bases"
 
 // baseDir is the directory of packed bases as the process sees it; "" for none.
 func (j *Jail) baseDir() string {
 	if j.cfg.BaseDir == "" || !j.cfg.Strict {
 		return j.cfg.BaseDir
 	}
-	return baseMount
+	return BaseMount
 }
 
 // Dirs is paths without the empty ones and the repeated ones, in order.
