@@ -1130,4 +1130,49 @@ func TestBrowserLateSocket(t *testing.T) {
 			tb.shot(t, "01-released")
 		})
 	}
+	// A send that races the page's load draws the picture again (the newest load wins);
+	// when the turn is still running then, the picture is drawn from the turn's events,
+	// replayed by a new subscription. The message that started the turn stays on the
+	// page while that subscription is slow: here it is held for longer than the turn.
+	t.Run("a load while a slow subscription replays the turn", func(t *testing.T) {
+		m := e.sandboxNode()
+		conv := alice.createConversation(0)
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": true}, nil)
+		tb := openTab(t, browser(t), "alice", screenshotDir(t))
+		tb.run(t, "sign in with the socket's frames held, send a cell that runs for a while",
+			chromedp.ActionFunc(func(ctx context.Context) error {
+				_, err := page.AddScriptToEvaluateOnNewDocument(heldSocket).Do(ctx)
+				return err
+			}),
+			chromedp.Navigate(fmt.Sprintf("http://%s/#/", m.Addr())),
+			chromedp.WaitVisible("#token", chromedp.ByID),
+			chromedp.Evaluate(`localStorage.setItem("hold", "frames")`, nil),
+			chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+			chromedp.Click("#login button", chromedp.ByQuery),
+			// The socket is open before the conversation is: its subscription goes out
+			// (and is held), so the conversation's picture waits for the server's answer.
+			chromedp.Sleep(time.Second),
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"; true`, conv), nil),
+			until(`document.querySelector("#conv-title").textContent === "test"`),
+			say("Slow one\n```python\nimport time\ntime.sleep(6)\n```"),
+			until(`document.querySelector("#messages .msg.user")?.textContent.includes("Slow one")`),
+		)
+		// The load the send started has drawn the running turn by now (it takes
+		// milliseconds); the subscription that replays the turn is still held.
+		var shown bool
+		tb.run(t, "the message stays while the turn runs",
+			chromedp.Sleep(3*time.Second),
+			chromedp.Evaluate(`!!document.querySelector("#messages .msg.user")?.textContent.includes("Slow one") && document.querySelector("#chat").getAttribute("aria-busy") === "true"`, &shown),
+		)
+		if !shown {
+			tb.shot(t, "02-message-gone")
+			t.Fatal("the message that started the running turn left the page while its replay was held")
+		}
+		tb.run(t, "release it: the answer shows once, after the message",
+			chromedp.Evaluate(`release(); true`, nil),
+			until(`document.querySelectorAll("#messages .msg.assistant").length === 1 && document.querySelectorAll("#messages .msg.user").length === 1`),
+			until(`!document.querySelector("#send").hidden`),
+		)
+		tb.shot(t, "02-released")
+	})
 }

@@ -119,9 +119,11 @@ export async function loadConversation() {
     renderFiles(files);
     // A turn still running is drawn from its events, replayed from its start: the
     // output its cells printed before this page subscribed is in them, and nowhere else.
-    // Once per turn: when its events were pruned, the next picture is the REST one.
+    // Once per turn: when its events were pruned, the next picture is the REST one. The
+    // message that started it stays: the replay may wait on a slow subscription, and
+    // brings it again only as a message already shown.
     const replay = turn?.status === "running" && turn.started_seq && state.resumed !== turn.id;
-    renderHistory(replay ? msgs.filter((m) => m.turn_id !== turn.id) : msgs, runs);
+    renderHistory(replay ? msgs.filter((m) => m.turn_id !== turn.id || m.role === "user") : msgs, runs);
     setRunning(null);
     let running = null;
     if (turn?.status === "running") running = turn.id;
