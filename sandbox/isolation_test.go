@@ -365,23 +365,7 @@ tries`)
 	if strings.Contains(resultOf(r), "wrote") {
 		t.Fatalf("a session wrote to the code cache: %s", resultOf(r))
 	}
-	mounted := false
-	for _, pid := range sessionPIDs(t, e, k) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 5 && f[4] == proc.DenoDir {
-				mounted = true
-				if !strings.Contains(","+f[5]+",", ",ro,") {
-					t.Errorf("pid %d mounts %s %s", pid, proc.DenoDir, f[5])
-				}
-			}
-		}
-	}
-	if !mounted {
+	if !mountedReadOnly(t, sessionPIDs(t, e, k), proc.DenoDir) {
 		t.Fatalf("no session task mounts the code cache at %s", proc.DenoDir)
 	}
 	names, err := os.ReadDir(e.procs.code.Dir())
@@ -429,22 +413,7 @@ tries`, proc.BaseMount+"/"+name, proc.BaseMount+"/planted"))
 	if strings.Contains(resultOf(r), "done") {
 		t.Fatalf("a session changed the base's directory: %s", resultOf(r))
 	}
-	mounted := false
-	for _, pid := range sessionPIDs(t, e, k) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 5 && f[4] == proc.BaseMount {
-				mounted = true
-				if !strings.Contains(","+f[5]+",", ",ro,") {
-					t.Errorf("pid %d mounts %s %s", pid, proc.BaseMount, f[5])
-				}
-			}
-		}
-	}
-	if !mounted {
+	if !mountedReadOnly(t, sessionPIDs(t, e, k), proc.BaseMount) {
 		t.Fatalf("no session task mounts the bases at %s", proc.BaseMount)
 	}
 	if after, err := os.ReadFile(host); err != nil || !bytes.Equal(after, before) {
@@ -453,4 +422,26 @@ tries`, proc.BaseMount+"/"+name, proc.BaseMount+"/planted"))
 	if got := resultOf(mustSucceed(t, e, key("after"), "1 + 1")); got != "2" {
 		t.Fatalf("a session after the attempt: %s", got)
 	}
+}
+
+// mountedReadOnly tells whether any of the tasks mounts path, and fails the test for
+// each that mounts it writable.
+func mountedReadOnly(t *testing.T, pids []int, path string) bool {
+	t.Helper()
+	mounted := false
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 5 && f[4] == path {
+				mounted = true
+				if !strings.Contains(","+f[5]+",", ",ro,") {
+					t.Errorf("pid %d mounts %s %s", pid, path, f[5])
+				}
+			}
+		}
+	}
+	return mounted
 }
