@@ -111,19 +111,23 @@ func allZero(b []byte) bool {
 }
 
 // baseFiles writes the packed bases processes are primed with into dir, each named by
-// its contents, once per base: every process the engine starts is primed with the
-// current base, so it is packed once, not per start. The last few bases are kept
-// (sessions saved against an older base restore from it); a file that went missing is
-// written again.
+// the snapshot's hash, once per base: every process the engine starts is primed with
+// the current base, so it is packed once, not per start. The files of the last few
+// bases are kept (sessions saved against an older base restore from it); a file that
+// went missing is written again.
 type baseFiles struct {
 	dir string
 
-	mu   sync.Mutex
-	last []baseFile // most recent first
+	mu sync.Mutex
+	// The two snapshots named last (compared by identity: the engine's copy of the
+	// current base, and the last other one restored from), and their files. No older
+	// snapshot is held: naming one again hashes it.
+	recent [2]baseFile
+	kept   []string // the files written, most recent first, at most keptBaseFiles
 }
 
 type baseFile struct {
-	of   []byte // the snapshot packed (the engine's copy: compared by identity)
+	of   []byte
 	name string
 }
 
@@ -137,31 +141,30 @@ func (c *baseFiles) name(snap []byte) (string, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, f := range c.last {
+	var name string
+	for _, f := range c.recent {
 		if len(f.of) == len(snap) && unsafe.SliceData(f.of) == unsafe.SliceData(snap) {
-			if _, err := os.Stat(filepath.Join(c.dir, f.name)); err != nil {
-				break // removed under us: written again below
-			}
-			copy(c.last[1:i+1], c.last[:i])
-			c.last[0] = f
-			return f.name, nil
+			name = f.name
 		}
 	}
-	packed := packBase(snap)
-	sum := sha256.Sum256(packed)
-	name := hex.EncodeToString(sum[:16]) + ".base"
-	if err := pkgs.WriteAtomic(c.dir, name, packed); err != nil {
-		return "", fmt.Errorf("write the packed base: %w", err)
+	if name == "" {
+		sum := sha256.Sum256(snap)
+		name = hex.EncodeToString(sum[:16]) + ".base"
 	}
-	c.last = slices.DeleteFunc(c.last, func(f baseFile) bool { return unsafe.SliceData(f.of) == unsafe.SliceData(snap) })
-	c.last = append([]baseFile{{of: snap, name: name}}, c.last...)
-	for _, f := range c.last[min(len(c.last), keptBaseFiles):] {
-		if !slices.ContainsFunc(c.last[:keptBaseFiles], func(g baseFile) bool { return g.name == f.name }) {
-			// A process that has it open still reads it.
-			_ = os.Remove(filepath.Join(c.dir, f.name))
+	if _, err := os.Stat(filepath.Join(c.dir, name)); err != nil {
+		if err := pkgs.WriteAtomic(c.dir, name, packBase(snap)); err != nil {
+			return "", fmt.Errorf("write the packed base: %w", err)
 		}
 	}
-	c.last = c.last[:min(len(c.last), keptBaseFiles)]
+	if f := c.recent[0]; unsafe.SliceData(f.of) != unsafe.SliceData(snap) {
+		c.recent[0], c.recent[1] = baseFile{of: snap, name: name}, f
+	}
+	c.kept = append([]string{name}, slices.DeleteFunc(c.kept, func(k string) bool { return k == name })...)
+	for _, old := range c.kept[min(len(c.kept), keptBaseFiles):] {
+		// A process that has it open still reads it.
+		_ = os.Remove(filepath.Join(c.dir, old))
+	}
+	c.kept = c.kept[:min(len(c.kept), keptBaseFiles)]
 	return name, nil
 }
 
