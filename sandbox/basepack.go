@@ -159,6 +159,9 @@ func (c *baseFiles) name(snap []byte) (string, error) {
 	if f := c.recent[0]; unsafe.SliceData(f.of) != unsafe.SliceData(snap) {
 		c.recent[0], c.recent[1] = baseFile{of: snap, name: name}, f
 	}
+	if len(c.kept) > 0 && c.kept[0] == name {
+		return name, nil // the same base as the last start: nothing to rotate
+	}
 	c.kept = append([]string{name}, slices.DeleteFunc(c.kept, func(k string) bool { return k == name })...)
 	for _, old := range c.kept[min(len(c.kept), keptBaseFiles):] {
 		// A process that has it open still reads it.

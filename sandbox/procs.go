@@ -194,9 +194,9 @@ func (n *nodeProcs) tryStart(ctx context.Context, base []byte, warmup bool, code
 }
 
 // startProc starts a session process (internal/proc) and primes it with base, packed
-// into a file once per base (basepack.go); base is nil for the process that boots a new base. s is
-// the process's slot under the node's bound (admission.go); it is given back when the
-// process is gone. The process mounts the compiled-code cache once it is filled.
+// into a file once per base (basepack.go); base is nil for the process that boots a new
+// base. s is the process's slot under the node's bound (admission.go); it is given back
+// when the process is gone. The process mounts the compiled-code cache once it is filled.
 func (n *nodeProcs) startProc(ctx context.Context, base []byte, warmup bool, s *slot) (*proc.Process, error) {
 	return n.startProcWith(ctx, base, warmup, s, n.code.Mount())
 }
