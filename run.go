@@ -30,7 +30,9 @@ type RunError struct {
 // Artifact is a file created or changed under the working directory during a run, to
 // be stored with its record.
 type Artifact struct {
-	Name        string `json:"name"` // path relative to /home/pyodide
+	// Name is its path relative to /home/pyodide in the plain form it is stored,
+	// shown and downloaded under (ArtifactName): no hidden characters.
+	Name        string `json:"name"`
 	ContentType string `json:"content_type"`
 	Data        []byte `json:"-"`
 	Size        int64  `json:"size"`
@@ -68,7 +70,7 @@ type OutputAt struct {
 // DisplayImage is a raster image of a display item. The server stores it as a file;
 // FileID names that file once stored (zero while the run streams).
 type DisplayImage struct {
-	Name        string `json:"name"`
+	Name        string `json:"name"` // plain, like an Artifact's
 	ContentType string `json:"content_type"`
 	Width       int    `json:"width"`
 	Height      int    `json:"height"`

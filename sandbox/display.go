@@ -103,7 +103,7 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 		if raw, ok := b.Metadata["filename"]; ok && json.Unmarshal(raw, &meta.Filename) == nil {
 			// A figure saved at plt.show() names its artifact, so it is stored once.
 			if f := meta.Filename; f != "" && len(f) < 256 && !strings.ContainsAny(f, "/\\\x00") && path.Ext(f) == ext {
-				name = f
+				name = sandchat.ArtifactName(f) // the artifact's name is in its plain form too
 			}
 		}
 		d.Image = &sandchat.DisplayImage{Name: name, ContentType: mime, Width: cfg.Width, Height: cfg.Height, Size: int64(len(data)), Data: data}

@@ -64,6 +64,18 @@ func TestDisplay(t *testing.T) {
 		t.Errorf("display() must not stop the heap from being saved: mode %q", info.Mode)
 	}
 
+	t.Run("files and images are named in their plain form", func(t *testing.T) {
+		// A hidden character would let "invoice\u202egnp.py" pass for "invoiceyp.png"
+		// wherever the name is shown: the engine names both as they are stored.
+		r := mustSucceed(t, e, k, "open('invoice\\u202egnp.py', 'w').write('1')\n"+
+			"display(Picture(), metadata={'filename': 'chart\\u202egnp.png'})")
+		if len(r.Artifacts) != 1 || r.Artifacts[0].Name != "invoice_U+202E_gnp.py" {
+			t.Errorf("artifacts %+v, want invoice_U+202E_gnp.py", r.Artifacts)
+		}
+		if len(r.Displays) != 1 || r.Displays[0].Image == nil || r.Displays[0].Image.Name != "chart_U+202E_gnp.png" {
+			t.Errorf("displays %+v, want an image named chart_U+202E_gnp.png", r.Displays)
+		}
+	})
 	t.Run("plain values show no display item", func(t *testing.T) {
 		r := mustSucceed(t, e, k, "1 + 1")
 		if len(r.Displays) != 0 || resultOf(r) != "2" {

@@ -238,7 +238,8 @@ func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string
 		case len(res.Artifacts) >= c.MaxArtifacts:
 			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", ch.Path, c.MaxArtifacts))
 		default:
-			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: ch.Path, ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
+			// Named as it is stored, shown and downloaded: the plain form of its path.
+			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: sandchat.ArtifactName(ch.Path), ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
 		}
 		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
 			// Redis is no place for big files: they live on in the warm session only.

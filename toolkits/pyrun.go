@@ -162,7 +162,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			Notice: "The code ran and its session state is saved, but its record could not be written yet (" +
 				sandchat.ErrorMessage(err) + "); it is being retried. Do not run it again."}
 		for _, a := range res.Artifacts {
-			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: sandchat.ArtifactName(a.Name), ContentType: a.ContentType, Size: int64(len(a.Data))})
+			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
 		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex, "")
@@ -315,8 +315,9 @@ func finished(ex conversations.Execution, res sandbox.Result) conversations.Exec
 	return ex
 }
 
-// linkDisplayImages gives each displayed image its file id, and returns the run's
-// artifacts without the files that exist only as display images.
+// linkDisplayImages gives each displayed image its file id (the engine names images and
+// artifacts as they are stored), and returns the run's artifacts without the files that
+// exist only as display images.
 func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conversations.FileRef {
 	if len(res.Displays) == 0 {
 		return files
@@ -334,13 +335,11 @@ func linkDisplayImages(res sandbox.Result, files []conversations.FileRef) []conv
 		if d.Image == nil {
 			continue
 		}
-		// Files are stored under the plain form of the name Python gave.
-		stored := sandchat.ArtifactName(d.Image.Name)
-		if f, ok := byName[stored]; ok {
+		if f, ok := byName[d.Image.Name]; ok {
 			d.Image.FileID = f.ID
 		}
 		if !artifact[d.Image.Name] {
-			shown[stored] = true
+			shown[d.Image.Name] = true
 		}
 	}
 	return slices.DeleteFunc(files, func(f conversations.FileRef) bool { return shown[f.Name] })
