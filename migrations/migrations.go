@@ -75,7 +75,9 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 	}
 	defer aconn.Close(ctx)
 	_, err = aconn.Exec(ctx, "create database "+pgx.Identifier{cfg.Database}.Sanitize())
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created meanwhile by another node
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		// Created meanwhile by another node: "already exists", or, when the two creates
+		// overlap, a unique violation on the catalog's names.
 		return nil
 	}
 	return err

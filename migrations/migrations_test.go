@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"net/url"
 	"sync"
 	"testing"
 
@@ -62,4 +63,50 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("schema not usable after concurrent migrate: %v", err)
 		}
 	})
+}
+
+// TestEnsureDatabaseConcurrently: nodes (or test binaries) starting together on a server
+// without the database all get it; Postgres reports the loser of a concurrent create as
+// a unique violation, not always as "already exists".
+func TestEnsureDatabaseConcurrently(t *testing.T) {
+	ctx := context.Background()
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name("ensure_")
+	u.Path, u.RawQuery = "/"+name, "sslmode=disable"
+	fresh := u.String()
+	u.Path = "/postgres"
+	admin, err := pgx.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.ConnectConfig(ctx, admin)
+		if err != nil {
+			t.Errorf("drop database: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)"); err != nil {
+			t.Errorf("drop database: %v", err)
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- migrations.EnsureDatabase(ctx, fresh)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("EnsureDatabase beside others: %v", err)
+		}
+	}
 }
