@@ -23,6 +23,29 @@ func (c Config) stateCap(want int64) int64 {
 	return c.MaxStateBytes
 }
 
+// sharedBytes is what the saved states of the other sessions on b hold now.
+func (e *Engine) sharedBytes(ctx context.Context, b Budget) (int64, error) {
+	var n int64
+	for _, k := range b.Shared {
+		m, err := e.st.Bytes(ctx, k)
+		if err != nil {
+			return 0, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// want is what a run's state may hold under its budget (zero: no budget), the other
+// sessions on it holding shared: at least one byte, so a budget already spent still
+// refuses the save rather than lifting the bound.
+func (b Budget) want(shared int64) int64 {
+	if b.Bytes <= 0 {
+		return 0
+	}
+	return max(b.Bytes-shared, 1)
+}
+
 // persist makes a successful run durable before it is reported complete: its cell joins
 // the session's log in Redis with the files it changed (a few hundred bytes for most
 // runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
@@ -44,7 +67,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
 		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), e.cfg.logCell(req.Code, req.Timeout)),
-		Cap: e.cfg.stateCap(req.StateCap),
+		Cap: e.cfg.stateCap(req.Budget.want(res.Session.SharedBytes)),
 	}
 	e.sess.mu.Lock()
 	lv.stateCap = save.Cap

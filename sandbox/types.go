@@ -25,12 +25,24 @@ type Request struct {
 	// packages); they are resolved and fetched like the code's own imports. A module
 	// that does not import is reported in stderr and the code runs anyway.
 	Preload []string
-	// StateCap, when positive, is the most the session's saved state (heap, files and
-	// replay log together) may hold after this run: what is left of the conversation's
-	// storage quota. Config.MaxStateBytes bounds it either way; a save over it is refused
-	// like one over MaxStateBytes.
-	StateCap int64
+	// Budget, when its Bytes are positive, bounds what the session's saved state (heap,
+	// files and replay log together) may hold after this run.
+	Budget Budget
 }
+
+// Budget is storage that sessions share (a conversation's quota, less what its files
+// take): a session's save may take what the Shared sessions' saved states leave of
+// Bytes, read as its run begins, and at least one byte less than nothing. Config.
+// MaxStateBytes bounds it either way; a save over it is refused like one over
+// MaxStateBytes.
+type Budget struct {
+	Bytes  int64
+	Shared []string // the other sessions on the budget (at most maxShared)
+}
+
+// maxShared bounds the sessions a run's budget is shared with: each costs a read of
+// the store as the run begins.
+const maxShared = 256
 
 // File is a named blob handed to Python. Version names its content (anything that
 // changes when the content does; empty: the engine hashes Data). A File with a Version
@@ -81,7 +93,12 @@ type SessionInfo struct {
 	Files        []string  `json:"files,omitempty"`
 	Live         bool      `json:"live"`
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
-	StateBytes   int64     `json:"state_bytes,omitempty"`
+	// StateBytes is what the saved state holds (after the run, for a run's Result, saved
+	// or not).
+	StateBytes int64 `json:"state_bytes,omitempty"`
+	// SharedBytes, for a run's Result, is what the sessions of its Budget held as the
+	// run began.
+	SharedBytes int64 `json:"-"`
 }
 
 // Status is the engine's health, for /api/v1/sandbox/status and `sandchat doctor`.

@@ -110,7 +110,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq.Data, sreq.StateCap = data, quota.cap
+	sreq.Data, sreq.Budget = data, quota.budget
 	r, later := s.call(func() (sandbox.Result, error) {
 		res, err := s.Engine.Execute(ctx, key, sreq)
 		if errors.Is(err, sandbox.ErrDataStale) {
@@ -129,7 +129,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	res, err := r.res, r.err
 	s.explain(&res, quota)
-	ex = s.withQuota(wctx, ex, quota, res)
+	ex = s.withQuota(ex, res)
 	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The code ended as it was being stopped, and its state was saved: it succeeded,
 		// and is answered so, as its record says.
@@ -253,7 +253,7 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 // let go of it.
 func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota runQuota, r engineReply) {
 	s.explain(&r.res, quota)
-	ex = s.withQuota(wctx, ex, quota, r.res)
+	ex = s.withQuota(ex, r.res)
 	if r.err != nil {
 		_, _ = s.failed(ctx, wctx, id, ex, r.res, r.err)
 		return

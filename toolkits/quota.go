@@ -14,9 +14,10 @@ import (
 // A conversation has one storage quota (Sandbox.Quota) for everything it keeps: its
 // uploads and artifacts in Postgres, and the Python state of each of its sessions in
 // the engine. Each way in checks the sum: an upload (UploadFile), a run's state save
-// (the engine refuses a save past Request.StateCap, what the rest leaves), and a run's
-// artifacts (FinishExecution keeps those that fit, with the sessions' state after the
-// run). Uploads and artifacts are checked under the conversation's row lock; a session's
+// (the engine refuses a save past what the files and the other sessions leave of its
+// Request.Budget, the latter read as the run begins), and a run's artifacts
+// (FinishExecution keeps those that fit, with the sessions' state after the run).
+// Uploads and artifacts are checked under the conversation's row lock; a session's
 // state is read from the engine just before, so an upload that lands while a run is in
 // progress is counted by the run after it.
 
@@ -29,19 +30,12 @@ func (s *Sandbox) quota() int64 {
 }
 
 // usage reads what the conversation's files take (one query) and what the state of
-// each of its sessions but skip holds in the engine (Redis only).
-func (s *Sandbox) usage(ctx context.Context, convID int64, skip string) (files conversations.FileUsage, state int64, err error) {
+// each of its sessions holds in the engine (Redis only).
+func (s *Sandbox) usage(ctx context.Context, convID int64) (files conversations.FileUsage, state int64, err error) {
 	if files, err = s.Store.FileUsage(ctx, convID); err != nil {
 		return files, 0, err
 	}
-	keys := files.SessionKeys
-	if own := s.SessionKey(convID, nil); !slices.Contains(keys, own) {
-		keys = append(keys, own)
-	}
-	for _, key := range keys {
-		if key == skip {
-			continue
-		}
+	for _, key := range s.sessions(convID, files) {
 		n, err := s.stateBytes(ctx, key)
 		if err != nil {
 			return files, 0, err
@@ -49,6 +43,15 @@ func (s *Sandbox) usage(ctx context.Context, convID int64, skip string) (files c
 		state += n
 	}
 	return files, state, nil
+}
+
+// sessions names the conversation's Python sessions: those its runs used, and its own.
+func (s *Sandbox) sessions(convID int64, files conversations.FileUsage) []string {
+	keys := slices.Clone(files.SessionKeys)
+	if own := s.SessionKey(convID, nil); !slices.Contains(keys, own) {
+		keys = append(keys, own)
+	}
+	return keys
 }
 
 // stateBytes is what a session's saved state holds; zero when it has none.
@@ -64,7 +67,7 @@ func (s *Sandbox) Storage(ctx context.Context, convID int64) (conversations.Stor
 	if _, err := s.Tools.Conversations.ToolSettings(ctx, convID); err != nil {
 		return conversations.Storage{}, err
 	}
-	files, state, err := s.usage(ctx, convID, "")
+	files, state, err := s.usage(ctx, convID)
 	if err != nil {
 		return conversations.Storage{}, err
 	}
@@ -78,29 +81,31 @@ func (s *Sandbox) UploadFile(ctx context.Context, convID int64, name, contentTyp
 	if _, err := s.Tools.Conversations.ToolSettings(ctx, convID); err != nil {
 		return conversations.FileRef{}, false, err
 	}
-	_, state, err := s.usage(ctx, convID, "")
+	_, state, err := s.usage(ctx, convID)
 	if err != nil {
 		return conversations.FileRef{}, false, err
 	}
 	return s.Store.UploadFile(ctx, convID, name, contentType, data, conversations.Quota{Limit: s.quota(), State: state})
 }
 
-// runQuota is the quota as one run of a session meets it.
+// runQuota is the quota as one run of a session meets it: what the conversation's
+// files leave of it is the budget the run's session shares with its other sessions.
 type runQuota struct {
 	files  conversations.FileUsage
-	others int64 // the state of the conversation's other sessions
-	cap    int64 // what the run's session state may hold
+	budget sandbox.Budget
 }
 
-// quotaFor reads the conversation's usage before a run of session key.
+// quotaFor reads the conversation's files before a run of session key; the engine
+// reads what its other sessions hold as the run begins.
 func (s *Sandbox) quotaFor(ctx context.Context, convID int64, key string) (runQuota, error) {
-	files, others, err := s.usage(ctx, convID, key)
+	files, err := s.Store.FileUsage(ctx, convID)
 	if err != nil {
 		return runQuota{}, err
 	}
+	shared := slices.DeleteFunc(s.sessions(convID, files), func(k string) bool { return k == key })
 	// A conversation already at its quota (an upload landed during a run) still runs
-	// code, but no save fits: the engine takes a cap of zero as none, so one byte.
-	return runQuota{files: files, others: others, cap: max(s.quota()-files.Uploads-files.Artifacts-others, 1)}, nil
+	// code, but no save fits: the engine takes a budget of zero as none, so one byte.
+	return runQuota{files: files, budget: sandbox.Budget{Bytes: max(s.quota()-files.Uploads-files.Artifacts, 1), Shared: shared}}, nil
 }
 
 // saveRefused is the start of the engine's line in stderr when a run's state was not
@@ -110,27 +115,17 @@ const saveRefused = "[sandbox] session state not saved:"
 // explain adds to a run's stderr that the conversation's quota, not the engine's limit
 // per session, is what refused its state save, with the sizes.
 func (s *Sandbox) explain(res *sandbox.Result, q runQuota) {
-	if !strings.Contains(res.Stderr, saveRefused) || (s.MaxStateBytes > 0 && q.cap >= s.MaxStateBytes) {
+	others := res.Session.SharedBytes
+	if !strings.Contains(res.Stderr, saveRefused) || (s.MaxStateBytes > 0 && q.budget.Bytes-others >= s.MaxStateBytes) {
 		return
 	}
 	res.Stderr += fmt.Sprintf("[sandbox] that limit is what this conversation's %s storage quota leaves for this session: uploads %s + artifacts %s + Python state of its other sessions %s. Delete files or reset the Python session to make room.\n",
-		sandchat.Size(s.quota()), sandchat.Size(q.files.Uploads), sandchat.Size(q.files.Artifacts), sandchat.Size(q.others))
+		sandchat.Size(s.quota()), sandchat.Size(q.files.Uploads), sandchat.Size(q.files.Artifacts), sandchat.Size(others))
 }
 
 // withQuota gives the record of a run the engine answered the quota its artifacts must
 // fit in: the state of the conversation's sessions as the run left them.
-func (s *Sandbox) withQuota(ctx context.Context, ex conversations.Execution, q runQuota, res sandbox.Result) conversations.Execution {
-	ex.Quota = conversations.Quota{Limit: s.quota(), State: q.others}
-	if len(res.Artifacts) == 0 && len(res.Displays) == 0 {
-		return ex // nothing to store: no need to know
-	}
-	own := res.Session.StateBytes // set when the engine saved the run's state
-	if own == 0 {
-		var err error
-		if own, err = s.stateBytes(ctx, ex.SessionKey); err != nil {
-			s.log().WarnContext(ctx, "read session state for the quota", "session", ex.SessionKey, "err", err)
-		}
-	}
-	ex.Quota.State += own
+func (s *Sandbox) withQuota(ex conversations.Execution, res sandbox.Result) conversations.Execution {
+	ex.Quota = conversations.Quota{Limit: s.quota(), State: res.Session.SharedBytes + res.Session.StateBytes}
 	return ex
 }
