@@ -111,15 +111,17 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
 	sreq.Data, sreq.Budget = data, quota.budget
-	r, later := s.call(func() (sandbox.Result, error) {
-		res, err := s.Engine.Execute(ctx, key, sreq)
-		if errors.Is(err, sandbox.ErrDataStale) {
+	r, later := s.call(func() (res sandbox.Result, err error) {
+		for resent := false; ; resent = true {
+			res, err = s.Engine.Execute(ctx, key, sreq)
+			if resent || !errors.Is(err, sandbox.ErrDataStale) {
+				return res, err
+			}
 			// The process moved on since we asked (evicted, restored): no code ran; send all.
-			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err == nil {
-				res, err = s.Engine.Execute(ctx, key, sreq)
+			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err != nil {
+				return res, err
 			}
 		}
-		return res, err
 	})
 	if later != nil {
 		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, quota, <-later) })
@@ -128,8 +130,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			req.ConversationID, id)}
 	}
 	res, err := r.res, r.err
-	s.explain(&res, quota)
-	ex = s.withQuota(ex, res)
+	ex = s.underQuota(&res, ex, quota)
 	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The code ended as it was being stopped, and its state was saved: it succeeded,
 		// and is answered so, as its record says.
@@ -252,8 +253,7 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 // recordLate records the outcome of a run whose caller was answered before the engine
 // let go of it.
 func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota runQuota, r engineReply) {
-	s.explain(&r.res, quota)
-	ex = s.withQuota(ex, r.res)
+	ex = s.underQuota(&r.res, ex, quota)
 	if r.err != nil {
 		_, _ = s.failed(ctx, wctx, id, ex, r.res, r.err)
 		return

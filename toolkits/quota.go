@@ -112,20 +112,16 @@ func (s *Sandbox) quotaFor(ctx context.Context, convID int64, key string) (runQu
 // saved because it was over its cap.
 const saveRefused = "[sandbox] session state not saved:"
 
-// explain adds to a run's stderr that the conversation's quota, not the engine's limit
-// per session, is what refused its state save, with the sizes.
-func (s *Sandbox) explain(res *sandbox.Result, q runQuota) {
+// underQuota applies the conversation's quota to a run the engine answered: its stderr
+// says when the quota, not the engine's limit per session, is what refused its state
+// save, with the sizes; its record gets the quota its artifacts must fit in, with the
+// state of the conversation's sessions as the run left them.
+func (s *Sandbox) underQuota(res *sandbox.Result, ex conversations.Execution, q runQuota) conversations.Execution {
 	others := res.Session.SharedBytes
-	if !strings.Contains(res.Stderr, saveRefused) || (s.MaxStateBytes > 0 && q.budget.Bytes-others >= s.MaxStateBytes) {
-		return
+	if strings.Contains(res.Stderr, saveRefused) && (s.MaxStateBytes <= 0 || q.budget.Bytes-others < s.MaxStateBytes) {
+		res.Stderr += fmt.Sprintf("[sandbox] that limit is what this conversation's %s storage quota leaves for this session: uploads %s + artifacts %s + Python state of its other sessions %s. Delete files or reset the Python session to make room.\n",
+			sandchat.Size(s.quota()), sandchat.Size(q.files.Uploads), sandchat.Size(q.files.Artifacts), sandchat.Size(others))
 	}
-	res.Stderr += fmt.Sprintf("[sandbox] that limit is what this conversation's %s storage quota leaves for this session: uploads %s + artifacts %s + Python state of its other sessions %s. Delete files or reset the Python session to make room.\n",
-		sandchat.Size(s.quota()), sandchat.Size(q.files.Uploads), sandchat.Size(q.files.Artifacts), sandchat.Size(others))
-}
-
-// withQuota gives the record of a run the engine answered the quota its artifacts must
-// fit in: the state of the conversation's sessions as the run left them.
-func (s *Sandbox) withQuota(ex conversations.Execution, res sandbox.Result) conversations.Execution {
-	ex.Quota = conversations.Quota{Limit: s.quota(), State: res.Session.SharedBytes + res.Session.StateBytes}
+	ex.Quota = conversations.Quota{Limit: s.quota(), State: others + res.Session.StateBytes}
 	return ex
 }
