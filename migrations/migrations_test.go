@@ -41,23 +41,10 @@ func TestMigrate(t *testing.T) {
 		end $$`); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _, err := migrations.Migrate(ctx, url)
-				errs <- err
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Errorf("concurrent migrate: %v", err)
-			}
-		}
+		together(t, 4, "concurrent migrate", func() error {
+			_, _, err := migrations.Migrate(ctx, url)
+			return err
+		})
 		var n int
 		if err := conn.QueryRow(ctx, "select count(*) from users").Scan(&n); err != nil {
 			t.Fatalf("schema not usable after concurrent migrate: %v", err)
@@ -93,20 +80,26 @@ func TestEnsureDatabaseConcurrently(t *testing.T) {
 			t.Errorf("drop database: %v", err)
 		}
 	})
+	together(t, 8, "EnsureDatabase beside others", func() error { return migrations.EnsureDatabase(ctx, fresh) })
+}
+
+// together calls f from n goroutines at once, and reports each error as what.
+func together(t *testing.T, n int, what string, f func() error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
+	errs := make(chan error, n)
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- migrations.EnsureDatabase(ctx, fresh)
+			errs <- f()
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Errorf("EnsureDatabase beside others: %v", err)
+			t.Errorf("%s: %v", what, err)
 		}
 	}
 }
