@@ -25,15 +25,29 @@ func (c Config) stateCap(want int64) int64 {
 
 // sharedBytes is what the saved states of the other sessions on b hold now.
 func (e *Engine) sharedBytes(ctx context.Context, b Budget) (int64, error) {
-	var n int64
-	for _, k := range b.Shared {
-		m, err := e.st.Bytes(ctx, k)
-		if err != nil {
-			return 0, err
-		}
-		n += m
+	if b.Bytes <= 0 {
+		return 0, nil
 	}
-	return n, nil
+	return e.st.Bytes(ctx, b.Shared...)
+}
+
+// sizes completes what an answered run reports of the storage it counts against, for
+// a run persist did not save (it failed, or its state did not fit): what its session's
+// saved state holds and, with a budget, what the other sessions' hold. Read under the
+// run's lease, so no later run of the session is counted.
+func (e *Engine) sizes(ctx context.Context, key string, b Budget, res *Result) {
+	if res.Status == "" || res.Session.StateBytes > 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	own, err := e.st.Bytes(ctx, key)
+	if err == nil {
+		res.Session.SharedBytes, err = e.sharedBytes(ctx, b)
+	}
+	if err != nil {
+		e.log.WarnContext(ctx, "read session state sizes", "session", key, "err", err)
+	}
+	res.Session.StateBytes = own
 }
 
 // want is what a run's state may hold under its budget (zero: no budget), the other
@@ -67,19 +81,25 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
 		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), e.cfg.logCell(req.Code, req.Timeout)),
-		Cap: e.cfg.stateCap(req.Budget.want(res.Session.SharedBytes)),
 	}
-	e.sess.mu.Lock()
-	lv.stateCap = save.Cap
-	e.sess.mu.Unlock()
-	// The run is over: what it did is saved whether or not its caller still waits.
+	// The run is over: what it did is saved whether or not its caller still waits. The
+	// other sessions on its budget are read just before, so the cap is the freshest.
 	bg := context.WithoutCancel(ctx)
-	v, stateBytes, err := e.st.Save(bg, key, save)
-	if sandchat.IsUnavailable(err) {
-		// The answer may be what was lost (a timeout after the save went through): a save
-		// is idempotent under its token, so asking once more tells. A run told it was not
-		// saved would be run again, and applied twice.
+	var v, stateBytes int64
+	shared, err := e.sharedBytes(bg, req.Budget)
+	if err == nil {
+		save.Cap = e.cfg.stateCap(req.Budget.want(shared))
+		res.Session.SharedBytes = shared
+		e.sess.mu.Lock()
+		lv.stateCap = save.Cap
+		e.sess.mu.Unlock()
 		v, stateBytes, err = e.st.Save(bg, key, save)
+		if sandchat.IsUnavailable(err) {
+			// The answer may be what was lost (a timeout after the save went through): a
+			// save is idempotent under its token, so asking once more tells. A run told it
+			// was not saved would be run again, and applied twice.
+			v, stateBytes, err = e.st.Save(bg, key, save)
+		}
 	}
 	var full *state.Full
 	if errors.As(err, &full) {
@@ -117,10 +137,10 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	return ctxErr
 }
 
-// StateBytes is what key's saved state holds in both tiers (heap, files, replay log),
-// from the store's counters alone; zero when it has none.
-func (e *Engine) StateBytes(ctx context.Context, key string) (int64, error) {
-	return e.st.Bytes(ctx, key)
+// StateBytes is what the saved states of keys hold together in both tiers (heap, files,
+// replay log), from the store's counters alone; zero for a session with none.
+func (e *Engine) StateBytes(ctx context.Context, keys ...string) (int64, error) {
+	return e.st.Bytes(ctx, keys...)
 }
 
 // Session describes the durable state of key; ENOTFOUND when there is none.

@@ -273,7 +273,7 @@ func TestStorageCaps(t *testing.T) {
 }
 
 // TestSharedBudget: sessions on one budget (a conversation's quota) share it: a save
-// may take what the others' saved states leave, read as the run begins, and the result
+// may take what the others' saved states leave, read just before it, and the result
 // says what they held and what the session's state holds, saved or not.
 func TestSharedBudget(t *testing.T) {
 	e, _, key := setup(t)
@@ -307,7 +307,14 @@ func TestSharedBudget(t *testing.T) {
 	if r := exec(key("budget-c"), "open('c.bin', 'wb').write(b'c' * 1_000_000)", Budget{Bytes: budget.Bytes}); strings.Contains(r.Stderr, "not saved") {
 		t.Fatalf("the budget alone: %q", r.Stderr)
 	}
-	for _, shared := range [][]string{{b}, {""}, make([]string, maxShared+1)} {
+	if r, err := e.Execute(context.Background(), b, Request{Code: "1/0", Budget: budget}); err != nil || r.Status != StatusError ||
+		r.Session.StateBytes != small.Session.StateBytes || r.Session.SharedBytes != held {
+		t.Fatalf("a failed run: %v, status %s, session %+v; want %d bytes of state, %d shared", err, r.Status, r.Session, small.Session.StateBytes, held)
+	}
+	if both, err := e.StateBytes(context.Background(), a, b); err != nil || both != held+big.Session.StateBytes {
+		t.Errorf("both sessions hold %d bytes (%v), want %d + %d", both, err, held, big.Session.StateBytes)
+	}
+	for _, shared := range [][]string{{b}, {""}, {a, a}, make([]string, maxShared+1)} {
 		if _, err := e.Execute(context.Background(), b, Request{Code: "1", Budget: Budget{Bytes: 1, Shared: shared}}); sandchat.ErrorCode(err) != sandchat.EINVALID {
 			t.Errorf("a budget shared with %d keys (%q…): %v, want EINVALID", len(shared), shared[0], err)
 		}

@@ -41,10 +41,12 @@ func (c *Config) check(key string, req *Request) error {
 	if req.Budget.Bytes < 0 || len(req.Budget.Shared) > maxShared {
 		return sandchat.Errorf(sandchat.EINVALID, "A budget is 0 or more bytes, shared with at most %d sessions.", maxShared)
 	}
+	shared := make(map[string]bool, len(req.Budget.Shared))
 	for _, k := range req.Budget.Shared {
-		if k == "" || len(k) > 512 || k == key {
-			return sandchat.Errorf(sandchat.EINVALID, "A budget is shared with other sessions, each named by a key of 1 to 512 bytes.")
+		if k == "" || len(k) > 512 || k == key || shared[k] {
+			return sandchat.Errorf(sandchat.EINVALID, "A budget is shared with other sessions, each named once by a key of 1 to 512 bytes.")
 		}
+		shared[k] = true
 	}
 	var total int64
 	names := make(map[string]bool, len(req.Data))
@@ -89,17 +91,9 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 		waited = time.Since(t0)
 		var err error
 		res, err = e.runLocked(ctx, key, token, req)
+		e.sizes(ctx, key, req.Budget, &res)
 		return err
 	})
-	if res.Status != "" && res.Session.StateBytes == 0 {
-		// The run saved nothing (it failed, or its state did not fit): its caller still
-		// learns what the session's saved state holds.
-		if n, err := e.st.Bytes(context.WithoutCancel(ctx), key); err == nil {
-			res.Session.StateBytes = n
-		} else {
-			e.log.WarnContext(ctx, "read session state size", "session", key, "err", err)
-		}
-	}
 	if res.Status != "" {
 		// JSON callers get [] rather than null.
 		if res.Artifacts == nil {
@@ -131,10 +125,6 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
-	shared, err := e.sharedBytes(ctx, req.Budget)
-	if err != nil {
-		return Result{}, err
-	}
 	// What the run loads from the package cache is its own until it ends.
 	pk := e.procs.packages(p)
 	defer pk.Done()
@@ -151,7 +141,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	out, hooks := e.cfg.hooks(req, e.pip.server(ctx, lv, pk))
 	session := func() SessionInfo {
-		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode, SharedBytes: shared}
+		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
 	}
 	start := time.Now()
 	lim := proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: req.Timeout, Grace: e.cfg.Grace}

@@ -23,7 +23,8 @@ type sessionStore interface {
 	Seen(ctx context.Context, session string) (bool, error)
 	Load(ctx context.Context, session string, withCells bool) (*state.State, error)
 	Cells(ctx context.Context, session string) ([]string, error)
-	Bytes(ctx context.Context, session string) (int64, error)
+	// Bytes is what the saved states of the sessions hold together, in one round trip.
+	Bytes(ctx context.Context, sessions ...string) (int64, error)
 	Save(ctx context.Context, session string, r state.Save) (version, total int64, err error)
 	Checkpoint(ctx context.Context, session string, c state.Checkpoint) (total int64, err error)
 	Reset(ctx context.Context, session string) error

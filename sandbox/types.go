@@ -32,7 +32,7 @@ type Request struct {
 
 // Budget is storage that sessions share (a conversation's quota, less what its files
 // take): a session's save may take what the Shared sessions' saved states leave of
-// Bytes, read as its run begins, and at least one byte less than nothing. Config.
+// Bytes, read just before the save (at least one byte, so a spent budget refuses it). Config.
 // MaxStateBytes bounds it either way; a save over it is refused like one over
 // MaxStateBytes.
 type Budget struct {
@@ -40,9 +40,9 @@ type Budget struct {
 	Shared []string // the other sessions on the budget (at most maxShared)
 }
 
-// maxShared bounds the sessions a run's budget is shared with: each costs a read of
-// the store as the run begins.
-const maxShared = 256
+// maxShared bounds the sessions a run's budget is shared with: each adds to the read
+// of the store before the run's save.
+const maxShared = 1024
 
 // File is a named blob handed to Python. Version names its content (anything that
 // changes when the content does; empty: the engine hashes Data). A File with a Version
@@ -96,8 +96,8 @@ type SessionInfo struct {
 	// StateBytes is what the saved state holds (after the run, for a run's Result, saved
 	// or not).
 	StateBytes int64 `json:"state_bytes,omitempty"`
-	// SharedBytes, for a run's Result, is what the sessions of its Budget held as the
-	// run began.
+	// SharedBytes, for a run's Result, is what the other sessions of its Budget held at
+	// its save (or after the run, for a run not saved).
 	SharedBytes int64 `json:"-"`
 }
 

@@ -23,8 +23,8 @@ type Engine interface {
 	Config() sandbox.Config
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
-	// StateBytes is what the session's saved state holds; zero when it has none.
-	StateBytes(ctx context.Context, key string) (int64, error)
+	// StateBytes is what the sessions' saved states hold together; zero for one with none.
+	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
 	// DataVersions is what the session's warm process holds of /data, or nil.
 	DataVersions(key string) map[string]string

@@ -13,13 +13,16 @@ import (
 
 // A conversation has one storage quota (Sandbox.Quota) for everything it keeps: its
 // uploads and artifacts in Postgres, and the Python state of each of its sessions in
-// the engine. Each way in checks the sum: an upload (UploadFile), a run's state save
-// (the engine refuses a save past what the files and the other sessions leave of its
-// Request.Budget, the latter read as the run begins), and a run's artifacts
-// (FinishExecution keeps those that fit, with the sessions' state after the run).
-// Uploads and artifacts are checked under the conversation's row lock; a session's
-// state is read from the engine just before, so an upload that lands while a run is in
-// progress is counted by the run after it.
+// the engine. Each way in checks the sum:
+//   - an upload (UploadFile), the sessions' state read from the engine just before;
+//   - a run's state save: the run's Request.Budget is what the files leave, shared with
+//     the conversation's other sessions, which the engine reads just before the save;
+//   - a run's artifacts: FinishExecution keeps those that fit, with the sessions' state
+//     as the engine reported it after the run.
+//
+// Uploads and artifacts are checked under the conversation's row lock. The files are
+// read before a run queues for its session, so an upload that lands while a run waits
+// or runs is counted by the run after it.
 
 // quota is the conversation quota in bytes.
 func (s *Sandbox) quota() int64 {
@@ -35,14 +38,10 @@ func (s *Sandbox) usage(ctx context.Context, convID int64) (files conversations.
 	if files, err = s.Store.FileUsage(ctx, convID); err != nil {
 		return files, 0, err
 	}
-	for _, key := range s.sessions(convID, files) {
-		n, err := s.stateBytes(ctx, key)
-		if err != nil {
-			return files, 0, err
-		}
-		state += n
+	if s.Engine != nil {
+		state, err = s.Engine.StateBytes(ctx, s.sessions(convID, files)...)
 	}
-	return files, state, nil
+	return files, state, err
 }
 
 // sessions names the conversation's Python sessions: those its runs used, and its own.
@@ -52,14 +51,6 @@ func (s *Sandbox) sessions(convID int64, files conversations.FileUsage) []string
 		keys = append(keys, own)
 	}
 	return keys
-}
-
-// stateBytes is what a session's saved state holds; zero when it has none.
-func (s *Sandbox) stateBytes(ctx context.Context, key string) (int64, error) {
-	if s.Engine == nil {
-		return 0, nil
-	}
-	return s.Engine.StateBytes(ctx, key)
 }
 
 // Storage is what the conversation holds against its quota (view access).

@@ -337,6 +337,16 @@ func (e *scriptedEngine) Execute(ctx context.Context, key string, req sandbox.Re
 	}
 	res.Session.Version = st.Version
 	res.Session.Packages = []string{}
+	// What the real engine reports of the storage the run counts against.
+	ctx = context.WithoutCancel(ctx)
+	if res.Session.StateBytes, err = e.StateBytes(ctx, key); err != nil {
+		return sandbox.Result{}, err
+	}
+	if req.Budget.Bytes > 0 {
+		if res.Session.SharedBytes, err = e.StateBytes(ctx, req.Budget.Shared...); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
 	return res, nil
 }
 
@@ -389,10 +399,17 @@ func (e *scriptedEngine) Session(ctx context.Context, key string) (sandbox.Sessi
 	return sandbox.SessionInfo{Version: st.Version, Live: found, Packages: []string{}}, nil
 }
 
-// StateBytes counts the scripted state's JSON, as the real engine counts what it stored.
-func (e *scriptedEngine) StateBytes(ctx context.Context, key string) (int64, error) {
-	n, err := e.rdb.StrLen(ctx, e.prefix+key).Result()
-	return n, sandchat.RedisError(err)
+// StateBytes counts the scripted states' JSON, as the real engine counts what it stored.
+func (e *scriptedEngine) StateBytes(ctx context.Context, keys ...string) (int64, error) {
+	var total int64
+	for _, key := range keys {
+		n, err := e.rdb.StrLen(ctx, e.prefix+key).Result()
+		if err != nil {
+			return 0, sandchat.RedisError(err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 func (e *scriptedEngine) Reset(ctx context.Context, key string) error {

@@ -191,22 +191,33 @@ func (s *Store) Cells(ctx context.Context, session string) ([]string, error) {
 	return cells, fail(ctx, err)
 }
 
-// Bytes is what the session's state holds as stored, in both tiers: its heap
-// (compressed), files and replay log, the total its cap applies to.
-func (s *Store) Bytes(ctx context.Context, session string) (int64, error) {
-	k := s.key(session, "state")
+// Bytes is what the sessions' states hold as stored, in both tiers: their heaps
+// (compressed), files and replay logs, the total a cap applies to; one pipeline for all.
+func (s *Store) Bytes(ctx context.Context, sessions ...string) (int64, error) {
+	if len(sessions) == 0 {
+		return 0, nil
+	}
 	pipe := s.rdb.Pipeline()
-	d := pipe.HStrLen(ctx, k, "delta")
-	h := pipe.HStrLen(ctx, k, "header")
-	fc := pipe.HMGet(ctx, k, "fbytes", "cbytes", "cfbytes", "deltasize")
+	lens := make([]*redis.IntCmd, 0, 2*len(sessions))
+	counts := make([]*redis.SliceCmd, 0, len(sessions))
+	for _, session := range sessions {
+		k := s.key(session, "state")
+		lens = append(lens, pipe.HStrLen(ctx, k, "delta"), pipe.HStrLen(ctx, k, "header"))
+		counts = append(counts, pipe.HMGet(ctx, k, "fbytes", "cbytes", "cfbytes", "deltasize"))
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fail(ctx, err)
 	}
-	n := d.Val() + h.Val()
-	for _, v := range fc.Val() {
-		if s, ok := v.(string); ok {
-			x, _ := strconv.ParseInt(s, 10, 64)
-			n += x
+	var n int64
+	for _, l := range lens {
+		n += l.Val()
+	}
+	for _, c := range counts {
+		for _, v := range c.Val() {
+			if s, ok := v.(string); ok {
+				x, _ := strconv.ParseInt(s, 10, 64)
+				n += x
+			}
 		}
 	}
 	return n, nil
