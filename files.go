@@ -145,3 +145,29 @@ func ArtifactName(name string) string {
 	keep := MaxArtifactNameChars - len(ext) - 1
 	return string(runes[:keep]) + mark + string(ext)
 }
+
+// UniqueArtifactName is ArtifactName(name) or, when taken says that name is in use
+// (another file of the same run whose name has the same plain form), the first of
+// "name-2.ext", "name-3.ext"… that is free, shortened to stay within
+// MaxArtifactNameChars.
+func UniqueArtifactName(name string, taken func(string) bool) string {
+	name = ArtifactName(name)
+	if !taken(name) {
+		return name
+	}
+	ext := path.Ext(name)
+	if utf8.RuneCountInString(ext) > 16 || ext == name {
+		ext = ""
+	}
+	base := []rune(strings.TrimSuffix(name, ext))
+	for i := 2; ; i++ {
+		suffix := "-" + strconv.Itoa(i) + ext
+		b := base
+		if over := len(b) + utf8.RuneCountInString(suffix) - MaxArtifactNameChars; over > 0 {
+			b = b[:max(len(b)-over, 0)]
+		}
+		if n := string(b) + suffix; !taken(n) {
+			return n
+		}
+	}
+}

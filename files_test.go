@@ -128,3 +128,36 @@ func TestArtifactName(t *testing.T) {
 		}
 	}
 }
+
+// TestUniqueArtifactName: files of one run whose names have the same plain form are
+// stored under names of their own, each within the limit and keeping its extension.
+func TestUniqueArtifactName(t *testing.T) {
+	t.Parallel()
+	taken := map[string]bool{}
+	add := func(in string) string {
+		n := sandchat.UniqueArtifactName(in, func(s string) bool { return taken[s] })
+		taken[n] = true
+		return n
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"caf\u00e9.csv", "caf\u00e9.csv"},
+		{"cafe\u0301.csv", "caf\u00e9-2.csv"},
+		{"caf\u00e9.csv", "caf\u00e9-3.csv"},
+		{"invoice\u202egnp.py", "invoice_U+202E_gnp.py"},
+		{"invoice_U+202E_gnp.py", "invoice_U+202E_gnp-2.py"},
+		{"README", "README"},
+		{"README", "README-2"},
+		{".env", ".env"},
+		{".env", ".env-2"},
+	} {
+		if got := add(tc.in); got != tc.want {
+			t.Errorf("UniqueArtifactName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	long := strings.Repeat("x", 300) + ".csv"
+	first, second := add(long), add(long)
+	if first == second || utf8.RuneCountInString(second) > sandchat.MaxArtifactNameChars || !strings.HasSuffix(second, "-2.csv") ||
+		sandchat.ArtifactName(second) != second {
+		t.Errorf("a long name twice: %q then %q; want two plain names within %d characters, the second ending -2.csv", first, second, sandchat.MaxArtifactNameChars)
+	}
+}

@@ -75,6 +75,15 @@ func TestDisplay(t *testing.T) {
 		if len(r.Displays) != 1 || r.Displays[0].Image == nil || r.Displays[0].Image.Name != "chart_U+202E_gnp.png" {
 			t.Errorf("displays %+v, want an image named chart_U+202E_gnp.png", r.Displays)
 		}
+		// Two files whose names have one plain form are two files, each with a name.
+		r = mustSucceed(t, e, k, "open('caf\\u00e9.csv', 'w').write('1')\nopen('cafe\\u0301.csv', 'w').write('2')")
+		var names []string
+		for _, a := range r.Artifacts {
+			names = append(names, a.Name)
+		}
+		if strings.Join(names, " ") != "caf\u00e9-2.csv caf\u00e9.csv" {
+			t.Errorf("artifacts %q, want caf\u00e9.csv and caf\u00e9-2.csv", names)
+		}
 	})
 	t.Run("plain values show no display item", func(t *testing.T) {
 		r := mustSucceed(t, e, k, "1 + 1")

@@ -238,23 +238,28 @@ func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string
 	}
 	res.Stderr = notesPrefix(notes) + res.Stderr
 	if len(r.Outside) > 0 {
-		res.Stderr += "[sandbox] not kept: " + strings.Join(r.Outside, ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
+		res.Stderr += "[sandbox] not kept: " + strings.Join(plainNames(r.Outside), ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
 	}
 	var skipped, unsaved []string
+	named := map[string]bool{}
 	for _, ch := range r.Changed {
 		b := f.Bytes(ch.Data)
+		// Named as it is stored, shown and downloaded: the plain form of its path, with
+		// a number when another file of the run has that form. The session keeps the
+		// path as Python wrote it.
+		name := sandchat.UniqueArtifactName(ch.Path, func(n string) bool { return named[n] })
+		named[name] = true
 		switch {
 		case ch.Data == nil || ch.Size > c.MaxArtifactBytes:
-			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", ch.Path, sandchat.Size(ch.Size), sandchat.Size(c.MaxArtifactBytes)))
+			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", name, sandchat.Size(ch.Size), sandchat.Size(c.MaxArtifactBytes)))
 		case len(res.Artifacts) >= c.MaxArtifacts:
-			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", ch.Path, c.MaxArtifacts))
+			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", name, c.MaxArtifacts))
 		default:
-			// Named as it is stored, shown and downloaded: the plain form of its path.
-			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: sandchat.ArtifactName(ch.Path), ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
+			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: name, ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
 		}
 		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
 			// Redis is no place for big files: they live on in the warm session only.
-			unsaved = append(unsaved, ch.Path)
+			unsaved = append(unsaved, name)
 			continue
 		}
 		lv.unsaved[ch.Path] = b
@@ -290,6 +295,15 @@ func contentType(name string, b []byte) string {
 		return t
 	}
 	return http.DetectContentType(b)
+}
+
+// plainNames are paths as the engine shows them (ArtifactName): no hidden characters.
+func plainNames(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = sandchat.ArtifactName(p)
+	}
+	return out
 }
 
 // truncatedAt ends an output cut at limit bytes.

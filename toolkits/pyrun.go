@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -294,13 +292,7 @@ func withDisplayImages(res sandbox.Result) sandbox.Result {
 			img.Name = res.Artifacts[i].Name
 			continue
 		}
-		base, ext := strings.TrimSuffix(img.Name, path.Ext(img.Name)), path.Ext(img.Name)
-		for i := 2; ; i++ {
-			if _, taken := names[img.Name]; !taken {
-				break
-			}
-			img.Name = fmt.Sprintf("%s-%d%s", base, i, ext)
-		}
+		img.Name = sandchat.UniqueArtifactName(img.Name, func(n string) bool { _, taken := names[n]; return taken })
 		names[img.Name] = img.Size
 		arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
 	}
