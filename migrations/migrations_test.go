@@ -57,12 +57,12 @@ func TestMigrate(t *testing.T) {
 // a unique violation, not always as "already exists".
 func TestEnsureDatabaseConcurrently(t *testing.T) {
 	ctx := context.Background()
-	u, err := url.Parse(testenv.DatabaseURL(t))
+	u, err := url.Parse(testenv.BaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := testenv.Name("ensure_")
-	u.Path, u.RawQuery = "/"+name, "sslmode=disable"
+	u.Path = "/" + name
 	fresh := u.String()
 	u.Path = "/postgres"
 	admin, err := pgx.ParseConfig(u.String())

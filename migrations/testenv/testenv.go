@@ -36,14 +36,19 @@ func Name(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
+// BaseURL is the database tests use: TEST_DATABASE_URL, else DefaultDatabaseURL.
+func BaseURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
 // DatabaseURL creates a fresh schema, migrates it and returns a URL whose connections
 // use it as their search_path. The schema is dropped when the test ends.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("TEST_DATABASE_URL")
-	if base == "" {
-		base = DefaultDatabaseURL
-	}
+	base := BaseURL()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := migrations.EnsureDatabase(ctx, base); err != nil {
