@@ -9,6 +9,7 @@ import (
 	_ "image/jpeg" // DecodeConfig of displayed JPEGs
 	_ "image/png"  // and PNGs
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -113,6 +114,32 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 		d.Text = "<display>"
 	}
 	return d, nil
+}
+
+// nameImages gives each display image of a run the name its file is stored under: the
+// name of the artifact or earlier image with the same bytes (savefig, then display:
+// one file), else its own, numbered when an artifact or an earlier image has it. Every
+// image shown then has a file of its name (see toolkits).
+func nameImages(res *Result) {
+	files := map[string][]byte{}
+	for _, a := range res.Artifacts {
+		files[a.Name] = a.Data
+	}
+	for _, d := range res.Displays {
+		img := d.Image
+		if img == nil {
+			continue
+		}
+		if b, ok := files[img.Name]; ok && bytes.Equal(b, img.Data) {
+			continue
+		}
+		if i := slices.IndexFunc(res.Artifacts, func(a sandchat.Artifact) bool { return bytes.Equal(a.Data, img.Data) }); i >= 0 {
+			img.Name = res.Artifacts[i].Name
+			continue
+		}
+		img.Name = sandchat.UniqueArtifactName(img.Name, func(n string) bool { _, taken := files[n]; return taken })
+		files[img.Name] = img.Data
+	}
 }
 
 func truncUTF8(s string, n int) string {

@@ -185,6 +185,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	res := e.cfg.result(&r, rep.Frame, lv, notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
+	nameImages(&res)
 	res.ExecutionMS = ms
 	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {
 		if ctxErr != nil {

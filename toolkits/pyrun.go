@@ -1,7 +1,6 @@
 package toolkits
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -271,30 +270,19 @@ func dataList(data []sandbox.File) []string {
 }
 
 // withDisplayImages returns the result to store: its artifacts plus the images of its
-// display items, each under a name of its own, so every image shown has a file id. A
-// figure that plt.show() also saved as an artifact is stored once.
+// display items that are no artifact, each under the name the engine gave it, so every
+// image shown has a file id. A figure that plt.show() also saved is stored once.
 func withDisplayImages(res sandbox.Result) sandbox.Result {
-	names := map[string]int64{}
+	stored := map[string]bool{}
 	for _, a := range res.Artifacts {
-		names[a.Name] = a.Size
+		stored[a.Name] = true
 	}
 	arts := slices.Clone(res.Artifacts)
 	for _, d := range res.Displays {
-		img := d.Image
-		if img == nil {
-			continue
+		if img := d.Image; img != nil && !stored[img.Name] {
+			stored[img.Name] = true
+			arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
 		}
-		if size, ok := names[img.Name]; ok && size == img.Size {
-			continue
-		}
-		// An image the code also saved (savefig, then display) is that file, shown once.
-		if i := slices.IndexFunc(res.Artifacts, func(a sandchat.Artifact) bool { return bytes.Equal(a.Data, img.Data) }); i >= 0 {
-			img.Name = res.Artifacts[i].Name
-			continue
-		}
-		img.Name = sandchat.UniqueArtifactName(img.Name, func(n string) bool { _, taken := names[n]; return taken })
-		names[img.Name] = img.Size
-		arts = append(arts, sandchat.Artifact{Name: img.Name, ContentType: img.ContentType, Data: img.Data, Size: img.Size})
 	}
 	res.Artifacts = arts
 	return res

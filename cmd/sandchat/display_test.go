@@ -106,6 +106,28 @@ func TestDisplayItems(t *testing.T) {
 		}
 	})
 
+	t.Run("an image saved and shown is one file, another of its name one of its own", func(t *testing.T) {
+		var r struct {
+			runJSON
+			Displays []displayJSON
+		}
+		alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), map[string]any{"code": "from IPython.display import Image\n" +
+			"open('chart.png', 'wb').write(make_png(12, 8))\n" +
+			"display(Image(data=make_png(12, 8)), metadata={'filename': 'chart.png'})\n" +
+			"display(Image(data=make_png(10, 6)), metadata={'filename': 'chart.png'})"}, &r)
+		if r.Status != "success" || len(r.Displays) != 2 || len(r.Artifacts) != 1 || r.Displays[0].Image == nil || r.Displays[1].Image == nil {
+			t.Fatalf("status %s stderr %q artifacts %+v displays %+v", r.Status, r.Stderr, r.Artifacts, r.Displays)
+		}
+		saved, other := r.Displays[0].Image, r.Displays[1].Image
+		if saved.Name != "chart.png" || saved.FileID != r.Artifacts[0].ID {
+			t.Errorf("the image saved as chart.png and shown: %+v, want the file %+v", saved, r.Artifacts[0])
+		}
+		if other.Name != "chart-2.png" || other.FileID == 0 || other.FileID == saved.FileID {
+			t.Errorf("another image named chart.png: %+v, want chart-2.png with a file of its own", other)
+		}
+		checkImage(t, saved)
+	})
+
 	t.Run("turn events and model context", func(t *testing.T) {
 		ws := alice.socket()
 		ws.subscribe(conv, nil)
