@@ -116,10 +116,11 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 	return d, nil
 }
 
-// nameImages gives each display image of a run the name its file is stored under: the
-// name of the artifact or earlier image with the same bytes (savefig, then display:
-// one file), else its own, numbered when an artifact or an earlier image has it. Every
-// image shown then has a file of its name (see toolkits).
+// nameImages gives each display image of a run the name its file is stored under: its
+// own when an artifact or an earlier image of that name has the same bytes (shown
+// twice: one file), else the name of an artifact with the same bytes (savefig, then
+// display: one file), else its own, numbered when an artifact or an earlier image has
+// it. Every image shown then has a file of its name (see toolkits).
 func nameImages(res *Result) {
 	files := map[string][]byte{}
 	for _, a := range res.Artifacts {

@@ -32,8 +32,8 @@ type Request struct {
 
 // Budget is storage that sessions share (a conversation's quota, less what its files
 // take): a session's save may take what the Shared sessions' saved states leave of
-// Bytes, read just before the save (at least one byte, so a spent budget refuses it). Config.
-// MaxStateBytes bounds it either way; a save over it is refused like one over
+// Bytes, read just before the save (at least one byte, so a spent budget refuses it).
+// Config.MaxStateBytes bounds it either way; a save over it is refused like one over
 // MaxStateBytes.
 type Budget struct {
 	Bytes  int64

@@ -87,7 +87,7 @@ type runQuota struct {
 }
 
 // quotaFor reads the conversation's files before a run of session key; the engine
-// reads what its other sessions hold as the run begins.
+// reads what its other sessions hold just before the run's save.
 func (s *Sandbox) quotaFor(ctx context.Context, convID int64, key string) (runQuota, error) {
 	files, err := s.Store.FileUsage(ctx, convID)
 	if err != nil {

@@ -214,8 +214,8 @@ func (s *Store) Bytes(ctx context.Context, sessions ...string) (int64, error) {
 	}
 	for _, c := range counts {
 		for _, v := range c.Val() {
-			if s, ok := v.(string); ok {
-				x, _ := strconv.ParseInt(s, 10, 64)
+			if field, ok := v.(string); ok {
+				x, _ := strconv.ParseInt(field, 10, 64)
 				n += x
 			}
 		}
