@@ -41,8 +41,18 @@ func TestSessionProcessIsConfined(t *testing.T) {
 	if pi.Cgroup == "" || pi.MemoryMax != e.cfg.MemoryBytes+e.cfg.RuntimeOverheadBytes || pi.TasksMax != proc.SessionTasks {
 		t.Errorf("cgroup %q memory max %d tasks max %d", pi.Cgroup, pi.MemoryMax, pi.TasksMax)
 	}
-	if b, err := os.ReadFile(pi.Cgroup + "/memory.limit_in_bytes"); err == nil && strings.TrimSpace(string(b)) != strconv.FormatInt(pi.MemoryMax, 10) {
-		t.Errorf("kernel memory limit %s, want %d", b, pi.MemoryMax)
+	// The kernel's own limit, as the configuration says: memory.max on cgroup v2,
+	// memory.limit_in_bytes on v1.
+	limitFile := "memory.limit_in_bytes"
+	if _, err := os.Stat(filepath.Join(pi.Cgroup, "memory.max")); err == nil {
+		limitFile = "memory.max"
+	}
+	b, err := os.ReadFile(filepath.Join(pi.Cgroup, limitFile))
+	if err != nil {
+		t.Fatalf("the session's kernel memory limit cannot be read: %v", err)
+	}
+	if want := e.cfg.MemoryBytes + e.cfg.RuntimeOverheadBytes; strings.TrimSpace(string(b)) != strconv.FormatInt(want, 10) {
+		t.Errorf("kernel memory limit (%s) %s, want %d", limitFile, b, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,30 +57,52 @@ func openCgroups(name string) (*Cgroups, error) {
 	return cg, nil
 }
 
+// serverLeaf is the v2 group the server moves its own processes into, beside its
+// engines' groups: a v2 group hands controllers to children only while it holds no
+// process itself.
+const serverLeaf = "sandchat-server"
+
+// ErrNotDelegated is what a v2 host that gives the server no controllers of its own
+// answers; its message says, in one sentence, what an operator must grant.
+type ErrNotDelegated struct {
+	Group  string // the server's group, as /sys/fs/cgroup/...
+	Reason string // what was found
+}
+
+func (e *ErrNotDelegated) Error() string {
+	return fmt.Sprintf("cgroup v2: the server's group %s is not delegated to it (%s): grant it one, "+
+		"with systemd by running sandchat as a service with Delegate=yes (or under `systemd-run --scope -p Delegate=yes`), "+
+		"in a container by giving it its own cgroup namespace with /sys/fs/cgroup writable "+
+		"(Docker: --cgroupns=private in a user namespace, rootless or userns-remap; Podman: --cgroupns=private --security-opt unmask=/sys/fs/cgroup; "+
+		"Kubernetes: hostUsers: false; docs/deploying.md)",
+		e.Group, e.Reason)
+}
+
+// v2Parent is the group this server's engines live under: the group it was started in,
+// or that group's parent when the server runs in the leaf it (or another sandchat
+// server started beside it) made there, so that restarts and several engines never nest.
+func v2Parent(self string) string {
+	if filepath.Base(self) == serverLeaf {
+		self = filepath.Dir(self)
+	}
+	return filepath.Join(cgroupMount, self)
+}
+
 func openCgroupsV2(name, self string) (*Cgroups, error) {
-	parent := filepath.Join(cgroupMount, self)
+	parent := v2Parent(self)
 	ctrl, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
 	if err != nil {
-		return nil, fmt.Errorf("cgroup v2: %w", err)
+		// A container that shares the host's cgroup namespace sees a path of the host's.
+		return nil, &ErrNotDelegated{Group: parent, Reason: "it is not visible in this mount namespace: " + err.Error()}
 	}
+	have := strings.Fields(string(ctrl))
 	for _, c := range []string{"memory", "pids"} {
-		if !strings.Contains(" "+string(ctrl)+" ", " "+c+" ") {
-			return nil, fmt.Errorf("cgroup v2: controller %q is not delegated to %s", c, parent)
+		if !slices.Contains(have, c) {
+			return nil, &ErrNotDelegated{Group: parent, Reason: fmt.Sprintf("controller %q is not enabled for it", c)}
 		}
 	}
-	// v2 lets a group hand controllers to children only while it has no processes of its
-	// own: the server moves itself into a leaf beside the sessions' groups first.
-	if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+memory +pids"); err != nil {
-		leaf := filepath.Join(parent, "sandchat-server")
-		if err := os.MkdirAll(leaf, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup v2: %w", err)
-		}
-		if err := moveAll(filepath.Join(parent, "cgroup.procs"), filepath.Join(leaf, "cgroup.procs")); err != nil {
-			return nil, fmt.Errorf("cgroup v2: move the server into a leaf group: %w", err)
-		}
-		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+memory +pids"); err != nil {
-			return nil, fmt.Errorf("cgroup v2: enable memory and pids under %s: %w", parent, err)
-		}
+	if err := enableV2(parent); err != nil {
+		return nil, err
 	}
 	reapStale(parent)
 	dir := filepath.Join(parent, name)
@@ -90,6 +113,45 @@ func openCgroupsV2(name, self string) (*Cgroups, error) {
 		return nil, fmt.Errorf("cgroup v2: enable memory and pids under %s: %w", dir, err)
 	}
 	return &Cgroups{version: 2, roots: map[string]string{"unified": dir}}, nil
+}
+
+// enableV2 hands memory and pids to parent's children. The kernel refuses that while
+// parent holds processes (EBUSY): the server's own, and those of anything started
+// beside it in the same group, move into the server's leaf first.
+func enableV2(parent string) error {
+	sub := filepath.Join(parent, "cgroup.subtree_control")
+	if b, err := os.ReadFile(sub); err == nil {
+		if f := strings.Fields(string(b)); slices.Contains(f, "memory") && slices.Contains(f, "pids") {
+			return nil
+		}
+	}
+	err := writeFile(sub, "+memory +pids")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, syscall.EBUSY) {
+		return &ErrNotDelegated{Group: parent, Reason: "its cgroup.subtree_control cannot be written: " + err.Error()}
+	}
+	leaf := filepath.Join(parent, serverLeaf)
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return &ErrNotDelegated{Group: parent, Reason: "no group can be made in it: " + err.Error()}
+	}
+	// A child forked while the server moves (a Deno the engine starts meanwhile) stays
+	// behind in parent: move again until parent is empty, since every later fork starts
+	// in the leaf.
+	for range 50 {
+		if err := moveAll(filepath.Join(parent, "cgroup.procs"), filepath.Join(leaf, "cgroup.procs")); err != nil {
+			return &ErrNotDelegated{Group: parent, Reason: "the server cannot move itself into " + leaf + ": " + err.Error()}
+		}
+		if err = writeFile(sub, "+memory +pids"); !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup v2: enable memory and pids under %s: %w", parent, err)
+	}
+	return nil
 }
 
 // reapStale ends what a server that died left behind: its sessions' groups, frozen or

@@ -72,7 +72,7 @@ func OpenJail(cfg Spec, name string) (*Jail, error) {
 		return nil, fmt.Errorf("bubblewrap cannot create namespaces here (%v: %s)%s", err, strings.TrimSpace(string(out)), weaker)
 	}
 	if j.Cgroups, err = openCgroups(name); err != nil {
-		return nil, fmt.Errorf("no writable cgroup for session limits: %v%s", err, weaker)
+		return nil, fmt.Errorf("no writable cgroup for session limits: %w%s", err, weaker)
 	}
 	return j, nil
 }
