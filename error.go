@@ -98,10 +98,52 @@ func RedisError(err error) error {
 	if err == nil || errors.As(err, &e) || errors.Is(err, context.Canceled) {
 		return err
 	}
-	if IsConnError(err) || errors.Is(err, context.DeadlineExceeded) || strings.HasPrefix(err.Error(), "LOADING") {
+	if RedisNotNow(err) {
 		return WithCause(Unavailable(DepRedis, err), err)
 	}
 	return err
+}
+
+// redisNotNowCodes are the error codes a Redis answers while it cannot serve for a
+// moment and will again without anyone's help: a dataset loading, a Cluster between a
+// master's failure and its replica's promotion, a slot migrating, a replica not yet
+// promoted or a master just demoted (the client's map is stale until it reloads).
+var redisNotNowCodes = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOREPLICAS"}
+
+// RedisNotNow reports whether err means that Redis cannot be reached or cannot serve
+// right now: a connection failure, a deadline, or one of the codes above. The code is
+// the first word of a Redis error reply, the protocol's own way to type it.
+func RedisNotNow(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if IsConnError(err) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	found := false
+	walkErrors(err, func(e error) {
+		code, _, _ := strings.Cut(e.Error(), " ")
+		for _, c := range redisNotNowCodes {
+			found = found || code == c
+		}
+	})
+	return found
+}
+
+// walkErrors calls fn on err and every error it wraps, joined ones included.
+func walkErrors(err error, fn func(error)) {
+	if err == nil {
+		return
+	}
+	fn(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		walkErrors(u.Unwrap(), fn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			walkErrors(e, fn)
+		}
+	}
 }
 
 // WithCause returns app with the driver error that caused it kept in the chain: callers

@@ -3,6 +3,7 @@ package sandchat_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"testing"
@@ -23,6 +24,14 @@ func TestRedisError(t *testing.T) {
 		{"redis refused", refused, sandchat.EUNAVAILABLE, sandchat.DepRedis},
 		{"redis pool timeout", errors.New("redis: connection pool timeout"), sandchat.EUNAVAILABLE, sandchat.DepRedis},
 		{"redis cancelled stays as is", context.Canceled, sandchat.EINTERNAL, ""},
+		{"cluster down during a failover", errors.New("CLUSTERDOWN The cluster is down"), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"slot migrating", errors.New("TRYAGAIN Multiple keys request during rehashing of slot"), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"dataset loading", errors.New("LOADING Redis is loading the dataset in memory"), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"replica's master down", errors.New("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"write to a demoted master", fmt.Errorf("save: %w", errors.New("READONLY You can't write against a read only replica.")), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"joined with another error", errors.Join(errors.New("pipeline"), errors.New("CLUSTERDOWN Hash slot not served")), sandchat.EUNAVAILABLE, sandchat.DepRedis},
+		{"a script's own error is no outage", errors.New("ERR Error running script: bad argument"), sandchat.EINTERNAL, ""},
+		{"a word inside a message is no code", errors.New("ERR user script said LOADING"), sandchat.EINTERNAL, ""},
 		{"app error passes", sandchat.Errorf(sandchat.EBUSY, "busy"), sandchat.EBUSY, ""},
 	}
 	for _, tc := range cases {

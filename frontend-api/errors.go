@@ -38,6 +38,9 @@ func statusCode(status int) string {
 	return sandchat.EINVALID
 }
 
+// defaultRetryAfter is the Retry-After, in seconds, of a 503 or 429 whose error named none.
+const defaultRetryAfter = 2
+
 // Problem is an RFC 9457 problem document with the application error code.
 type Problem struct {
 	Type   string `json:"type"`
@@ -72,8 +75,13 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		s.log.ErrorContext(c.UserContext(), "request failed", "method", utils.CopyString(c.Method()), "path", utils.CopyString(c.Path()), "err", err)
 	}
 	var ae *sandchat.Error
-	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+	switch {
+	case errors.As(err, &ae) && ae.RetryAfter > 0:
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ae.RetryAfter))
+	case status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests:
+		// Every refusal to retry says when: a part that did not name a delay gets the
+		// short one a restarting dependency or engine usually needs.
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(defaultRetryAfter))
 	}
 	dep := ""
 	if ae != nil {
@@ -102,6 +110,9 @@ func lastResort(c *fiber.Ctx, err error) error {
 	}
 	if sandchat.IsConnError(err) || errors.Is(err, context.DeadlineExceeded) {
 		return errors.Join(sandchat.Unavailable("", err), err)
+	}
+	if sandchat.RedisNotNow(err) {
+		return errors.Join(sandchat.Unavailable(sandchat.DepRedis, err), err)
 	}
 	return err
 }

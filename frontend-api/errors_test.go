@@ -40,6 +40,9 @@ func TestErrorHandler(t *testing.T) {
 		{"dependency down", sandchat.Unavailable(sandchat.DepRedis, errors.New("dial tcp: connection refused")), 503, sandchat.EUNAVAILABLE, "Redis", "2", sandchat.DepRedis},
 		{"internal: the detail stays in the log", errors.New("pq: secret table exploded"), 500, sandchat.EINTERNAL, "", "", ""},
 		{"an untranslated deadline is a 503", fmt.Errorf("query: %w", context.DeadlineExceeded), 503, sandchat.EUNAVAILABLE, "unavailable", "2", ""},
+		{"a Redis Cluster between master and replica is a 503", fmt.Errorf("save: %w", errors.New("CLUSTERDOWN The cluster is down")), 503, sandchat.EUNAVAILABLE, "Redis", "2", sandchat.DepRedis},
+		{"every 503 says when to retry", sandchat.Errorf(sandchat.EUNAVAILABLE, "The sandbox engine is starting."), 503, sandchat.EUNAVAILABLE, "starting", "2", ""},
+		{"every 429 says when to retry", sandchat.Errorf(sandchat.EBUSY, "Queue full."), 429, sandchat.EBUSY, "Queue full.", "2", ""},
 		{"Fiber's own errors keep their status", fiber.ErrMethodNotAllowed, 405, sandchat.EINVALID, "Method Not Allowed", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -290,6 +290,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 	}
 	if !ok {
 		c.Status(fiber.StatusServiceUnavailable)
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(defaultRetryAfter))
 	}
 	return c.JSON(fiber.Map{"ready": ok, "checks": status})
 }
