@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -103,9 +101,9 @@ var storeSettings = []setting{
 			}
 			return nil
 		}},
-	{env: "REDIS_URL", def: "redis://127.0.0.1:6379/0", help: "Redis URL",
+	{env: "REDIS_URL", def: "redis://127.0.0.1:6379/0", help: "Redis URL: one server, a Cluster (redis://seed1:port?addr=seed2:port&addr=…) or Sentinel (redis://sentinel:26379/0?master_name=NAME&addr=…)",
 		into: text(func(c *Config) *string { return &c.RedisURL }), check: func(c *Config) error {
-			_, err := redis.ParseURL(c.RedisURL)
+			_, err := parseRedisURL(c.RedisURL)
 			return err
 		}},
 	// Every key and channel lives under the prefix; an empty one would mix this

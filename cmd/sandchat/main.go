@@ -263,14 +263,13 @@ func (m *Main) openStores(ctx context.Context) (err error) {
 	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
 		return err
 	}
-	ropts, err := redis.ParseURL(m.Config.RedisURL)
+	rdb, target, err := openRedis(ctx, m.Config.RedisURL)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(ropts)
 	m.Redis = rdb
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", ropts.Addr, err)
+		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", target.addrs(), err)
 	}
 	return nil
 }
@@ -386,7 +385,7 @@ func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, ca
 func (m *Main) readyChecks(catalogue *toolkits.Catalogue) []frontendapi.Check {
 	return []frontendapi.Check{
 		{Name: "postgres", Fn: func(ctx context.Context) error { return m.DB.Ping(ctx) }},
-		{Name: "redis", Fn: func(ctx context.Context) error { return m.Redis.Ping(ctx).Err() }},
+		{Name: "redis", Fn: func(ctx context.Context) error { return redisReady(ctx, m.Redis) }},
 		{Name: "sandbox", Optional: true, Fn: func(context.Context) error {
 			if ok, reason := catalogue.Available(toolkits.PyodideSandbox); !ok {
 				return errors.New(reason)

@@ -15,7 +15,7 @@ import (
 
 // sandboxCommand parses the flags of doctor, exec or bench (the common ones and what
 // extra adds) and opens Redis.
-func sandboxCommand(name, help string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (Config, *redis.Client, []string, error) {
+func sandboxCommand(ctx context.Context, name, help string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (Config, redis.UniversalClient, []string, error) {
 	var cfg Config
 	fs := newFlagSet(name, help, stderr)
 	finish := cfg.bind(fs)
@@ -28,15 +28,15 @@ func sandboxCommand(name, help string, args []string, stderr io.Writer, extra fu
 	if err := finish(); err != nil {
 		return cfg, nil, nil, err
 	}
-	opts, err := redis.ParseURL(cfg.RedisURL)
+	rdb, _, err := openRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return cfg, nil, nil, err
 	}
-	return cfg, redis.NewClient(opts), fs.Args(), nil
+	return cfg, rdb, fs.Args(), nil
 }
 
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, rdb, _, err := sandboxCommand("doctor [flags]", "Checks the Python sandbox: Deno, Pyodide, Redis, and a real run.", args, stderr, nil)
+	cfg, rdb, _, err := sandboxCommand(ctx, "doctor [flags]", "Checks the Python sandbox: Deno, Pyodide, Redis, and a real run.", args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var opt execOptions
 	var files list
-	cfg, rdb, rest, err := sandboxCommand("exec [flags] [code]",
+	cfg, rdb, rest, err := sandboxCommand(ctx, "exec [flags] [code]",
 		"Runs Python through the sandbox engine, code from the argument or stdin. With --session the state persists like a conversation's.",
 		args, stderr, func(fs *flag.FlagSet) {
 			fs.StringVar(&opt.Key, "session", "", "session key to keep state under (e.g. ops:1); empty: a throwaway session")
@@ -83,7 +83,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	n := 0
-	cfg, rdb, _, err := sandboxCommand("bench [flags]",
+	cfg, rdb, _, err := sandboxCommand(ctx, "bench [flags]",
 		"Measures the sandbox engine: warm runs, new conversations, cold restores, state size, RSS and PSS of session processes, and a fresh Deno + Pyodide per run for comparison.",
 		args, stderr, func(fs *flag.FlagSet) { fs.IntVar(&n, "n", 30, "samples per measurement") })
 	if err != nil {
