@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test services build vet bench
+.PHONY: run test test-cgroup2 services build vet bench
 
 services:
 	@./.ci/services
@@ -25,6 +25,13 @@ vet:
 ## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide.
 test: services vet
 	$(GO) test -count=1 -timeout 30m ./...
+	@./.ci/cgroup2 --if-available
+
+## test-cgroup2: the confinement tests and doctor on a cgroup-v2-only Linux booted on this
+## machine (../shared/cgroup2-vm; root). `make test` ends with it where the VM is there
+## (always in CI).
+test-cgroup2: services
+	@./.ci/cgroup2
 
 ## bench: the sandbox engine's figures (see docs/sandbox.md).
 bench: services build
