@@ -57,10 +57,12 @@ ENV SANDCHAT_ADDR=0.0.0.0:8080 \
     SANDCHAT_SANDBOX_RUNTIME_DIR=/opt/sandchat/runtime \
     SANDCHAT_SANDBOX_USER=sandbox
 # The server runs as sandchat. A cgroup per session (the kernel's memory cap) needs a
-# writable cgroup hierarchy, which only root in a container that is allowed one has: the
-# compose file runs the app as root in such a container, and the server then starts every
-# session process as the unprivileged user sandbox. Elsewhere, run as sandchat with
-# SANDCHAT_SANDBOX_ISOLATION=process (Deno permissions only).
+# writable cgroup subtree of the container's own, which only root in the container
+# writes: docker-compose.yml and deploy/kubernetes/ run the app as root with only the
+# capabilities and syscalls that needs (no --privileged), and the server starts every
+# session process as the unprivileged user sandbox. docs/deploying.md says what each
+# runtime must grant. Elsewhere, run as sandchat with SANDCHAT_SANDBOX_ISOLATION=process
+# (Deno permissions only).
 USER 10001:10001
 EXPOSE 8080
 # /healthz over bash's /dev/tcp, so the image needs no curl; the port follows SANDCHAT_ADDR.
