@@ -3,7 +3,10 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandchat/sandchat"
 )
@@ -62,5 +65,39 @@ func TestDataTravelsOnce(t *testing.T) {
 	r, err = exec("lib.V", File{Name: "lib.py", Version: "2", Data: []byte("V = 2\n")})
 	if err != nil || resultOf(r) != "2" {
 		t.Fatalf("sent again: %s %v %+v %s", resultOf(r), err, r.Error, r.Session.RestoredFrom)
+	}
+}
+
+// TestStopDuringDataSync: a Stop that lands while the session takes in a changed /data
+// (before the user's code starts) stops the run, and only the run: the interpreter keeps
+// working, with its variables. Such stops used to raise KeyboardInterrupt inside the
+// driver's own sync, and the session was restarted from its last saved state.
+func TestStopDuringDataSync(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("stop-sync")
+	mustSucceed(t, e, k, "kept = 'yes'")
+	big := make([]byte, 4<<20)
+	for i := range 16 {
+		for j := range big {
+			big[j] = byte(i + j)
+		}
+		files := []File{{Name: "big.bin", Version: fmt.Sprint(i), Data: big}}
+		for n := range 40 {
+			files = append(files, File{Name: fmt.Sprintf("part%d.csv", n), Version: fmt.Sprint(i), Data: []byte(fmt.Sprintf("%d,%d\n", i, n))})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(i%8)*4*time.Millisecond, cancel)
+		r, err := e.Execute(ctx, k, Request{Code: "stopped_at = " + fmt.Sprint(i), Data: files})
+		cancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("stop %d: %v", i, err)
+		}
+		if r.Error != nil && (strings.Contains(r.Error.Message, "restarted") || strings.Contains(r.Error.Message, "last saved state")) {
+			t.Fatalf("stop %d broke the interpreter: %s %+v", i, r.Status, r.Error)
+		}
+	}
+	r := mustSucceed(t, e, k, "kept")
+	if resultOf(r) != "'yes'" || r.Session.RestoredFrom != FromLive {
+		t.Fatalf("after the stops: %s from %s", resultOf(r), r.Session.RestoredFrom)
 	}
 }

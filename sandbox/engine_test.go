@@ -266,6 +266,28 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("x = %s after the interrupt, want the live value 8", got)
 		}
 	})
+	t.Run("a sleep is interrupted at the time limit and keeps state", func(t *testing.T) {
+		// Pyodide's own time.sleep never looked at the interrupt: the run outlived its
+		// limit, and the kill that ended it lost what the cell had set.
+		k := key("sleep")
+		for _, code := range []string{"y = 9\nimport time\ntime.sleep(120)", "n = 0\nfor i in range(1200):\n    n += 1\n    time.sleep(0.1)"} {
+			r, err := e.Execute(context.Background(), k, Request{Code: code, Timeout: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != StatusTimeout || r.Error == nil || r.Error.Type != "KeyboardInterrupt" || strings.Contains(r.Error.Message, "last saved state") {
+				t.Fatalf("%q: got %s %+v, want KeyboardInterrupt in the sleep, the session kept", code, r.Status, r.Error)
+			}
+		}
+		r := mustSucceed(t, e, k, "(y, 0 < n < 1200)")
+		if resultOf(r) != "(9, True)" || r.Session.RestoredFrom != FromLive {
+			t.Fatalf("after the interrupted sleeps: %s from %s", resultOf(r), r.Session.RestoredFrom)
+		}
+		r = mustSucceed(t, e, k, "time.sleep(0.01)\ntry:\n    time.sleep(-1)\nexcept ValueError as e:\n    print(e)\ntry:\n    time.sleep('1')\nexcept TypeError:\n    print('TypeError')")
+		if r.Stdout != "sleep length must be non-negative\nTypeError\n" {
+			t.Fatalf("time.sleep's checks: %q", r.Stdout)
+		}
+	})
 	t.Run("code ignoring the interrupt is stopped and the session restored", func(t *testing.T) {
 		k := key("stubborn")
 		mustSucceed(t, e, k, "saved = 'yes'")

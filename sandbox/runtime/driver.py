@@ -88,6 +88,21 @@ def _install():
         finally:
             flush()
 
+    # time.sleep that a Stop or a time limit interrupts (worker.ts, sandchatSleep):
+    # KeyboardInterrupt is raised inside the sleep, so what the cell set before it stays,
+    # as in Jupyter.
+    import time, operator
+    def sleep(secs):
+        if not isinstance(secs, float):
+            secs = operator.index(secs)
+        if secs < 0:
+            raise ValueError("sleep length must be non-negative")
+        import js
+        if js.sandchatSleep(float(secs)):
+            raise KeyboardInterrupt
+    sleep.__doc__ = time.sleep.__doc__
+    time.sleep = sleep
+
     def reseed():
         # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
         random.seed()

@@ -115,6 +115,27 @@ async function installWheels(lock: string[], wheels: PipWheel[]) {
   return JSON.stringify(out);
 };
 
+// sandchatSleep is time.sleep for the session (driver.py installs it): Pyodide's own
+// busy-waits and never looks at the interrupt buffer, so a Stop or a time limit would wait
+// for the sleep to end and the run's state could be lost to a kill. This one waits in
+// short slices without spinning and answers true, consuming the interrupt, as soon as the
+// host asks the code to stop; Python then raises KeyboardInterrupt there.
+const sleepCell = new Int32Array(new SharedArrayBuffer(4)); // nobody writes it: waits time out
+// What Pyodide watches outside user code: nobody writes it (see "init").
+const idleInterrupt = new Uint8Array(new SharedArrayBuffer(2));
+(globalThis as any).sandchatSleep = (secs: unknown): boolean => {
+  const end = performance.now() + Math.max(0, Number(secs)) * 1000;
+  for (;;) {
+    if (interrupt && interrupt[0] !== 0) {
+      interrupt[0] = 0; // raised once, by the caller; interrupt[1] still says it came
+      return true;
+    }
+    const left = end - performance.now();
+    if (!(left > 0)) return false;
+    Atomics.wait(sleepCell, 0, 0, Math.min(left, 10));
+  }
+};
+
 // forgetMicropip keeps Pyodide from loading its own micropip for `import micropip`:
 // sessions have sandchat's.
 function forgetMicropip() {
@@ -755,6 +776,7 @@ async function run(m: any) {
     }
   }
   post({ op: "started" }); // the run's time limit starts now
+  py.setInterruptBuffer(interrupt);
   // An interrupt that came while packages loaded (or preloads ran) was raised, and
   // swallowed, in that Python: the host's flag still says it came, so the code gets it.
   const pending = () => {
@@ -775,6 +797,8 @@ async function run(m: any) {
   } catch (e) {
     status = "error";
     error = { type: "SandboxError", message: String((e as Error)?.message ?? e), traceback: "" };
+  } finally {
+    py.setInterruptBuffer(idleInterrupt);
   }
   if (error?.type === "ModuleNotFoundError" && loadErrors.length) {
     // The load's own errors name server paths and hosts: they go to the server's log;
@@ -967,7 +991,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         }
         if (unread) throw new Error("Pyodide loaded without asking for the heap: its snapshot layout changed");
         initTimings = { prepare: t1 - t0, load: performance.now() - t1, sharedWasm: m.wasm && !wasmModule ? 1 : 0 };
-        py.setInterruptBuffer(interrupt);
+        // Interrupts reach user code only (run, below): one that lands while the
+        // driver syncs /data or the working directory would break that sync instead.
+        py.setInterruptBuffer(idleInterrupt);
         py.setStdout({ write: (b: Uint8Array) => sinks.stdout(b) });
         py.setStderr({ write: (b: Uint8Array) => sinks.stderr(b) });
         // No interactive stdin: reads see end of file (input() raises a clear EOFError).
@@ -1017,7 +1043,13 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
           if (failed) break;
           await py.loadPackagesFromImports(cell, { messageCallback: () => {}, errorCallback: () => {} }).catch(() => {});
           post({ op: "replaying", index: i }); // its time limit starts now
-          const e = await quietRun(cell, `<replay-${i + 1}>`);
+          py.setInterruptBuffer(interrupt); // the cell's own time limit may interrupt it
+          let e;
+          try {
+            e = await quietRun(cell, `<replay-${i + 1}>`);
+          } finally {
+            py.setInterruptBuffer(idleInterrupt);
+          }
           if (e) failed = `replay of cell ${i + 1} failed: ${e}`;
         }
         if (m.cells?.length) {
