@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,6 +37,52 @@ func TestForgedWorkerMessages(t *testing.T) {
 			}
 			if got := resultOf(mustSucceed(t, e, k, "y")); got != "1" {
 				t.Fatalf("next run: %s", got)
+			}
+		})
+	}
+}
+
+// TestNoCPUAfterTheAnswer: code posts a forged "done" and goes on computing, with the
+// run's number (read by a listener an earlier run installed) or without. The forgery is
+// never taken for the run's answer: the control thread asks the Worker whether it is
+// idle, gets no word from a thread that still computes, and ends the process. The run
+// says what was restored, the code gets no more CPU, and the session goes on from its
+// saved state.
+func TestNoCPUAfterTheAnswer(t *testing.T) {
+	e, _, key := setup(t)
+	forge := func(run string) string {
+		return "import js, time\nforged = True\n" +
+			"js.eval(\"postMessage({op: 'done', run: " + run + ", status: 'success', result: null, error: null, stdout: '', stderr: '', " +
+			"changed: [], omitted: 0, deleted: [], outside: [], packages: [], timings: {}, displaysDropped: 0})\")\n" +
+			"end = time.monotonic() + 20\nwhile time.monotonic() < end:\n    pass"
+	}
+	for _, tc := range []struct{ name, setup, run string }{
+		{"with the run's number", "import js\njs.eval(\"addEventListener('message', (e) => { globalThis.lastRun = e.data?.run })\")", "globalThis.lastRun"},
+		{"without it", "pass", "'guess'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := key(tc.name)
+			mustSucceed(t, e, k, "y = 1")
+			mustSucceed(t, e, k, tc.setup)
+			pids := sessionPIDs(t, e, k)
+			r, err := e.Execute(context.Background(), k, Request{Code: forge(tc.run), Timeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status == StatusSuccess || r.Error == nil || !strings.Contains(r.Error.Message, "restored to its last saved state") {
+				t.Fatalf("the forged answer was taken: %s %+v", r.Status, r.Error)
+			}
+			// What the session's processes used in the second after the answer.
+			before := cpuTicks(pids)
+			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if used := cpuTicks(pids) - before; used > 10 { // clock ticks: 100 ms
+				t.Fatalf("the session's process used %d ms of CPU in the second after its answer", used*10)
+			}
+			r = mustSucceed(t, e, k, "[y, 'forged' in globals()]")
+			if resultOf(r) != "[1, False]" {
+				t.Fatalf("after the forgery: %s", resultOf(r))
 			}
 		})
 	}

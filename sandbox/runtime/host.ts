@@ -24,6 +24,12 @@ let outBytes = 0;
 let displayBytes = 0, displayCount = 0, displayDropped = 0;
 let pipInFlight = false;
 let runStarted = false; // the run in flight said its code started (once per run)
+// The run in flight, named by a number the Worker echoes in what it sends for that run.
+// A "done" of an earlier run means that run's code kept going after its answer (it had
+// posted a forged one): the process is ended, since its state is no longer the saved one.
+let runNonce = "";
+// How long a Worker has to show it is idle after its "done" (a busy machine included).
+const IDLE_WITHIN_MS = 2000;
 // The replay of an attach: each cell gets its time limit, then an interrupt, then the
 // grace; a cell that outlives both ends the process, and the engine is told which.
 const replay = { id: 0, limits: [] as number[], grace: 0, cell: -1, stopped: -1, timers: [] as number[] };
@@ -277,6 +283,7 @@ async function handle(m: any) {
       case "run": {
         outBytes = 0;
         runStarted = false;
+        runNonce = Array.from(crypto.getRandomValues(new Uint32Array(2))).join("-");
         displayBytes = displayCount = displayDropped = 0;
         pipInFlight = false;
         // A stale interrupt (one that came as the last run ended) is dropped here, before
@@ -285,14 +292,22 @@ async function handle(m: any) {
         new Uint8Array(interrupt).fill(0);
         const cfg = config!;
         const r = await call({
-          op: "run", code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
+          op: "run", run: runNonce, code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
           maxFiles: cfg.maxFiles, data: m.data ?? [],
           dataVersions: m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : null,
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
         }, "done");
-        const bad = checkRun(r);
+        const bad = r.run !== runNonce ? "the reply of an earlier run: its code ran on after its answer" : checkRun(r);
         if (bad) die(`worker reply refused: ${bad}`);
+        // A Worker whose code really ended answers at once. Code that posted a forged
+        // "done" and goes on computing holds the Worker's thread: no answer, and the
+        // process ends rather than run past its answer.
+        const idle = await Promise.race([
+          call({ op: "ping" }, "pong").then(() => true),
+          new Promise<boolean>((res) => setTimeout(() => res(false), IDLE_WITHIN_MS)),
+        ]);
+        if (!idle) die("the run's code went on after its answer");
         await reply(id, {
           ok: true, status: r.status, result: typeof r.result === "string" ? str(r.result, 2 * cfg.maxOutput + 1024) : null,
           error: r.error && typeof r.error === "object"

@@ -1064,6 +1064,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
       case "run":
         await run(m);
         return;
+      case "ping": // the run's "done" came from here, not from code still running
+        post({ op: "pong" });
+        return;
       case "checkpoint":
         post({ op: "checkpointed", ...(await heapState(typeof m.maxBytes === "number" ? m.maxBytes : Infinity)) });
         return;
