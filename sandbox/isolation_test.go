@@ -117,7 +117,9 @@ print("grew past the cap")`, true},
 			}()
 			time.Sleep(300 * time.Millisecond)
 			var streamed strings.Builder
-			r, err := e.Execute(ctx, attacker, Request{Code: tt.code, Timeout: 30 * time.Second,
+			// A generous limit: the memory attacks end by the kernel's cap, which a slow
+			// machine (a cgroup v2 VM that faults pages in slowly) reaches late.
+			r, err := e.Execute(ctx, attacker, Request{Code: tt.code, Timeout: 120 * time.Second,
 				OnOutput: func(_, c string) { streamed.WriteString(c) }})
 			if err != nil {
 				t.Fatalf("attacker: %v", err)
