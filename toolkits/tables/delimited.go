@@ -279,4 +279,3 @@ func readError(err error) error {
 	}
 	return errorf(Malformed, "The file could not be read: %v", err)
 }
-

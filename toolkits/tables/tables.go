@@ -105,16 +105,16 @@ type Sheet struct {
 // Column is one column's profile. Min and Max are numbers for integer and float
 // columns and ISO strings for date and datetime ones.
 type Column struct {
-	Name           string  `json:"name"`
-	Type           string  `json:"type"`
-	Nulls          int64   `json:"nulls"`
-	Distinct       int     `json:"distinct"`
-	DistinctCapped bool    `json:"distinct_capped,omitempty"` // at least Distinct
-	Min            any     `json:"min,omitempty"`
-	Max            any     `json:"max,omitempty"`
+	Name           string   `json:"name"`
+	Type           string   `json:"type"`
+	Nulls          int64    `json:"nulls"`
+	Distinct       int      `json:"distinct"`
+	DistinctCapped bool     `json:"distinct_capped,omitempty"` // at least Distinct
+	Min            any      `json:"min,omitempty"`
+	Max            any      `json:"max,omitempty"`
 	Mean           *float64 `json:"mean,omitempty"`
 	Std            *float64 `json:"std,omitempty"`
-	Top            []Count `json:"top,omitempty"`
+	Top            []Count  `json:"top,omitempty"`
 }
 
 // Count is a value and how many rows hold it.
