@@ -32,7 +32,7 @@ var layers = map[string][]string{
 	"toolkits":                       {"", "conversations", "sandbox", "toolkits/tables"},
 	"toolkits/tables":                nil,
 	"agents":                         {"", "conversations", "toolkits"},
-	"frontend-api":                   {"", "conversations", "toolkits", "agents", "sandbox"},
+	"frontend-api":                   {"", "conversations", "toolkits", "toolkits/tables", "agents", "sandbox"},
 	"migrations":                     nil,
 	"migrations/testenv":             {"migrations"},
 	"conversations/pgstore":          {"", "conversations", "migrations/pgdb"},
