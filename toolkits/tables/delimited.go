@@ -82,6 +82,9 @@ func scanDelimited(ctx context.Context, r io.ReaderAt, size int64, req Request, 
 	delim := sniffDelimiter(head, t.Format == TSV)
 	t.Delimiter = string(delim)
 	src := &delimitedReader{r: br, delim: delim, maxBytes: lim.MaxRecordBytes, maxCols: lim.MaxColumns}
+	for _, c := range []byte{delim, '"', '\n', '\r'} {
+		src.special[c] = true
+	}
 	t.Sheets = append(t.Sheets, Sheet{})
 	return scanSheet(ctx, src, req, lim, &t.Sheets[0])
 }
@@ -161,6 +164,8 @@ type delimitedReader struct {
 	maxCols  int
 	line     int64
 
+	special [256]bool // the delimiter, the quote and line ends
+
 	buf    []byte // the record's kept fields, end to end
 	ends   []int  // where each kept field ends in buf
 	fields [][]byte
@@ -194,6 +199,11 @@ func (d *delimitedReader) record() ([][]byte, int, error) {
 			d.buf = append(d.buf, c)
 		}
 	}
+	keepRun := func(run []byte) {
+		if width <= d.maxCols {
+			d.buf = append(d.buf, run...)
+		}
+	}
 	for {
 		chunk, err := d.r.ReadSlice('\n')
 		total += len(chunk)
@@ -211,7 +221,8 @@ func (d *delimitedReader) record() ([][]byte, int, error) {
 			}
 			break
 		}
-		for _, c := range chunk {
+		for i := 0; i < len(chunk); i++ {
+			c := chunk[i]
 			if quoted {
 				if quoteSeen {
 					quoteSeen = false
@@ -224,9 +235,26 @@ func (d *delimitedReader) record() ([][]byte, int, error) {
 					quoteSeen = true
 					continue
 				} else {
-					keep(c)
+					// The quoted run up to the next quote, at once.
+					j := bytes.IndexByte(chunk[i:], '"')
+					if j < 0 {
+						j = len(chunk) - i
+					}
+					keepRun(chunk[i : i+j])
+					i += j - 1
 					continue
 				}
+			}
+			if !d.special[c] {
+				// The plain run up to the next delimiter, quote or line end, at once.
+				j := i + 1
+				for j < len(chunk) && !d.special[chunk[j]] {
+					j++
+				}
+				fieldStart = false
+				keepRun(chunk[i:j])
+				i = j - 1
+				continue
 			}
 			switch c {
 			case '"':
@@ -237,11 +265,6 @@ func (d *delimitedReader) record() ([][]byte, int, error) {
 				keep(c)
 			case d.delim:
 				endField()
-			case '\n':
-			case '\r':
-			default:
-				fieldStart = false
-				keep(c)
 			}
 		}
 		if quoted && !quoteSeen {
