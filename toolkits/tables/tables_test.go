@@ -418,3 +418,27 @@ func TestXLSX(t *testing.T) {
 	_, err = scan(t, "sales.xlsx", data, tables.Request{Sheet: "Nope"})
 	assertKind(t, err, tables.Malformed, `no sheet named "Nope"; its sheets are: Sales, Notes`)
 }
+
+// TestSheetCSVs: each sheet becomes a CSV of its values as read (dates ISO, cached
+// formula values, formula-like text quoted as text), within the bound.
+func TestSheetCSVs(t *testing.T) {
+	t.Parallel()
+	data := workbook(t)
+	copies, err := tables.SheetCSVs(context.Background(), bytes.NewReader(data), int64(len(data)), "sales.xlsx", tables.DefaultLimits, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copies) != 2 || copies[0].Sheet != "Sales" || copies[1].Sheet != "Notes" {
+		t.Fatalf("%+v", copies)
+	}
+	want := "day,stamp,amount,double,big,link\n2024-01-15,2024-01-15 09:30:00,1234.5,99,123456789012,\"=HYPERLINK(\"\"http://evil.example\"\",\"\"x\"\")\"\n"
+	if got := string(copies[0].CSV); !strings.HasPrefix(got, want) || string(copies[1].CSV) != "note\nfirst\n" {
+		t.Fatalf("copies:\n%s\n%s", got, copies[1].CSV)
+	}
+	small, err := tables.SheetCSVs(context.Background(), bytes.NewReader(data), int64(len(data)), "sales.xlsx", tables.DefaultLimits, 40)
+	if err != nil || len(small) != 1 || !small[0].Truncated || string(small[0].CSV) != "day,stamp,amount,double,big,link\n" {
+		t.Fatalf("bounded copies: %v %+v", err, small)
+	}
+	_, err = tables.SheetCSVs(context.Background(), strings.NewReader("a,b\n"), 4, "x.xlsx", tables.DefaultLimits, 1<<20)
+	assertKind(t, err, tables.NotATable, "this file is not one")
+}

@@ -12,27 +12,27 @@ import (
 	"github.com/xuri/excelize/v2"
 )
 
-// scanXLSX reads a workbook. The zip's declared sizes are checked before excelize opens
+// openWorkbook opens a workbook for reading its values plainly. The zip's declared sizes are checked before excelize opens
 // it: in total (MaxUnzipBytes) and what excelize would hold in memory (MaxUnzipMemory;
 // worksheets and shared strings over SheetMemoryBytes go to temp files instead).
 // archive/zip refuses to read a part past its declared size, so a part that lies about
 // its size stops there with an error.
-func scanXLSX(ctx context.Context, r io.ReaderAt, size int64, req Request, lim Limits, t *Table) error {
-	name := path.Base(req.Name)
+func openWorkbook(r io.ReaderAt, size int64, fileName string, lim Limits) (*excelize.File, error) {
+	name := path.Base(fileName)
 	if size > lim.MaxFileBytes {
-		return errorf(TooLarge, "%s is %d bytes; workbooks of at most %d bytes are read.", name, size, lim.MaxFileBytes)
+		return nil, errorf(TooLarge, "%s is %d bytes; workbooks of at most %d bytes are read.", name, size, lim.MaxFileBytes)
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		head := make([]byte, 8)
 		n, _ := r.ReadAt(head, 0)
 		if bytes.HasPrefix(head[:n], []byte("\xD0\xCF\x11\xE0")) {
-			return errorf(NotATable, "%s is an old Excel .xls (or another Office binary) file, not an .xlsx workbook; save it as .xlsx or CSV.", name)
+			return nil, errorf(NotATable, "%s is an old Excel .xls (or another Office binary) file, not an .xlsx workbook; save it as .xlsx or CSV.", name)
 		}
-		return errorf(NotATable, "%s is not a table: an .xlsx workbook is a zip archive, and this file is not one.", name)
+		return nil, errorf(NotATable, "%s is not a table: an .xlsx workbook is a zip archive, and this file is not one.", name)
 	}
 	if len(zr.File) > lim.MaxZipEntries {
-		return errorf(TooLarge, "%s holds %d parts; workbooks of at most %d are read.", name, len(zr.File), lim.MaxZipEntries)
+		return nil, errorf(TooLarge, "%s holds %d parts; workbooks of at most %d are read.", name, len(zr.File), lim.MaxZipEntries)
 	}
 	var total, inMemory uint64
 	workbook := false
@@ -45,25 +45,36 @@ func scanXLSX(ctx context.Context, r io.ReaderAt, size int64, req Request, lim L
 			inMemory += f.UncompressedSize64
 		}
 		if total > uint64(lim.MaxUnzipBytes) || f.UncompressedSize64 > uint64(lim.MaxUnzipBytes) {
-			return errorf(TooLarge, "%s unpacks to more than %d bytes (its parts declare %d or more); it was not read.", name, lim.MaxUnzipBytes, total)
+			return nil, errorf(TooLarge, "%s unpacks to more than %d bytes (its parts declare %d or more); it was not read.", name, lim.MaxUnzipBytes, total)
 		}
 		if inMemory > uint64(lim.MaxUnzipMemory) {
-			return errorf(TooLarge, "%s's styles, strings and small sheets unpack to more than %d bytes; it was not read.", name, lim.MaxUnzipMemory)
+			return nil, errorf(TooLarge, "%s's styles, strings and small sheets unpack to more than %d bytes; it was not read.", name, lim.MaxUnzipMemory)
 		}
 	}
 	if !workbook {
-		return errorf(NotATable, "%s is a zip archive but not an Excel workbook (it has no xl/workbook.xml).", name)
+		return nil, errorf(NotATable, "%s is a zip archive but not an Excel workbook (it has no xl/workbook.xml).", name)
 	}
 	f, err := excelize.OpenReader(io.NewSectionReader(r, 0, size), excelize.Options{
 		UnzipSizeLimit: lim.MaxUnzipBytes, UnzipXMLSizeLimit: lim.SheetMemoryBytes, TmpDir: lim.TempDir,
 	})
 	if err != nil {
-		return errorf(Malformed, "%s could not be read as a workbook: %v", name, err)
+		return nil, errorf(Malformed, "%s could not be read as a workbook: %v", name, err)
+	}
+	if err := plainValues(f); err != nil {
+		f.Close()
+		return nil, errorf(Malformed, "%s's styles could not be read: %v", name, err)
+	}
+	return f, nil
+}
+
+// scanXLSX describes a workbook's sheets (openWorkbook).
+func scanXLSX(ctx context.Context, r io.ReaderAt, size int64, req Request, lim Limits, t *Table) error {
+	name := path.Base(req.Name)
+	f, err := openWorkbook(r, size, req.Name, lim)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
-	if err := plainValues(f); err != nil {
-		return errorf(Malformed, "%s's styles could not be read: %v", name, err)
-	}
 	t.SheetNames = f.GetSheetList()
 	var names []string
 	switch {
