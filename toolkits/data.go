@@ -139,6 +139,8 @@ type PythonLoad struct {
 	Path string `json:"path"`
 	Load string `json:"load"`
 	Note string `json:"note,omitempty"`
+	// SheetCopies are a small workbook's sheets as CSV files under /data (sheetcopies.go).
+	SheetCopies []string `json:"sheet_copies,omitempty"`
 }
 
 // DataToolSpecs are the data analysis tools as offered to a model; files are the
@@ -260,8 +262,19 @@ func pythonLoad(name string, t *tables.Table) *PythonLoad {
 		if len(t.SheetNames) > 0 {
 			sheet = ", sheet_name=" + strconv.Quote(t.SheetNames[0])
 		}
-		return &PythonLoad{Path: p, Load: "import pandas as pd\ndf = pd.read_excel(" + q + sheet + ")",
+		load := &PythonLoad{Path: p, Load: "import pandas as pd\ndf = pd.read_excel(" + q + sheet + ")",
 			Note: "pandas reads .xlsx with openpyxl, which is not part of Pyodide: install it first (import micropip; await micropip.install(\"openpyxl\")) where packages can be fetched."}
+		for _, sh := range t.SheetNames {
+			if c := SheetCopyPath(name, t.Size, sh); c != "" {
+				load.SheetCopies = append(load.SheetCopies, "/data/"+c)
+			}
+		}
+		if len(load.SheetCopies) > 0 {
+			load.Load = "import pandas as pd\ndf = pd.read_csv(" + strconv.Quote(load.SheetCopies[0]) + ")"
+			load.Note = "Each sheet is also a CSV file beside the workbook, made by the server (values as read here: dates ISO, formulas their saved values): " +
+				strings.Join(load.SheetCopies, ", ") + ". pd.read_excel needs openpyxl, which is not part of Pyodide."
+		}
+		return load
 	case tables.JSONL:
 		return &PythonLoad{Path: p, Load: "import pandas as pd\ndf = pd.read_json(" + q + ", lines=True)"}
 	}

@@ -208,7 +208,7 @@ func TestDataAnalysisBuiltin(t *testing.T) {
 
 	alice.must(200, "PUT", toolsPath+"pyodide_sandbox", map[string]any{"enabled": true}, nil)
 	_, answer = alice.say(conv, "and book.xlsx?")
-	for _, want := range []string{"book.xlsx: Excel workbook", "sheets: Orders, Notes", "day (date): 2024-05-01 to 2024-06-01", "In Python it is /data/book.xlsx", `pd.read_excel("/data/book.xlsx", sheet_name="Orders")`} {
+	for _, want := range []string{"book.xlsx: Excel workbook", "sheets: Orders, Notes", "day (date): 2024-05-01 to 2024-06-01", "In Python it is /data/book.xlsx", `pd.read_csv("/data/book.xlsx.d/Orders.csv")`, "/data/book.xlsx.d/Notes.csv"} {
 		if !strings.Contains(answer, want) {
 			t.Fatalf("%q, want it to say %q", answer, want)
 		}
@@ -283,5 +283,41 @@ func TestDataAnalysisOpenAI(t *testing.T) {
 	}
 	if res := lastTool(t, reqs[4]).Content; !strings.Contains(res, `"refused"`) || strings.Contains(res, "Paris") {
 		t.Fatalf("a call to the tool that is off answered %q", res)
+	}
+}
+
+// TestSheetCopies: with the real sandbox, each sheet of an uploaded workbook is a CSV
+// file beside it under /data that the standard library reads; a new upload of the
+// workbook changes its copies, in the same warm process too.
+func TestSheetCopies(t *testing.T) {
+	t.Parallel()
+	m := newEnv(t).sandboxNode()
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	if code := alice.upload(conv, "book.xlsx", salesXLSX(t)); code != 201 {
+		t.Fatalf("upload: %d", code)
+	}
+	read := "import csv, os\nprint(sorted(os.listdir('/data/book.xlsx.d')))\nprint(list(csv.reader(open('/data/book.xlsx.d/Orders.csv'))))"
+	for i, want := range []string{
+		"['Notes.csv', 'Orders.csv']\n[['day', 'amount'], ['2024-05-01', '10.5'], ['2024-06-01', '20']]",
+		"['Notes.csv', 'Orders.csv']\n[['day', 'amount'], ['2024-05-01', '10.5'], ['2024-06-01', '20']]", // the warm process holds them
+	} {
+		if r := alice.run(conv, read); r.Status != "success" || strings.TrimSpace(r.Stdout) != want {
+			t.Fatalf("run %d: %+v, want %q", i+1, r, want)
+		}
+	}
+	f := excelize.NewFile()
+	f.SetSheetName("Sheet1", "Orders")
+	f.SetSheetRow("Orders", "A1", &[]any{"day", "amount"})
+	f.SetSheetRow("Orders", "A2", &[]any{"later", 7})
+	var buf bytes.Buffer
+	f.WriteTo(&buf)
+	f.Close()
+	if code := alice.upload(conv, "book.xlsx", buf.String()); code != 200 {
+		t.Fatalf("replace: %d", code)
+	}
+	if r := alice.run(conv, read); r.Status != "success" || strings.TrimSpace(r.Stdout) != "['Orders.csv']\n[['day', 'amount'], ['later', '7']]" {
+		t.Fatalf("after the new upload: %+v", r)
 	}
 }
