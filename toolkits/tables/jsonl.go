@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"io"
 )
 
@@ -14,10 +15,14 @@ func scanJSONL(ctx context.Context, r io.ReaderAt, size int64, req Request, lim 
 		return err
 	}
 	t.Encoding = enc
-	src := &jsonlReader{r: bufio.NewReaderSize(text, headBytes), maxBytes: lim.MaxRecordBytes, maxCols: lim.MaxColumns, index: map[string]int{}}
+	src := &jsonlReader{r: bufio.NewReaderSize(text, headBytes), maxBytes: lim.MaxRecordBytes, maxCols: lim.MaxColumns,
+		maxName: lim.MaxCellBytes, index: map[uint64]int{}, seed: maphash.MakeSeed()}
 	t.Sheets = append(t.Sheets, Sheet{})
 	return scanSheet(ctx, src, req, lim, &t.Sheets[0])
 }
+
+// maxExtraKeys bounds the keys past Limits.MaxColumns that are counted.
+const maxExtraKeys = 1 << 16
 
 // jsonlReader reads one JSON object per line. Its columns are the objects' keys in the
 // order they first appear; a key an object lacks is a null there. Strings are their
@@ -27,10 +32,12 @@ type jsonlReader struct {
 	maxBytes int
 	maxCols  int
 	line     int64
-	keys     []string
-	index    map[string]int
-	width    int // keys seen, the ones past maxCols included
-	extra    map[string]bool
+	keys     []string       // the described columns' names, clipped
+	index    map[uint64]int // a key's hash -> its column: keys are told apart by all their bytes, kept by none
+	width    int            // keys seen, the ones past maxCols included (counted up to maxExtraKeys)
+	extra    map[uint64]bool
+	seed     maphash.Seed
+	maxName  int
 	buf      []byte
 	cells    [][]byte
 }
@@ -99,21 +106,22 @@ func (j *jsonlReader) parse(line []byte) ([][]byte, int, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return bad()
 		}
-		i, ok := j.index[key]
+		h := maphash.String(j.seed, key)
+		i, ok := j.index[h]
 		if !ok {
 			if len(j.keys) >= j.maxCols {
 				if j.extra == nil {
-					j.extra = map[string]bool{}
+					j.extra = map[uint64]bool{}
 				}
-				if !j.extra[key] && len(j.extra) < 1<<16 {
-					j.extra[key] = true
+				if !j.extra[h] && len(j.extra) < maxExtraKeys {
+					j.extra[h] = true
 					j.width++
 				}
 				continue
 			}
 			i = len(j.keys)
-			j.index[key] = i
-			j.keys = append(j.keys, key)
+			j.index[h] = i
+			j.keys = append(j.keys, clip([]byte(key), j.maxName))
 			j.width++
 		}
 		for len(j.cells) <= i {

@@ -41,8 +41,11 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 	if _, ok := src.(keyed); ok {
 		sh.Header = true
 	} else {
+		// The records read ahead are held: at most sniffRows, and no more than one
+		// record's bound in all.
 		var head [][][]byte
-		for len(head) < sniffRows {
+		held := 0
+		for len(head) < sniffRows && held < lim.MaxRecordBytes {
 			cells, width, err := src.next()
 			if err == io.EOF {
 				break
@@ -50,6 +53,9 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 				return err
 			}
 			head = append(head, cloneCells(cells))
+			for _, c := range cells {
+				held += len(c)
+			}
 			sh.ColumnCount = max(sh.ColumnCount, width)
 		}
 		if sh.Header = looksLikeHeader(head); sh.Header {

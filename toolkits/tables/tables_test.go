@@ -230,6 +230,10 @@ func TestHostile(t *testing.T) {
 	for i := range 5000 {
 		fmt.Fprintf(&distinct, "value %d\n", i)
 	}
+	var keys strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&keys, "{\"%s%d\": %d}\n", strings.Repeat("k", 5000), i, i)
+	}
 	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
 	cases := []struct {
 		name string
@@ -267,6 +271,14 @@ func TestHostile(t *testing.T) {
 				sh := tb.Sheets[0]
 				if tb.Encoding != "utf-8" || sh.Rows != 30001 || col(t, sh, "a").Top[1].Value != "\uFFFD" {
 					return fmt.Sprintf("%s %d %+v", tb.Encoding, sh.Rows, col(t, sh, "a").Top)
+				}
+				return ""
+			}},
+		{name: "JSON keys: long, and more than the columns", file: "k.jsonl", r: strings.NewReader(keys.String()), size: int64(keys.Len()),
+			ok: func(tb *tables.Table) string {
+				sh := tb.Sheets[0]
+				if sh.ColumnCount != 1000 || len(sh.Columns) != 256 || len(sh.Columns[0].Name) > 260 || sh.Columns[0].Nulls != 999 {
+					return fmt.Sprintf("count %d described %d name %d bytes, nulls %d", sh.ColumnCount, len(sh.Columns), len(sh.Columns[0].Name), sh.Columns[0].Nulls)
 				}
 				return ""
 			}},
