@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -114,7 +115,9 @@ func TestFilePreview(t *testing.T) {
 	conv, other := alice.createConversation(0), alice.createConversation(0)
 	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": bobID, "role": "viewer"}, nil)
 	ids := map[string]int64{}
-	for name, content := range map[string]string{"sales.csv": salesCSV, "book.xlsx": salesXLSX(t), "photo.png": "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "fake.xlsx": "a,b\n1,2\n"} {
+	uploads := map[string]string{"sales.csv": salesCSV, "book.xlsx": salesXLSX(t), "photo.png": "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "fake.xlsx": "a,b\n1,2\n",
+		"bomb.xlsx": zipBomb(t), "wide.csv": strings.Repeat("1,", 1_000_000) + "1\n", "line.csv": strings.Repeat("x", 3<<20)}
+	for name, content := range uploads {
 		status, body := alice.uploadAt(conv, name, "", content)
 		var ref struct{ ID int64 }
 		if err := json.Unmarshal(body, &ref); status != 201 || err != nil {
@@ -154,6 +157,9 @@ func TestFilePreview(t *testing.T) {
 		{"a file of another conversation", alice, url(other, "sales.csv", ""), 404, ""},
 		{"an image", alice, url(conv, "photo.png", ""), 400, "photo.png is not a table"},
 		{"a CSV named .xlsx", alice, url(conv, "fake.xlsx", ""), 400, "not one"},
+		{"a zip bomb", alice, url(conv, "bomb.xlsx", ""), 413, "unpacks to more than"},
+		{"a million columns", alice, url(conv, "wide.csv", ""), 400, "longer than 1048576 bytes"},
+		{"a 3 MiB line", alice, url(conv, "line.csv", ""), 400, "longer than 1048576 bytes"},
 		{"an unknown sheet", alice, url(conv, "book.xlsx", "?sheet=Nope"), 400, `no sheet named \"Nope\"`},
 		{"too many rows", alice, url(conv, "sales.csv", "?rows=100000"), 400, "rows must be"},
 		{"a negative offset", alice, url(conv, "sales.csv", "?offset=-1"), 400, "offset"},
@@ -320,4 +326,19 @@ func TestSheetCopies(t *testing.T) {
 	if r := alice.run(conv, read); r.Status != "success" || strings.TrimSpace(r.Stdout) != "['Orders.csv']\n[['day', 'amount'], ['later', '7']]" {
 		t.Fatalf("after the new upload: %+v", r)
 	}
+}
+
+// zipBomb is an .xlsx whose sheet declares a terabyte unpacked.
+func zipBomb(t *testing.T) string {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, _ := zw.Create("xl/workbook.xml")
+	w.Write([]byte("<workbook/>"))
+	raw, err := zw.CreateRaw(&zip.FileHeader{Name: "xl/worksheets/sheet1.xml", Method: zip.Deflate, CompressedSize64: 2, UncompressedSize64: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Write([]byte{3, 0})
+	zw.Close()
+	return buf.String()
 }
