@@ -30,6 +30,18 @@ func TestBrowserPreview(t *testing.T) {
 		chromedp.Click("#login button", chromedp.ByQuery),
 		until(`document.querySelector("#conv-title").textContent === "test" && document.querySelectorAll("#attachments .chip-row").length === 3`),
 	)
+	tb.run(t, "Data analysis is in the toolbar popup like any tool, with its toast",
+		chromedp.Click("#tools-button", chromedp.ByID),
+		until(`document.querySelector("#tool-data_analysis")?.getAttribute("aria-checked") === "false"`),
+		chromedp.Click("#tool-data_analysis", chromedp.ByID),
+		until(`document.querySelector("#tool-data_analysis").getAttribute("aria-checked") === "true"`),
+		until(hasToast("Internal tools configuration updated")),
+		chromedp.Click("#tools-button", chromedp.ByID),
+		until(`document.querySelector("#tools-popup").hidden`),
+	)
+	if st := alice.tool(conv, "data_analysis"); !st.Enabled || st.Source != "conversation" {
+		t.Fatalf("after the switch: %+v", st)
+	}
 	var offered int
 	tb.run(t, "only tables offer a preview", count("button", "Preview notes.txt", "#attachments", &offered))
 	if offered != 0 {
