@@ -164,7 +164,9 @@ func summarizeResults(msgs []ChatMessage) string {
 		case r.Status == "error" && r.Summary != "":
 			parts = append(parts, "I could not read that file as a table: "+r.Summary)
 		case r.Summary != "":
-			parts = append(parts, r.Summary)
+			// Fenced: the summary quotes the file's own cells, which are text, never
+			// Markdown (a cell's =HYPERLINK("http://…") must not become a link).
+			parts = append(parts, "```\n"+strings.ReplaceAll(r.Summary, "```", "` ` `")+"\n```")
 		case r.Error != nil:
 			out := r.Stdout
 			parts = append(parts, fmt.Sprintf("%s```\n%s: %s\n```", fence(out), r.Error.Type, r.Error.Message))

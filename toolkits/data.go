@@ -128,6 +128,7 @@ func (d *Tables) find(ctx context.Context, convID int64, ref string) (conversati
 type DataResult struct {
 	Status  string        `json:"status"` // ok, or error when the file is not a table it can read
 	File    string        `json:"file"`
+	FileID  int64         `json:"file_id"`
 	Summary string        `json:"summary"`
 	Table   *tables.Table `json:"table,omitempty"`
 	Python  *PythonLoad   `json:"python,omitempty"`
@@ -205,7 +206,7 @@ func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python b
 			req.Rows = PreviewRows
 		}
 	}
-	res := DataResult{Status: "ok", File: f.Name}
+	res := DataResult{Status: "ok", File: f.Name, FileID: f.ID}
 	t, err := d.scan(ctx, f.Name, data, req)
 	if err != nil {
 		res.Status, res.Summary = "error", sandchat.ErrorMessage(err)

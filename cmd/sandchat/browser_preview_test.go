@@ -92,4 +92,21 @@ func TestBrowserPreview(t *testing.T) {
 	if strings.Join(got.Tabs, ",") != "Orders,Notes*" {
 		t.Fatalf("tabs after choosing Notes: %+v", got)
 	}
+
+	tb.run(t, "close it", press("button", "Close", "dialog.preview"), until(`!document.querySelector("dialog.preview").open`))
+
+	// The model's describe_file shows as its summary with Preview, not as a code cell,
+	// live and after a reload.
+	result := `document.querySelector("#messages .data-result")`
+	check := chromedp.Tasks{
+		until(result + `?.textContent.includes("sales.csv: CSV") && ` + result + `.textContent.includes("id (integer): 1 to 2")`),
+		until(`!document.querySelector("#messages .cell") && document.querySelectorAll("#messages .data-result").length === 1`),
+		until(`[...document.querySelectorAll("#messages .msg.assistant")].some((m) => m.textContent.includes("=HYPERLINK(")) && !document.querySelector("#messages a[href*='evil']")`),
+	}
+	tb.run(t, "ask about a file", say("What is in sales.csv?"), check)
+	tb.shot(t, "03-describe-in-chat")
+	tb.run(t, "after a reload", chromedp.Reload(), check,
+		press("button", "Preview sales.csv", "#messages"),
+		until(`document.querySelector("dialog.preview").open && document.querySelector("dialog.preview .preview-title").textContent === "sales.csv"`),
+	)
 }

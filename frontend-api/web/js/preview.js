@@ -62,3 +62,13 @@ function draw(d, f, t) {
   body.replaceChildren(el("table", { className: "preview-table" }, el("thead", {}, head), el("tbody", {}, ...rows)));
   for (const n of sh.notes || []) body.append(el("p", { className: "preview-note", textContent: n }));
 }
+
+// dataResult draws a describe_file or preview_rows result in the conversation: its
+// summary, and Preview for the file. Drawn once per tool message.
+export function dataResult(box, m, r, call) {
+  if (box.querySelector(`:scope > [data-result="${m.id}"]`)) return;
+  const name = r.file || call?.arguments?.file || "";
+  box.append(el("li", { className: "data-result", dataset: { result: String(m.id) } },
+    el("div", { className: "who" }, `Data analysis · ${name}`, " ", r.status === "ok" && r.file_id ? previewButton({ id: r.file_id, name }) : null),
+    el("pre", { className: "data-summary", textContent: r.summary || r.message || "" })));
+}
