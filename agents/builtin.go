@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // Builtin is the offline, deterministic model (but for its calls' ids). It runs each fenced ```python block of
 // the user's message through pyodide_sandbox when that tool is on and answers with the
-// output; says plainly when it is off; hands "@child-name task" to a child agent when
+// output; says plainly when it is off; describes the attachments a message names with
+// describe_file when data analysis is on, answering from its summary; hands "@child-name task" to a child agent when
 // swarm mode offers the delegate tool; and otherwise says what it can do with the tools
 // it was given in this turn, and nothing more.
 type Builtin struct{}
@@ -78,6 +80,16 @@ func answer(text string, req CompletionRequest, n int) Completion {
 	blocks := fenced.FindAllStringSubmatch(text, -1)
 	python := offered(tools, toolkits.PyodideSandbox) != nil
 	if len(blocks) == 0 {
+		if spec := offered(tools, toolkits.DescribeFileTool); spec != nil {
+			if named := namedFiles(text, fileChoices(*spec)); len(named) > 0 {
+				var out Completion
+				for i, f := range named {
+					args, _ := json.Marshal(map[string]string{"file": f})
+					out.ToolCalls = append(out.ToolCalls, ToolCall{ID: callID(n, i), Name: toolkits.DescribeFileTool, Arguments: args})
+				}
+				return out
+			}
+		}
 		return Completion{Content: introduction(req, python)}
 	}
 	if !python {
@@ -110,6 +122,11 @@ func introduction(req CompletionRequest, python bool) string {
 		b.WriteString("Send Python in a fenced ```python block and I will run it in this conversation's sandbox, where variables, imports and files persist from one message to the next.")
 	} else {
 		b.WriteString("The Python sandbox is off here, so I cannot run code: " + offReason(req) + ". Until then I can only reply briefly.")
+	}
+	if spec := offered(req.Tools, toolkits.DescribeFileTool); spec != nil {
+		if files := fileChoices(*spec); len(files) > 0 {
+			b.WriteString(" Name an attachment (" + strings.Join(files, ", ") + ") and I will describe its columns.")
+		}
 	}
 	if spec := offered(req.Tools, DelegateTool); spec != nil {
 		b.WriteString(" Write @name and a task to hand it to one of my child agents (" + strings.Join(delegateChoices(*spec), ", ") + ").")
@@ -144,6 +161,12 @@ func summarizeResults(msgs []ChatMessage) string {
 			parts = append(parts, fmt.Sprintf("@%s: %s", r.Agent, r.Answer))
 		case r.Status == "refused":
 			parts = append(parts, "I could not do that: "+r.Message)
+		case r.Status == "error" && r.Summary != "":
+			parts = append(parts, "I could not read that file as a table: "+r.Summary)
+		case r.Summary != "":
+			// Fenced: the summary quotes the file's own cells, which are text, never
+			// Markdown (a cell's =HYPERLINK("http://…") must not become a link).
+			parts = append(parts, "```\n"+strings.ReplaceAll(r.Summary, "```", "` ` `")+"\n```")
 		case r.Error != nil:
 			out := r.Stdout
 			parts = append(parts, fmt.Sprintf("%s```\n%s: %s\n```", fence(out), r.Error.Type, r.Error.Message))
@@ -182,4 +205,58 @@ func delegateChoices(spec ToolSpec) []string {
 	}
 	_ = json.Unmarshal(spec.Parameters, &p)
 	return p.Properties.Agent.Enum
+}
+
+// maxDescribed bounds the attachments one message gets described.
+const maxDescribed = 4
+
+// namedFiles are the attachments (paths under /data) that text names, by path or by
+// file name, longest first so "q1.csv" inside "reports/q1.csv" is not named twice.
+func namedFiles(text string, files []string) []string {
+	lower := strings.ToLower(text)
+	sorted := slices.Clone(files)
+	slices.SortStableFunc(sorted, func(a, b string) int { return len(b) - len(a) })
+	var out []string
+	for _, f := range sorted {
+		for _, name := range []string{strings.ToLower(f), strings.ToLower(path.Base(f))} {
+			if i := nameAt(lower, name); i >= 0 {
+				lower = lower[:i] + strings.Repeat(" ", len(name)) + lower[i+len(name):]
+				out = append(out, f)
+				break
+			}
+		}
+		if len(out) == maxDescribed {
+			break
+		}
+	}
+	return out
+}
+
+// fileChoices are the attachments a describe_file spec names.
+func fileChoices(spec ToolSpec) []string {
+	var p struct {
+		Properties struct {
+			File struct {
+				Enum []string `json:"enum"`
+			} `json:"file"`
+		} `json:"properties"`
+	}
+	_ = json.Unmarshal(spec.Parameters, &p)
+	return p.Properties.File.Enum
+}
+
+// nameAt is where name stands in text as a name of its own (not the tail of a longer
+// one, as a.csv in data.csv), or -1.
+func nameAt(text, name string) int {
+	for from := 0; ; {
+		i := strings.Index(text[from:], name)
+		if i < 0 {
+			return -1
+		}
+		i += from
+		if i == 0 || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789_-./", rune(text[i-1])) {
+			return i
+		}
+		from = i + 1
+	}
 }

@@ -496,7 +496,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 	}
 	box := r.tools.Toolbox(toolkits.Caller{ConversationID: t.convID, TurnID: t.turnID, AgentID: agentID, AgentName: agent.Name, Preload: agent.Preload},
 		enabled, at, kids, swarm)
-	tools := box.Specs()
+	tools := box.Specs(ctx)
 	for step := 0; step < r.maxSteps; step++ {
 		req := CompletionRequest{Model: agent.Model, Tools: tools, Off: off}
 		if system := systemPrompt(agent.SystemPrompt, off); system != "" {

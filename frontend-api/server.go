@@ -93,6 +93,7 @@ type Deps struct {
 	Files         FileStore
 	Turns         TurnService
 	Messages      MessageStore
+	Tables        TablePreviewer // optional: without it previews are 503
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -115,6 +116,7 @@ type Server struct {
 	files         FileStore
 	turns         TurnService
 	messages      MessageStore
+	tables        TablePreviewer
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.
@@ -162,7 +164,7 @@ func New(d Deps) (*Server, error) {
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
 		users: d.Users, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
 	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
@@ -220,6 +222,7 @@ func (s *Server) routes() {
 	v1.Put("/conversations/:id/internal-tools/:tool", s.putConversationTool)
 
 	s.sandboxRoutes(v1)
+	s.previewRoutes(v1)
 	s.turnRoutes(v1)
 	v1.Get("/ws", s.websocket())
 

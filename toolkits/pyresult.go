@@ -27,6 +27,8 @@ type ToolResult struct {
 	Session   string   `json:"session,omitempty"`
 	Agent     string   `json:"agent,omitempty"`
 	Answer    string   `json:"answer,omitempty"`
+	// Summary is a data analysis result in words (DataResult).
+	Summary string `json:"summary,omitempty"`
 }
 
 // ErrorInfo is the error of a failed run as the model sees it.

@@ -46,6 +46,12 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 	if err != nil {
 		return nil, err
 	}
+	if workbooksHeldWithoutCopies(uploads, have) {
+		// Workbooks' sheets are mounted as CSV copies (sheetcopies.go), made from their bytes.
+		if uploads, err = s.Store.DataFiles(ctx, convID, withoutWorkbooks(have)); err != nil {
+			return nil, err
+		}
+	}
 	data := make([]sandbox.File, 0, len(uploads))
 	for _, f := range uploads {
 		if sandchat.CheckDataPath(f.Name) != nil {
@@ -57,7 +63,11 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 		}
 		data = append(data, sandbox.File{Name: f.Name, Version: f.Version, Size: f.Size, Data: f.Data})
 	}
-	return data, nil
+	room := s.Engine.Config().MaxDataBytes
+	for _, f := range data {
+		room -= f.Size
+	}
+	return append(data, s.sheetCopies(ctx, uploads, have, room)...), nil
 }
 
 // Execute runs code. The caller has checked that the sandbox is on for the agent; the

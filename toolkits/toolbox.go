@@ -65,12 +65,20 @@ type Tools struct {
 	sandbox  *Sandbox
 	limits   func() sandbox.StatusLimits
 	packages string
+	data     *Tables
 }
 
 // NewTools returns the tools of this server: the Python sandbox (limits and packages go
 // into its description) and swarm delegation.
 func NewTools(sb *Sandbox, limits func() sandbox.StatusLimits, packages string) *Tools {
 	return &Tools{sandbox: sb, limits: limits, packages: packages}
+}
+
+// WithData adds the data analysis tools (describe_file, preview_rows), offered where
+// data_analysis is on.
+func (k *Tools) WithData(d *Tables) *Tools {
+	k.data = d
+	return k
 }
 
 // Caller is the agent a toolbox serves, in one turn of one conversation.
@@ -89,6 +97,7 @@ type Toolbox struct {
 	caller   Caller
 	turn     Turn
 	python   bool
+	data     bool
 	children []Child
 	swarm    Swarm
 }
@@ -96,19 +105,30 @@ type Toolbox struct {
 // Toolbox builds the caller's toolbox from the resolved states (Enabled). Delegation
 // is offered when swarm is non-nil and there are children.
 func (k *Tools) Toolbox(c Caller, enabled map[string]bool, turn Turn, children []Child, swarm Swarm) *Toolbox {
-	b := &Toolbox{tools: k, caller: c, turn: turn, python: enabled[PyodideSandbox] && k.sandbox != nil}
+	b := &Toolbox{tools: k, caller: c, turn: turn, python: enabled[PyodideSandbox] && k.sandbox != nil,
+		data: enabled[DataAnalysis] && k.data != nil}
 	if swarm != nil && len(children) > 0 {
 		b.children, b.swarm = children, swarm
 	}
 	return b
 }
 
-// Specs are the tools as offered to the model.
-func (b *Toolbox) Specs() []ToolSpec {
+// Specs are the tools as offered to the model. The data analysis tools name the
+// conversation's attachments as they are now.
+func (b *Toolbox) Specs(ctx context.Context) []ToolSpec {
 	var specs []ToolSpec
 	if b.python {
 		name, desc, params := PythonToolSpec(b.tools.limits(), b.tools.packages)
 		specs = append(specs, ToolSpec{Name: name, Description: desc, Parameters: params})
+	}
+	if b.data {
+		var names []string
+		// Unlisted, the files can still be named: a store that fails here fails the call too.
+		uploads, _ := b.tools.data.uploads(ctx, b.caller.ConversationID)
+		for _, f := range uploads {
+			names = append(names, f.Name)
+		}
+		specs = append(specs, DataToolSpecs(names)...)
 	}
 	if b.swarm != nil {
 		names := make([]string, len(b.children))
@@ -139,6 +159,11 @@ func (b *Toolbox) Call(ctx context.Context, call ToolCall) string {
 			return Refuse("The user switched the Python sandbox off for this conversation during this turn; do not call it again.")
 		}
 		return b.runPython(ctx, call)
+	case (call.Name == DescribeFileTool || call.Name == PreviewRowsTool) && b.data:
+		if b.turn.Vetoed(ctx, DataAnalysis) {
+			return Refuse("The user switched Data analysis off for this conversation during this turn; do not call it again.")
+		}
+		return b.tools.data.call(ctx, b.caller.ConversationID, call, b.python)
 	case call.Name == DelegateTool && b.swarm != nil:
 		return b.delegate(ctx, call)
 	}

@@ -67,11 +67,11 @@ func TestToolbox(t *testing.T) {
 			if tc.swarm {
 				sw = turn
 			}
-			if got := names(tools.Toolbox(caller, tc.enabled, turn, kids, sw).Specs()); got != tc.want {
+			if got := names(tools.Toolbox(caller, tc.enabled, turn, kids, sw).Specs(context.Background())); got != tc.want {
 				t.Errorf("enabled %v swarm %v: specs %q, want %q", tc.enabled, tc.swarm, got, tc.want)
 			}
 		}
-		if got := names(tools.Toolbox(caller, nil, turn, nil, turn).Specs()); got != "" {
+		if got := names(tools.Toolbox(caller, nil, turn, nil, turn).Specs(context.Background())); got != "" {
 			t.Errorf("swarm without children offered %q", got)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 const (
 	PyodideSandbox = "pyodide_sandbox"
 	SwarmMode      = "swarm_mode"
+	DataAnalysis   = "data_analysis"
 )
 
 // Tool is one entry of the catalogue as clients see it.
@@ -47,6 +48,8 @@ func NewCatalogue(probes map[string]Probe, disabled []string) *Catalogue {
 				Description: "Runs Python (Pyodide) for the assistant; variables, imports and files persist across the turns of a conversation."},
 			{ID: SwarmMode, Name: "Swarm mode",
 				Description: "Lets the agent hand work to its child agents, which share the conversation and its Python session."},
+			{ID: DataAnalysis, Name: "Data analysis",
+				Description: "Lets the assistant read the conversation's CSV, JSON Lines and Excel attachments: each column's type and statistics, and any rows, without running code. With Python sandbox on too, it says how to load each file there."},
 		},
 		probes:   probes,
 		disabled: map[string]bool{},

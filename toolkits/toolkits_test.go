@@ -162,3 +162,50 @@ func TestResolveDeploymentDefault(t *testing.T) {
 		t.Fatal("an unknown tool id was accepted as a default")
 	}
 }
+
+// TestEveryToolResolvesAlike: the catalogue has no tool of its own kind: each one, the
+// data analysis tool included, is off by default and follows the same order of sources
+// and the user's veto over a swarm child.
+func TestEveryToolResolvesAlike(t *testing.T) {
+	t.Parallel()
+	up := func() (bool, string) { return true, "" }
+	ids := []string{toolkits.PyodideSandbox, toolkits.SwarmMode, toolkits.DataAnalysis}
+	probes := map[string]toolkits.Probe{}
+	for _, id := range ids {
+		probes[id] = up
+	}
+	c := toolkits.NewCatalogue(probes, nil)
+	if len(c.List()) != len(ids) {
+		t.Fatalf("catalogue %+v, want %v", c.List(), ids)
+	}
+	for _, id := range ids {
+		on, off := map[string]bool{id: true}, map[string]bool{id: false}
+		for _, tc := range []struct {
+			name             string
+			overrides, agent map[string]bool
+			child            bool
+			enabled          bool
+			source           string
+		}{
+			{"default", nil, nil, false, false, "default"},
+			{"agent on", nil, on, false, true, "agent"},
+			{"conversation off beats agent on", off, on, false, false, "conversation"},
+			{"conversation on beats agent off", on, off, false, true, "conversation"},
+			{"the user's off vetoes a child", off, on, true, false, "conversation"},
+			{"the user's on does not reach a child", on, nil, true, false, "default"},
+		} {
+			states := c.Resolve(tc.overrides, tc.agent)
+			if tc.child {
+				states = c.ResolveChild(tc.overrides, tc.agent)
+			}
+			for _, s := range states {
+				if s.ID == id && (s.Enabled != tc.enabled || s.Source != tc.source) {
+					t.Errorf("%s, %s: enabled=%v source=%s, want %v %s", id, tc.name, s.Enabled, s.Source, tc.enabled, tc.source)
+				}
+			}
+		}
+	}
+	if c := toolkits.NewCatalogue(probes, []string{toolkits.DataAnalysis}); c.Resolve(nil, map[string]bool{toolkits.DataAnalysis: true})[2].Source != "policy" {
+		t.Error("the deployment's switch-off does not hold for data_analysis")
+	}
+}

@@ -222,6 +222,7 @@ type Main struct {
 	Runner  *agents.Runner
 	openai  agents.Provider
 	sandbox *toolkits.Sandbox
+	tables  *toolkits.Tables // the data analysis tool's reads, shared with the preview endpoint
 	// Probes, when set before Run, replace the availability checks of the catalogue's
 	// tools (tests that are about toggles, not engines, use it).
 	Probes map[string]toolkits.Probe
@@ -308,6 +309,9 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 	if _, ok := probes[toolkits.SwarmMode]; !ok {
 		probes[toolkits.SwarmMode] = func() (bool, string) { return true, "" }
 	}
+	if _, ok := probes[toolkits.DataAnalysis]; !ok {
+		probes[toolkits.DataAnalysis] = func() (bool, string) { return true, "" } // pure Go: nothing to start
+	}
 	catalogue := toolkits.NewCatalogue(probes, cfg.ToolsDisabled)
 	if cfg.Sandbox.Default == "on" {
 		if err := catalogue.DefaultOn(toolkits.PyodideSandbox); err != nil {
@@ -336,6 +340,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
 		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Quota: cfg.ConversationQuota, MaxStateBytes: cfg.Sandbox.Engine.MaxStateBytes,
 		Log: m.Log.With("component", "executions")}
+	m.tables = &toolkits.Tables{Files: m.Store}
 	var status frontendapi.SandboxStatus
 	if m.Engine != nil {
 		m.sandbox.Engine, status = m.Engine, m.Engine
@@ -351,7 +356,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, Log: m.Log,
 		Users: m.Users, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
-		Files: m.Store, Turns: m.Runner, Messages: m.Store,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables,
 	})
 	return err
 }
@@ -362,7 +367,7 @@ func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, ca
 	cfg := m.Config
 	if m.Runner, err = agents.NewRunner(agents.RunnerDeps{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
-		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))),
+		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))).WithData(m.tables),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(m.Redis, cfg.RedisPrefix), NodeTTL: 3 * time.Second,

@@ -3,6 +3,7 @@
 import { state } from "/js/state.js";
 import { $, el, toast } from "/js/dom.js";
 import { APIError, api, guard } from "/js/api.js";
+import { previewButton } from "/js/preview.js";
 
 function formatSize(n) { return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} KB` : `${(n / (1 << 20)).toFixed(1)} MB`; }
 
@@ -119,6 +120,7 @@ addEventListener("pagehide", () => { for (const id of [...removing.keys()]) purg
 function renderAttachments(files) {
   $("attachments").replaceChildren(...files.map((f) => el("li", { className: "chip-row", dataset: { file: String(f.id) } },
     downloadChip(f),
+    previewButton(f),
     canEdit() ? el("button", {
       type: "button", className: "chip-remove", attrs: { "aria-label": `Remove ${f.name}` }, textContent: "×",
       onclick: () => removeUpload(f),
@@ -133,6 +135,7 @@ function renderFilesPanel() {
   if (!files.length) { $("files-list").replaceChildren(el("li", { className: "empty", textContent: "No files yet." })); return; }
   $("files-list").replaceChildren(...files.map((f) => el("li", { className: "file", dataset: { file: String(f.id) } },
     el("button", { type: "button", className: "file-name", title: `Download ${f.name}`, attrs: { "aria-label": `Download ${f.name}` }, onclick: () => guard(() => download(f)) }, f.name),
+    previewButton(f, "file-preview"),
     el("small", { textContent: `${f.source === "upload" ? "upload" : "from Python"} · ${formatSize(f.size || 0)}` }),
     canEdit() ? el("button", { type: "button", className: "danger", textContent: "Delete", attrs: { "aria-label": `Delete ${f.name}` }, onclick: () => guard(() => deleteFile(f)) }) : null)));
   // A redraw under the keyboard keeps its place.

@@ -7,6 +7,7 @@ import { renderTools } from "/js/tools.js";
 import { updateOffer } from "/js/offer.js";
 import { updateMessageActions, messageUpdated } from "/js/resend.js";
 import { isFollowing, follow } from "/js/follow.js";
+import { dataResult } from "/js/preview.js";
 
 // Where a message of an agent path goes: the top list for the primary agent, the body
 // of the latest handoff block for a child (nested as deep as the path).
@@ -128,6 +129,10 @@ function ensureHandoff(path, task) {
 function addToolResult(m, call) {
   let r;
   try { r = JSON.parse(m.content); } catch { r = { status: "", message: m.content }; }
+  if (call?.name === "describe_file" || call?.name === "preview_rows" || (r.file !== undefined && r.summary !== undefined)) {
+    dataResult(containerFor(m.agent_path), m, r, call);
+    return;
+  }
   if (call?.name === "delegate" || r.agent) {
     const path = [...(m.agent_path || []), r.agent || call?.arguments?.agent];
     setHandoffStatus(path, r.status);

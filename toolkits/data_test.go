@@ -1,0 +1,64 @@
+package toolkits
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sandchat/sandchat/toolkits/tables"
+)
+
+// TestPythonLoad: the pandas line loads a file the way it was read.
+func TestPythonLoad(t *testing.T) {
+	t.Parallel()
+	utf16 := []byte{0xFF, 0xFE}
+	for _, r := range "a\tb\n1\t2\n" {
+		utf16 = append(utf16, byte(r), 0)
+	}
+	for _, tc := range []struct {
+		name, file string
+		data       []byte
+		want       string
+	}{
+		{"comma, UTF-8, a header", "s.csv", []byte("a,b\n1,2\n"), `pd.read_csv("/data/s.csv")`},
+		{"semicolon, Latin-1", "s.csv", []byte("ville;n\ncaf\xe9;1\n"), `pd.read_csv("/data/s.csv", sep=";", encoding="cp1252")`},
+		{"tab, UTF-16", "dir/s.tsv", utf16, `pd.read_csv("/data/dir/s.tsv", sep="\t", encoding="utf-16")`},
+		{"no header", "n.csv", []byte("1,2\n3,4\n"), `pd.read_csv("/data/n.csv", header=None)`},
+		{"JSON Lines", "e.jsonl", []byte(`{"a":1}` + "\n"), `pd.read_json("/data/e.jsonl", lines=True)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, err := tables.Scan(context.Background(), bytes.NewReader(tc.data), int64(len(tc.data)), tables.Request{Name: tc.file, Rows: 1}, tables.DefaultLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			py := pythonLoad(tc.file, tb)
+			if want := "import pandas as pd\ndf = " + tc.want; py.Load != want {
+				t.Fatalf("%q, want %q", py.Load, want)
+			}
+			if sum := Summarize(tc.file, tb, py); !strings.Contains(sum, "In Python it is /data/"+tc.file) {
+				t.Fatalf("summary %q", sum)
+			}
+		})
+	}
+}
+
+// TestDataToolSpecs: the tools name the attachments, up to the limit.
+func TestDataToolSpecs(t *testing.T) {
+	t.Parallel()
+	specs := DataToolSpecs([]string{"a.csv", "b.xlsx"})
+	if len(specs) != 2 || specs[0].Name != DescribeFileTool || !strings.Contains(string(specs[0].Parameters), `"enum":["a.csv","b.xlsx"]`) ||
+		!strings.Contains(specs[1].Description, "Attachments: a.csv, b.xlsx.") {
+		t.Fatalf("%+v", specs)
+	}
+	if none := DataToolSpecs(nil); strings.Contains(string(none[0].Parameters), "enum") || !strings.Contains(none[0].Description, "no attachments yet") {
+		t.Fatalf("%+v", none)
+	}
+	many := make([]string, maxToolOffer+1)
+	for i := range many {
+		many[i] = strings.Repeat("x", i+1) + ".csv"
+	}
+	if strings.Contains(string(DataToolSpecs(many)[0].Parameters), "enum") {
+		t.Fatal("an enum past the limit")
+	}
+}
