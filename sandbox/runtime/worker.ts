@@ -4,6 +4,7 @@
 // process, confined by the kernel, and the Deno permissions set by host.ts.
 
 // deno-lint-ignore-file no-explicit-any
+import { describe } from "./protocol.ts";
 
 // Diff granularity: small blocks keep unchanged bytes out of the delta (a run touches
 // a few hundred scattered words), at 4 bytes of index per changed block.
@@ -1078,6 +1079,9 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
       }
     }
   } catch (e) {
-    post({ op: "failed", error: String((e as Error)?.stack ?? e) });
+    // The stack names server paths: it goes to the process's log; the session is told
+    // what failed in one line (never "[object Object]").
+    console.error(`worker op ${String(m?.op).slice(0, 40)} failed: ${String((e as Error)?.stack ?? describe(e)).slice(0, 4000)}`);
+    post({ op: "failed", error: describe(e) });
   }
 };
