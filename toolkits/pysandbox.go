@@ -26,6 +26,9 @@ type Engine interface {
 	// StateBytes is what the sessions' saved states hold together; zero for one with none.
 	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
+	// AdmitUser waits until the user may start one more run (their share of the node);
+	// release ends it.
+	AdmitUser(ctx context.Context, user string) (release func(), err error)
 	// Forget deletes a session for good, in every tier, its live process included.
 	Forget(ctx context.Context, key string) error
 	// DataVersions is what the session's warm process holds of /data, or nil.

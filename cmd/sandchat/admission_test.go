@@ -60,18 +60,23 @@ func TestHungUpRunsLeaveTheQueue(t *testing.T) {
 		c.Sandbox.Engine.MaxProcesses = 2
 		c.Sandbox.Engine.AdmitTimeout = 2 * time.Minute // longer than the test: only a hang-up ends a wait
 	})
-	alice, _ := m.user(t, "alice", false)
-	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	ctx := context.Background()
-	waiting := func() int { return m.Engine.Status(ctx).Waiting }
-
+	// Runs wait for a process, or (past the first of a user, on a node of two) for
+	// their user's share of the node.
+	waiting := func() int { st := m.Engine.Status(ctx); return st.Waiting + st.UserWaiting }
+	sandboxUser := func(name string) (*client, agentJSON) {
+		c, _ := m.user(t, name, false)
+		return c, c.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	}
 	longDone := make(chan runJSON, 2)
-	for range 2 {
-		long := alice.createConversation(agent.ID)
-		go func() { longDone <- alice.runQuietly(long, "import time\ntime.sleep(25)\n'slept'") }()
+	for _, name := range []string{"carol", "dave"} {
+		c, agent := sandboxUser(name)
+		long := c.createConversation(agent.ID)
+		go func() { longDone <- c.runQuietly(long, "import time\ntime.sleep(25)\n'slept'") }()
 	}
 	eventually(t, 60*time.Second, "two long runs hold the node's two processes", func() bool { return m.Engine.Status(ctx).Processes == 2 })
 
+	alice, agent := sandboxUser("alice")
 	var convs []int64
 	var conns []net.Conn
 	for range 4 {
@@ -79,7 +84,7 @@ func TestHungUpRunsLeaveTheQueue(t *testing.T) {
 		convs = append(convs, conv)
 		conns = append(conns, alice.hangingRun(conv, "ran = True"))
 	}
-	eventually(t, 30*time.Second, "four runs queued for a process", func() bool { return waiting() == 4 })
+	eventually(t, 30*time.Second, "four runs queued", func() bool { return waiting() == 4 })
 	for _, c := range conns {
 		c.Close()
 	}
@@ -103,5 +108,46 @@ func TestHungUpRunsLeaveTheQueue(t *testing.T) {
 	}
 	if r := alice.run(alice.createConversation(agent.ID), "1 + 1"); r.Status != "success" {
 		t.Fatalf("the next run: %+v", r)
+	}
+}
+
+// TestOneUserCannotTakeEveryProcess: one user's long runs hold at most their share of
+// the node's processes; another user's first run finds a process at once and answers
+// while they all still run; the first user's run past the share waits for one of theirs,
+// then runs.
+func TestOneUserCannotTakeEveryProcess(t *testing.T) {
+	t.Parallel()
+	m := newEnv(t).sandboxNode(func(c *Config, _ *Main) {
+		c.Sandbox.Engine.MaxProcesses = 3 // a share of 2 per user
+		c.Sandbox.Engine.AdmitTimeout = 2 * time.Minute
+	})
+	alice, _ := m.user(t, "alice", false)
+	bob, _ := m.user(t, "bob", false)
+	ctx := context.Background()
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	bobAgent := bob.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+
+	aliceDone := make(chan runJSON, 3)
+	for range 3 {
+		conv := alice.createConversation(agent.ID)
+		go func() { aliceDone <- alice.runQuietly(conv, "import time\ntime.sleep(25)\n'slept'") }()
+	}
+	// All three of alice's runs are in: running, or waiting for a process or her share.
+	eventually(t, 60*time.Second, "alice's three runs admitted or waiting", func() bool {
+		st := m.Engine.Status(ctx)
+		return st.Processes+st.Waiting+st.UserWaiting == 3 && st.Processes >= 2
+	})
+
+	r := bob.run(bob.createConversation(bobAgent.ID), "1 + 1")
+	if r.Status != "success" || r.Result == nil || *r.Result != "2" {
+		t.Fatalf("bob's first run: %+v", r)
+	}
+	if n := len(aliceDone); n != 0 {
+		t.Fatalf("bob's first run answered only after %d of alice's long runs ended", n)
+	}
+	for range 3 {
+		if r := <-aliceDone; r.Status != "success" || r.Result == nil || *r.Result != "'slept'" {
+			t.Fatalf("alice's run: %+v", r)
+		}
 	}
 }
