@@ -111,17 +111,17 @@ type Status struct {
 	Processes int           `json:"processes"` // session processes: live, warm and spare
 	// MaxProcesses bounds Processes (and those starting); Waiting is how many runs wait
 	// for room under it.
-	MaxProcesses int `json:"max_processes"`
-	Waiting      int `json:"admission_waiting"`
-	// UserWaiting is how many runs wait for their user's share of the node (admission.go).
-	UserWaiting int    `json:"admission_user_waiting"`
-	LiveSess    int    `json:"live_sessions"`
-	WarmPool    int    `json:"warm_pool"`
-	Spares      int    `json:"spares"`
-	BaseHash    string `json:"base_hash,omitempty"`
+	MaxProcesses int    `json:"max_processes"`
+	Waiting      int    `json:"admission_waiting"`
+	LiveSess     int    `json:"live_sessions"`
+	WarmPool     int    `json:"warm_pool"`
+	Spares       int    `json:"spares"`
+	BaseHash     string `json:"base_hash,omitempty"`
 	// SessionMemory is what each live session's process holds (its cgroup's charge).
 	SessionMemory []int64      `json:"session_memory_bytes,omitempty"`
 	Limits        StatusLimits `json:"limits"`
+	// UserWaiting is how many runs wait for their user's share of the node (admission.go).
+	UserWaiting int `json:"admission_user_waiting"`
 }
 
 type DenoStatus struct {
