@@ -51,7 +51,7 @@ func DataPath(p string) (string, error) {
 }
 
 // CheckDataPath accepts a path under /data made of plain names: relative, no empty,
-// "." or ".." segments, no backslashes, no hidden characters (see hidden), at most
+// "." or ".." segments nor any made only of dots and spaces, no backslashes, no hidden characters (see hidden), at most
 // MaxDataPathBytes long and MaxDataPathDepth names deep. It does not ask for NFC:
 // DataPath normalises what is stored, and the engine checks every mounted path with
 // this rule, so an upload stored in another form before that still mounts.
@@ -80,14 +80,22 @@ func CheckDataPath(p string) error {
 		return bad(fmt.Sprintf("is %d names deep; the limit is %d", len(segs), MaxDataPathDepth))
 	}
 	for _, s := range segs {
-		switch s {
-		case "":
+		switch {
+		case s == "":
 			return bad("has an empty segment")
-		case ".", "..":
+		case s == "." || s == "..":
 			return bad(fmt.Sprintf("contains %q", s))
+		case strings.TrimFunc(s, blankOrDot) == "":
+			return bad(fmt.Sprintf("has a name made only of dots and spaces (%+q), which shows as no name or as a folder's own link", s))
 		}
 	}
 	return nil
+}
+
+// blankOrDot reports whether r is a space or a dot (or a character drawn as one): a name
+// made only of them (" .. ", "...", "\u3000") names nothing a person can tell apart.
+func blankOrDot(r rune) bool {
+	return unicode.IsSpace(r) || unicode.Is(unicode.Zs, r) || strings.ContainsRune(".\u2024\uFE52\uFF0E", r)
 }
 
 // hidden reports whether r has no place in a file name because it cannot be seen or

@@ -13,7 +13,7 @@ import (
 func TestCheckDataPath(t *testing.T) {
 	// "cafe\u0301.csv" (not NFC) passes: DataPath normalises what is stored, and
 	// uploads stored before it must still mount.
-	for _, p := range []string{"q1.csv", "reports/2025/q1.csv", "é/ü.txt", ".hidden", "a..b.csv", "cafe\u0301.csv",
+	for _, p := range []string{"q1.csv", "reports/2025/q1.csv", "é/ü.txt", ".hidden", "a..b.csv", "cafe\u0301.csv", "..a", "a. b",
 		strings.Repeat("d/", sandchat.MaxDataPathDepth-1) + "f.csv", strings.Repeat("x", sandchat.MaxDataPathBytes)} {
 		if err := sandchat.CheckDataPath(p); err != nil {
 			t.Errorf("%q refused: %v", p, err)
@@ -23,6 +23,12 @@ func TestCheckDataPath(t *testing.T) {
 		"parent":         {"../etc/passwd", `contains ".."`},
 		"inner parent":   {"a/../../b.csv", `contains ".."`},
 		"dot":            {"./a.csv", `contains "."`},
+		"spaced parent":  {" .. ", `made only of dots and spaces (" .. ")`},
+		"spaced folder":  {"a/ ./b.csv", `made only of dots and spaces (" .")`},
+		"three dots":     {"...", "made only of dots and spaces"},
+		"blank":          {"   ", "made only of dots and spaces"},
+		"wide blank":     {"\u3000", `made only of dots and spaces ("\u3000")`},
+		"wide dots":      {"\uff0e\uff0e/x.csv", `made only of dots and spaces ("\uff0e\uff0e")`},
 		"absolute":       {"/etc/passwd", "is absolute"},
 		"empty segment":  {"a//b.csv", "empty segment"},
 		"trailing slash": {"a/b/", "empty segment"},

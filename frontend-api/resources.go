@@ -175,6 +175,11 @@ func (s *Server) deleteConversation(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// Its Python state goes first: if that fails, the conversation is still there and the
+	// delete can be asked again; a run started in between cannot save its session back.
+	if err := s.sandbox.ForgetConversation(c.UserContext(), id); err != nil {
+		return err
+	}
 	if err := s.conversations.DeleteConversation(c.UserContext(), id); err != nil {
 		return err
 	}

@@ -146,7 +146,11 @@ func (s *Server) execute(c *fiber.Ctx) error {
 		// Past what a Duration holds it is past any limit: the engine says which.
 		timeout = time.Duration(min(*in.TimeoutMS, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 	}
-	run, err := s.sandbox.ExecuteDirect(c.UserContext(), id, in.Code, timeout)
+	// A caller who hung up gives up its place in the queue, and its run: nobody would
+	// read the answer.
+	ctx, stop := untilHangup(c)
+	defer stop()
+	run, err := s.sandbox.ExecuteDirect(ctx, id, in.Code, timeout)
 	if err != nil {
 		return err
 	}

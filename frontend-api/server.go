@@ -68,6 +68,9 @@ type SandboxService interface {
 	ExecuteDirect(ctx context.Context, convID int64, code string, timeout time.Duration) (toolkits.Run, error)
 	Session(ctx context.Context, convID int64) (sandbox.SessionInfo, error)
 	Reset(ctx context.Context, convID int64) error
+	// ForgetConversation deletes the Python state of the conversation's sessions (its
+	// owner, before the conversation itself is deleted).
+	ForgetConversation(ctx context.Context, convID int64) error
 	// UploadFile stores an upload within the conversation's storage quota.
 	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (ref conversations.FileRef, replaced bool, err error)
 	// Storage is what the conversation holds against its quota.

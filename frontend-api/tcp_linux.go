@@ -25,3 +25,28 @@ func unsent(conn net.Conn) int {
 	})
 	return n
 }
+
+// inFlight is what conn has written that the peer's kernel has not acknowledged yet
+// (unsent bytes included), and how many bytes it has acknowledged so far; ok is false
+// where the kernel does not say.
+func inFlight(conn net.Conn) (pending int, acked uint64, ok bool) {
+	tc := tcpConn(conn)
+	if tc == nil {
+		return 0, 0, false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0, 0, false
+	}
+	_ = raw.Control(func(fd uintptr) {
+		var info *unix.TCPInfo
+		if pending, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err != nil {
+			return
+		}
+		if info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err != nil {
+			return
+		}
+		acked, ok = info.Bytes_acked, true
+	})
+	return pending, acked, ok
+}

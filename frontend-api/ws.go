@@ -371,12 +371,46 @@ func (cl *client) subscribe(f clientFrame) {
 	cl.enqueue(outItem{op: opSubscribe, conv: f.ConversationID, since: f.Since})
 }
 
+// progressCheck is how often the writer asks the kernel whether the client is taking
+// what was written to it.
+const progressCheck = time.Second
+
+// progress watches a socket's writes being taken: a client whose kernel has room left
+// acknowledges what the server writes though its application stopped reading, so
+// neither the queue bound nor a write's deadline may ever trip; but once its buffer is
+// full, what the server wrote waits unacknowledged, and no byte of it moving for the
+// write timeout is a stalled reader. Only the writer touches it.
+type progress struct {
+	acked uint64
+	since time.Time // when the acknowledged count last moved, or nothing was waiting
+}
+
+// stalled reports whether conn has had bytes waiting, none of them acknowledged, for
+// at least limit.
+func (p *progress) stalled(conn net.Conn, now time.Time, limit time.Duration) bool {
+	pending, acked, ok := inFlight(conn)
+	if !ok || pending == 0 || acked != p.acked || p.since.IsZero() {
+		p.acked, p.since = acked, now
+		return false
+	}
+	return now.Sub(p.since) >= limit
+}
+
 func (cl *client) writeLoop() {
 	cfg := cl.hub.cfg
 	ping := time.NewTicker(cfg.PingInterval)
 	defer ping.Stop()
+	check := time.NewTicker(progressCheck)
+	defer check.Stop()
+	var taken progress
 	for {
 		select {
+		case now := <-check.C:
+			if taken.stalled(cl.conn.NetConn(), now, cfg.WriteTimeout) {
+				cl.mu.Lock()
+				cl.tooSlowLocked()
+				cl.mu.Unlock()
+			}
 		case <-cl.ctx.Done():
 			cl.mu.Lock()
 			code, msg := cl.closeCode, cl.closeMsg

@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 )
 
@@ -15,6 +19,11 @@ import (
 // its turn in a fair queue; meanwhile the engine evicts an idle one (a pooled process
 // nobody took, else the least recently used idle session, whose state is durable) to
 // make room. Past the queue's bound or its deadline the run is refused with 429.
+//
+// Between users the node is shared: one user's runs hold at most a share of its
+// processes (all but a quarter, at least one, kept for the others: admit.ShareOf), so
+// six long runs of one user leave room for another user's first run. A user past the
+// share waits for one of their own runs to end (AdmitUser), never another user's.
 
 // perProcessRAM is the memory the automatic bound reserves for each session process:
 // an idle one takes about half of it, and a busy one more.
@@ -44,9 +53,10 @@ func memTotal() int64 {
 	return 0
 }
 
-// admission is the engine's two gates.
+// admission is the engine's two gates, and the users' shares of the first.
 type admission struct {
 	procs, starts *admit.Gate
+	users         *admit.Shares
 	maxProcs      int
 }
 
@@ -63,6 +73,7 @@ func newAdmission(cfg Config, reclaim func()) *admission {
 		procs: admit.New(procs, cfg.AdmitQueue, reclaim),
 		// Every starter holds a process slot already: the queue can be as long as that.
 		starts:   admit.New(starting, procs, nil),
+		users:    admit.NewShares(admit.ShareOf(procs), cfg.AdmitQueue),
 		maxProcs: procs,
 	}
 }
@@ -77,4 +88,31 @@ func (s *slot) release() {
 	if s != nil {
 		s.once.Do(s.g.Release)
 	}
+}
+
+// AdmitUser waits until the user may start one more run on this node: while they have
+// their share of its processes running, their next run waits (up to AdmitTimeout) for
+// one of them to end. release gives the place back when the run is over. An empty user
+// (an operator's command) is not counted. ctx ending (the caller gone) leaves the queue.
+func (e *Engine) AdmitUser(ctx context.Context, user string) (release func(), err error) {
+	if user == "" {
+		return func() {}, nil
+	}
+	wait, cancel := context.WithTimeout(ctx, e.cfg.AdmitTimeout)
+	defer cancel()
+	err = e.adm.users.Acquire(wait, user)
+	switch {
+	case err == nil:
+		var once sync.Once
+		return func() { once.Do(func() { e.adm.users.Release(user) }) }, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, admit.ErrQueueFull):
+		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
+			"You already have %d runs going on this server (each user's share of its %d session processes) and %d more waiting; try again when one has finished.",
+			e.adm.users.Share(), e.adm.maxProcs, e.cfg.AdmitQueue)}
+	}
+	return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
+		"You already have %d runs going on this server (each user's share of its %d session processes), and none finished within %s; try again when one has.",
+		e.adm.users.Share(), e.adm.maxProcs, e.cfg.AdmitTimeout)}
 }

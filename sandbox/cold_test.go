@@ -17,8 +17,8 @@ import (
 func TestColdTier(t *testing.T) {
 	db := testenv.DB(t)
 	const hot = 1 << 20
-	cold := pgcold.New(pgdb.NewPool(db), 0)
 	e, b := newEngineOn(t, func(c *Config) { c.HotStateBytes = hot }, func(c Config) Store {
+		cold := pgcold.New(pgdb.NewPool(db), c.RedisPrefix, 0)
 		st, err := redisstore.New(testRedis(t), c.RedisPrefix, c.SessionTTL, redisstore.Options{Cold: cold, HotBytes: c.HotStateBytes})
 		if err != nil {
 			t.Fatal(err)

@@ -359,6 +359,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	}
 	s.Processes = s.LiveSess + s.WarmPool + s.Spares
 	_, s.Waiting, s.MaxProcesses = e.adm.procs.Stats()
+	s.UserWaiting = e.adm.users.Waiting()
 	return s
 }
 

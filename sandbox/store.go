@@ -28,6 +28,9 @@ type sessionStore interface {
 	Save(ctx context.Context, session string, r state.Save) (version, total int64, err error)
 	Checkpoint(ctx context.Context, session string, c state.Checkpoint) (total int64, err error)
 	Reset(ctx context.Context, session string) error
+	// Forget deletes the session for good, in every tier; no run that began before it
+	// can save it back.
+	Forget(ctx context.Context, session string) error
 }
 
 type leaseStore interface {

@@ -120,6 +120,8 @@ type Status struct {
 	// SessionMemory is what each live session's process holds (its cgroup's charge).
 	SessionMemory []int64      `json:"session_memory_bytes,omitempty"`
 	Limits        StatusLimits `json:"limits"`
+	// UserWaiting is how many runs wait for their user's share of the node (admission.go).
+	UserWaiting int `json:"admission_user_waiting"`
 }
 
 type DenoStatus struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -101,6 +102,17 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if err := s.Engine.Config().Check(key, sreq); err != nil {
 		return Run{}, err
 	}
+	// One user's runs hold at most their share of the node's processes: past it, this
+	// one waits for one of theirs to end, never behind another user's.
+	var who string
+	if uid := sandchat.UserIDFromContext(ctx); uid != 0 {
+		who = strconv.FormatInt(uid, 10)
+	}
+	release, err := s.Engine.AdmitUser(ctx, who)
+	if err != nil {
+		return Run{}, err
+	}
+	defer release()
 	// Uploads travel once: only those the session's warm process does not hold.
 	data, err := s.dataFiles(ctx, req.ConversationID, s.Engine.DataVersions(key))
 	if err != nil {

@@ -26,6 +26,11 @@ type Engine interface {
 	// StateBytes is what the sessions' saved states hold together; zero for one with none.
 	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
+	// AdmitUser waits until the user may start one more run (their share of the node);
+	// release ends it.
+	AdmitUser(ctx context.Context, user string) (release func(), err error)
+	// Forget deletes a session for good, in every tier, its live process included.
+	Forget(ctx context.Context, key string) error
 	// DataVersions is what the session's warm process holds of /data, or nil.
 	DataVersions(key string) map[string]string
 }
@@ -181,6 +186,32 @@ func (s *Sandbox) Reset(ctx context.Context, convID int64) error {
 		return err
 	}
 	return s.Engine.Reset(ctx, key)
+}
+
+// ForgetConversation deletes the Python state of every session of the conversation
+// (owner only, as deleting it is): called before the conversation is deleted, so that a
+// failure leaves both in place and the delete can be asked again.
+func (s *Sandbox) ForgetConversation(ctx context.Context, convID int64) error {
+	ts, err := s.Tools.Conversations.ToolSettings(ctx, convID)
+	if err != nil {
+		return err
+	}
+	if err := sandchat.CheckRole(ts.Conversation.Role, "Conversation", sandchat.RoleOwner); err != nil {
+		return err
+	}
+	if s.Engine == nil {
+		return nil
+	}
+	files, err := s.Store.FileUsage(ctx, convID)
+	if err != nil {
+		return err
+	}
+	for _, key := range s.sessions(convID, files) {
+		if err := s.Engine.Forget(ctx, key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Sandbox) requireEdit(ctx context.Context, convID int64) (conversations.ToolSettings, error) {

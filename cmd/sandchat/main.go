@@ -289,7 +289,7 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 	// The conversations' store: also the record of runs that rebuilds a session Redis lost.
 	m.Store = convstore.New(m.DB, cfg.EventRetention)
 	if cfg.Sandbox.Enabled {
-		cold := pgcold.New(pgdb.NewPool(m.DB), cfg.Sandbox.Engine.SessionTTL)
+		cold := pgcold.New(pgdb.NewPool(m.DB), cfg.Sandbox.Engine.RedisPrefix, cfg.Sandbox.Engine.SessionTTL)
 		st, err := engineStore(m.Redis, cfg.Sandbox.Engine, redisstore.Options{Cold: cold, HotBytes: cfg.Sandbox.Engine.HotStateBytes})
 		if err != nil {
 			return nil, err

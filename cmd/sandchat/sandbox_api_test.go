@@ -552,6 +552,8 @@ func TestLookAlikeFileNames(t *testing.T) {
 		{"zero width space in the path field", "x.csv", "reports/pay\u200broll.csv", "U+200B ZERO WIDTH SPACE at character 12"},
 		{"isolate in a folder name", "x.csv", "\u2066q1/x.csv", "U+2066 LEFT-TO-RIGHT ISOLATE at character 1"},
 		{"byte order mark", "\ufeffdata.csv", "", "U+FEFF ZERO WIDTH NO-BREAK SPACE at character 1"},
+		{"a file name of dots and spaces", " .. ", "", `made only of dots and spaces (" .. ")`},
+		{"a folder of dots in the path field", "x.csv", "reports/.../x.csv", `made only of dots and spaces ("...")`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := alice.uploadAt(conv, tc.file, tc.path, "x")

@@ -223,6 +223,34 @@ func (s *Store) Bytes(ctx context.Context, sessions ...string) (int64, error) {
 	return n, nil
 }
 
+// forgetScript deletes every key of a session and leaves only a marker that it was
+// deleted, holding nothing of it, for as long as a run that began before the delete
+// could still try to save: the save script refuses to write under it.
+var forgetScript = redis.NewScript(`
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('SET', KEYS[9], '1', 'PX', ARGV[1])
+return 1
+`)
+
+// goneFor is how long a deleted session refuses saves: longer than the longest run
+// (300 s) and its wait for the session's lease.
+const goneFor = time.Hour
+
+// Forget deletes the session for good (its conversation was deleted): its state, files,
+// replay log, seen marker, version floor, lease and queue in Redis, and its blobs in the
+// cold tier. A run that began before it cannot save it back.
+func (s *Store) Forget(ctx context.Context, session string) error {
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"),
+		s.key(session, "seen"), s.key(session, "floor"), s.key(session, "lease"), s.key(session, "queue"), s.key(session, "gone")}
+	if err := forgetScript.Run(ctx, s.rdb, keys, goneFor.Milliseconds()).Err(); err != nil {
+		return fail(ctx, err)
+	}
+	if s.cold != nil {
+		return s.cold.Keep(ctx, s.coldName(session), nil)
+	}
+	return nil
+}
+
 // Reset forgets the session's state, files and log, in both tiers.
 func (s *Store) Reset(ctx context.Context, session string) error {
 	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen"), s.key(session, "floor")}

@@ -27,6 +27,7 @@ import (
 // through (its answer lost to a timeout) is answered again: saves are idempotent.
 var saveScript = redis.NewScript(`
 local state, files, cells, lease, seen, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+if redis.call('EXISTS', KEYS[8]) == 1 then return {-5, 0, 0} end -- the session was deleted (Forget)
 if redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
 local v = tonumber(redis.call('HGET', state, 'version') or '0')
 -- A first save after a reset goes past every version the session had before it (the
@@ -190,7 +191,7 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	for _, c := range r.Cells {
 		args = append(args, c)
 	}
-	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold"), s.key(session, "floor")}
+	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold"), s.key(session, "floor"), s.key(session, "gone")}
 	res, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, fail(ctx, err)
@@ -203,6 +204,13 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 		return 0, res[1], &state.Full{Total: res[1], Cap: r.Cap}
 	case res[0] == -4:
 		return 0, res[1], &state.Full{Total: res[1], Cap: hotCap, Hot: true}
+	case res[0] == -5:
+		// A run that began before its session was deleted: what it put in the cold tier
+		// goes too, and no run holds the session any more to race with.
+		if put {
+			_ = s.cold.Keep(context.WithoutCancel(ctx), s.coldName(session), nil)
+		}
+		return 0, 0, state.ErrFenced
 	case res[0] < 0:
 		return 0, 0, state.ErrFenced
 	}
@@ -261,6 +269,7 @@ func (s *Store) keepCold(ctx context.Context, session string) {
 // whole log is the tail.
 var checkpointScript = redis.NewScript(`
 local state, cells, lease, cold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('EXISTS', KEYS[5]) == 1 then return {-5, 0, 0} end -- the session was deleted (Forget)
 if ARGV[1] ~= '' and redis.call('GET', lease) ~= ARGV[1] then return {-1, 0, 0} end
 if tonumber(redis.call('HGET', state, 'version') or '0') ~= tonumber(ARGV[2]) then return {-2, 0, 0} end
 local hadcold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'deltaref') or '') ~= ''
@@ -307,7 +316,7 @@ func (s *Store) checkpoint(ctx context.Context, session string, c state.Checkpoi
 	if s.cold != nil {
 		hotCap = s.hot
 	}
-	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "cold")}
+	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "cold"), s.key(session, "gone")}
 	res, err := checkpointScript.Run(ctx, s.rdb, keys, c.Token, c.Version, c.Header, hotDelta, c.Base, c.Build, c.Mode, c.Cap, hotCap, ref, coldSize).Int64Slice()
 	if err != nil {
 		return 0, fail(ctx, err)
@@ -320,6 +329,11 @@ func (s *Store) checkpoint(ctx context.Context, session string, c state.Checkpoi
 		return res[1], &state.Full{Total: res[1], Cap: c.Cap}
 	case res[0] == -4:
 		return res[1], &state.Full{Total: res[1], Cap: hotCap, Hot: true}
+	case res[0] == -5:
+		if ref != "" {
+			_ = s.cold.Keep(context.WithoutCancel(ctx), s.coldName(session), nil)
+		}
+		return 0, state.ErrFenced
 	case res[0] < 0:
 		return 0, state.ErrFenced
 	}

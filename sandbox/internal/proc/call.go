@@ -19,7 +19,7 @@ func (p *Process) read(r *os.File) {
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 1<<20)
 	for {
-		f, err := ReadFrame(br, p.maxFrame)
+		f, err := readFrame(br, p.limitNow)
 		if err != nil {
 			// The process's end (EOF, also in the middle of a frame) is wait's to explain:
 			// the memory cap's kill, an exit status. Anything else is a broken frame.
@@ -112,7 +112,13 @@ func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func()) (Fra
 	p.nextID++
 	id := p.nextID
 	p.wantID = id
+	p.frameLimit = replyLimit(msg, p.maxFrame)
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.frameLimit = 0
+		p.mu.Unlock()
+	}()
 	if err := p.send(id, msg, o); err != nil {
 		return Frame{}, err
 	}
@@ -147,6 +153,31 @@ func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func()) (Fra
 		return Frame{}, ErrGone
 	}
 }
+
+// limitNow is the largest frame the process may send now.
+func (p *Process) limitNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frameLimit > 0 {
+		return p.frameLimit
+	}
+	return p.maxFrame
+}
+
+// replyLimit is the largest frame a process may send while msg waits for its reply:
+// for a checkpoint, what a delta within its MaxBytes takes (each block's index, the
+// snapshot's header and the JSON beside it), so a forged one is refused from its length,
+// before any of it is buffered; else the process's limit.
+func replyLimit(msg any, maxFrame int) int {
+	if c, ok := msg.(CheckpointReq); ok && c.MaxBytes > 0 {
+		return int(min(c.MaxBytes+c.MaxBytes/32+checkpointSlack, int64(maxFrame)))
+	}
+	return maxFrame
+}
+
+// checkpointSlack is what a checkpoint reply holds besides its delta's blocks: the
+// snapshot's header and the reply's JSON.
+const checkpointSlack = 8 << 20
 
 // send writes one frame with the given id spliced into the message's JSON.
 func (p *Process) send(id int64, msg any, o *Blobs) error {

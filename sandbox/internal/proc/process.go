@@ -52,8 +52,10 @@ type Process struct {
 	onDisp func(kind, item string) error
 	onPip  func(seq int64, req json.RawMessage) PipDone
 	onRun  func() // the run's code starts (its packages are loaded)
-	frozen bool
-	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
+	// frameLimit bounds the frames read while a call waits (replyLimit); 0: maxFrame.
+	frameLimit int
+	frozen     bool
+	gen        uint64 // bumped by every thaw: a freeze asked for before it is void
 
 	done    chan struct{}
 	why     atomic.Pointer[string]

@@ -3,6 +3,7 @@ package proc
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -59,20 +60,43 @@ func (o *Blobs) Add(b []byte) *Blob {
 	return r
 }
 
+// frameChunk is the most a frame's buffer grows by before its bytes have come: a
+// frame that claims a size is buffered as it arrives, never reserved from its claim.
+const frameChunk = 4 << 20
+
 // ReadFrame reads one frame (u32 length, u32 JSON length, the JSON, the binary
-// section; big-endian), refusing one over max bytes.
-func ReadFrame(r io.Reader, max int) (Frame, error) {
+// section; big-endian), refusing one over limit bytes before reading any of it. Its
+// buffer grows with the bytes that actually come (to at most twice them, plus
+// frameChunk), so a length a process only claims costs no memory.
+func ReadFrame(r io.Reader, limit int) (Frame, error) {
+	return readFrame(r, func() int { return limit })
+}
+
+// readFrame is ReadFrame with the limit asked for once the frame's length has come:
+// the call it answers may have begun while the reader waited for it.
+func readFrame(r io.Reader, limitNow func() int) (Frame, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Frame{}, err
 	}
+	limit := limitNow()
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 4 || int64(n) > int64(max) {
-		return Frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, max)
+	if n < 4 || int64(n) > int64(limit) {
+		return Frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, limit)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return Frame{}, err
+	body := make([]byte, 0, min(int(n), frameChunk))
+	for len(body) < int(n) {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(int(n)-len(body), max(len(body), frameChunk)))
+		}
+		k, err := io.ReadFull(r, body[len(body):min(int(n), cap(body))])
+		body = body[:len(body)+k]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return Frame{}, err
+		}
 	}
 	jl := binary.BigEndian.Uint32(body[:4])
 	if int64(jl) > int64(len(body)-4) {
