@@ -75,12 +75,18 @@ wait:
 	if interrupted {
 		// The interrupt follows the run's frame: one written before it would reach the
 		// process first and be cleared as a stale one, and the code would run on.
+		// Before the code starts the process takes in the run (its /data, its packages),
+		// which the load bound covers: the interrupt reaches the code as it starts.
+		grace := lim.Grace
+		if started != nil {
+			grace += lim.Load
+		}
 		select {
 		case <-sent:
 			p.interrupt()
 			select {
 			case end = <-done:
-			case <-time.After(lim.Grace):
+			case <-time.After(grace):
 				kill()
 				end = <-done
 				end.Stuck = true
