@@ -217,7 +217,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
 	e.mu.Unlock()
-	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log, sess: e.sess}
+	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log}
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -370,7 +370,7 @@ func (e *Engine) Close() error {
 	lvs := e.sess.closeAll()
 	var procs []*proc.Process
 	for _, lv := range lvs {
-		procs = append(procs, lv.p)
+		procs = append(procs, lv.process())
 	}
 	// Shutdown checkpoints first: the sessions come back on any node without replay.
 	e.ckpt.all(lvs)

@@ -335,12 +335,12 @@ func TestHiddenGlobals(t *testing.T) {
 func sessionPIDs(t *testing.T, e *Engine, key string) []int {
 	t.Helper()
 	lv := e.sess.get(key)
-	if lv == nil || lv.p.CgroupDir() == "" {
+	if lv == nil || lv.process().CgroupDir() == "" {
 		t.Fatalf("session %s is not live in a cgroup", key)
 	}
-	pids := lv.p.Tasks()
+	pids := lv.process().Tasks()
 	if len(pids) == 0 {
-		t.Fatalf("no tasks in %s", lv.p.CgroupDir())
+		t.Fatalf("no tasks in %s", lv.process().CgroupDir())
 	}
 	return pids
 }
