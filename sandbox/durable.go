@@ -88,6 +88,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
 		savedVersion := lv.taint()
+		res.Session.NotSaved = true
 		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, savedVersion)
 		return ctxErr
 	}

@@ -259,7 +259,7 @@ func TestStorageCaps(t *testing.T) {
 		t.Fatalf("a 3 MB heap under a 2 MiB cap was saved: %d bytes, mode %s", info.StateBytes, info.Mode)
 	}
 	r := mustSucceed(t, e, k, "open('big.bin', 'wb').write(b'x' * 3_000_000)")
-	if !strings.Contains(r.Stderr, "session state not saved") || !strings.Contains(r.Stderr, "2.0 MiB limit") {
+	if !r.Session.NotSaved || !strings.Contains(r.Stderr, "2.0 MiB limit") {
 		t.Fatalf("3 MB of files under a 2 MiB cap: %q", r.Stderr)
 	}
 	n, err := b.rdb.HStrLen(context.Background(), skey(e, k, "files"), "big.bin").Result()
