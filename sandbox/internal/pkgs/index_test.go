@@ -145,3 +145,24 @@ func TestCacheBound(t *testing.T) {
 		t.Fatalf("byte limit: %v", err)
 	}
 }
+
+// TestNotOnIndex: a project the index does not have is refused as such, and the answer
+// is kept: asking again in a row does not ask the index again.
+func TestNotOnIndex(t *testing.T) {
+	t.Parallel()
+	idx := pkgstest.NewIndex(t, mainAndDep()...)
+	f, _ := newFetcher(t, idx)
+	ctx := context.Background()
+	for i := range 2 {
+		load := f.Begin(nil)
+		_, err := f.Install(ctx, load, Request{Requirements: []string{"sandchat-missing"}}, nil)
+		load.Done()
+		var pe *Error
+		if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "sandchat-missing") {
+			t.Fatalf("install %d of a missing project: %v", i+1, err)
+		}
+	}
+	if n := idx.Requests(); n != 1 {
+		t.Fatalf("the index was asked %d times (%s); want once", n, idx.String())
+	}
+}
