@@ -23,8 +23,9 @@ import (
 //
 // The files, one job each: engine.go starts, reports and stops; procs.go starts
 // processes within the node's bound (and fills the compiled-code cache); admission.go
-// is that bound; pool.go keeps processes restored ahead of demand; sessions.go is the
-// set of live sessions; residency.go decides which keep a process; lease.go serialises
+// is that bound; pool.go keeps processes restored ahead of demand; live.go is one live
+// session, owning its state, lock and checkpoint timer; sessions.go is the set of them
+// (only the map); residency.go decides which keep a process; lease.go serialises
 // the runs of a session across nodes; attach.go brings a session back into a process;
 // run.go runs code; pip.go answers its package requests; durable.go makes a run durable
 // and answers for the session's saved state; checkpoint.go saves heaps off the runs'
