@@ -188,7 +188,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
-		if e.fetch, err = pkgs.New(cfg.pkgConfig(), e.log); err != nil {
+		if e.fetch, err = pkgs.New(cfg.Settings, e.log); err != nil {
 			if cfg.PackageCDN != "" {
 				e.state.down("the package source cannot be set up: " + err.Error())
 				return nil

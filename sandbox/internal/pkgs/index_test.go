@@ -17,9 +17,9 @@ import (
 const lockInfo = `{"info": {"abi_version": "2026_0", "arch": "wasm32", "platform": "emscripten_5_0_3", "python": "3.14.2"}, "packages": {}}`
 
 // newFetcher is a fetcher of pip installs from idx into a cache of its own, with no CDN.
-func newFetcher(t *testing.T, idx *pkgstest.Index, mutate ...func(*Config)) (*Fetcher, Config) {
+func newFetcher(t *testing.T, idx *pkgstest.Index, mutate ...func(*Settings)) (*Fetcher, Settings) {
 	t.Helper()
-	cfg := Config{PackageDir: t.TempDir(), PackageCacheDir: t.TempDir(), PipIndex: idx.URL(), PipAllow: []string{"*"},
+	cfg := Settings{PackageDir: t.TempDir(), PackageCacheDir: t.TempDir(), PipIndex: idx.URL(), PipAllow: []string{"*"},
 		PackageCacheMaxBytes: 1 << 30, PackageCacheMaxFiles: 100, PackageRunMaxFiles: 64, PackageRunMaxBytes: 1 << 30, PackageRunMaxFetches: 64,
 		PackageSessionMaxFiles: 64, PackageSessionMaxBytes: 1 << 30, PackageSessionMaxFetches: 64,
 		PipMaxPackages: 20, PipMaxBytes: 100 << 20, PipMaxIndexRequests: 40}
