@@ -109,7 +109,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // shut down, for good.
 type availability struct {
 	log       *slog.Logger
-	mu        sync.Mutex
+	mu        sync.Mutex // guards available, reason and closed
 	available bool
 	reason    string
 	closed    bool

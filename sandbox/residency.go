@@ -21,8 +21,8 @@ type residency struct {
 	adm   *admission
 	procs *nodeProcs
 
-	mu         sync.Mutex
-	reclaiming int // evicted processes not gone yet: each frees one slot soon
+	mu         sync.Mutex // guards reclaiming
+	reclaiming int        // evicted processes not gone yet: each frees one slot soon
 }
 
 // errShutDown answers a run whose session came back as the engine shut down.
