@@ -279,6 +279,9 @@ func TestSharedBudget(t *testing.T) {
 	e, _, key := setup(t)
 	a, b := key("budget-a"), key("budget-b")
 	mustSucceed(t, e, a, "open('a.bin', 'wb').write(b'a' * 1_000_000)")
+	// a's heap is saved now, not CheckpointDelay after its run: that later checkpoint
+	// would grow what a holds between this read and b's saves.
+	checkpointNow(t, e, a)
 	held, err := e.StateBytes(context.Background(), a)
 	if err != nil || held < 1_000_000 {
 		t.Fatalf("session a holds %d bytes (%v)", held, err)
