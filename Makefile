@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test services build vet bench
+.PHONY: run test test-race services build vet bench
 
 services:
 	@./.ci/services
@@ -22,9 +22,17 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide.
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide. RACE_PKGS (all
+## but cmd/sandchat, whose end-to-end and browser tests drive a whole server) run under the
+## race detector; cmd/sandchat runs without it.
+RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS)))
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+
+## test-race: RACE_PKGS alone, under the race detector.
+test-race: services
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 
 ## bench: the sandbox engine's figures (see docs/sandbox.md).
 bench: services build
