@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-cgroup2 services build vet bench
+.PHONY: run test test-e2e test-race test-cgroup2 services build vet bench
 
 services:
 	@./.ci/services
@@ -22,14 +22,25 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide.
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide. RACE_PKGS (all
+## but cmd/sandchat, whose end-to-end and browser tests drive a whole server) run under the
+## race detector beside cmd/sandchat, which runs without it; then the confinement tests on
+## cgroup v2 (test-cgroup2) where its VM is present (always in CI).
+RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet
-	$(GO) test -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-e2e test-race
 	@./.ci/cgroup2 --if-available
 
+## test-e2e: every package outside RACE_PKGS (cmd/sandchat), without the race detector.
+test-e2e: services
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS)))
+
+## test-race: RACE_PKGS alone, under the race detector.
+test-race: services
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+
 ## test-cgroup2: the confinement tests and doctor on a cgroup-v2-only Linux booted on this
-## machine (../shared/cgroup2-vm; root). `make test` ends with it where the VM is there
-## (always in CI).
+## machine (../shared/cgroup2-vm; root).
 test-cgroup2: services
 	@./.ci/cgroup2
 

@@ -19,6 +19,15 @@ type RunOutcome struct {
 	ExecutionMS int64      `json:"execution_ms"`
 }
 
+// Statuses of a RunOutcome. The engine answers the first three; a run's record says
+// StatusFailed when the engine could not complete the run.
+const (
+	StatusSuccess = "success"
+	StatusError   = "error" // the code raised: RunOutcome.Error says what
+	StatusTimeout = "timeout"
+	StatusFailed  = "failed"
+)
+
 // RunError is the exception a run raised (or why the engine stopped it, or why it could
 // not complete).
 type RunError struct {

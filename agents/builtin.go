@@ -159,7 +159,7 @@ func summarizeResults(msgs []ChatMessage) string {
 		switch {
 		case r.Agent != "":
 			parts = append(parts, fmt.Sprintf("@%s: %s", r.Agent, r.Answer))
-		case r.Status == "refused":
+		case r.Status == toolkits.StatusRefused:
 			parts = append(parts, "I could not do that: "+r.Message)
 		case r.Status == "error" && r.Summary != "":
 			parts = append(parts, "I could not read that file as a table: "+r.Summary)

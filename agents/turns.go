@@ -624,7 +624,7 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 	t, r := a.t, a.t.r
 	i := slices.IndexFunc(a.children, func(c *Agent) bool { return c.Name == name })
 	if i < 0 {
-		return "refused", fmt.Sprintf("No child agent called %q.", name)
+		return toolkits.StatusRefused, fmt.Sprintf("No child agent called %q.", name)
 	}
 	child := a.children[i]
 	childPath := append(slices.Clone(a.path), child.Name)
@@ -635,12 +635,12 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 		return err
 	})
 	if err != nil {
-		return "refused", "The handoff could not be recorded: " + sandchat.ErrorMessage(err)
+		return toolkits.StatusRefused, "The handoff could not be recorded: " + sandchat.ErrorMessage(err)
 	}
 	r.publish(ctx, ev)
 	// A child has its own settings, under the user's veto: read now, so a switch flipped
 	// off during the turn stops the children handed work after it.
-	status = "completed"
+	status = conversations.HandoffCompleted
 	ts, err := r.store.ToolSettings(ctx, t.convID)
 	if err == nil {
 		states := r.catalogue.ResolveChild(ts.Overrides, child.InternalTools)
@@ -648,7 +648,7 @@ func (a *agentTurn) Delegate(ctx context.Context, name, task string) (status, an
 		answer, err = t.agentLoop(ctx, child, childPath, msgs, toolkits.Enabled(states), toolkits.OffReasons(states, child.Name, true), a.depth+1)
 	}
 	if err != nil {
-		status, answer = "failed", sandchat.ErrorMessage(err)
+		status, answer = conversations.HandoffFailed, sandchat.ErrorMessage(err)
 	}
 	if ferr := t.write(ctx, func(wctx context.Context) (err error) {
 		ev, err = r.store.FinishHandoff(wctx, t.fence, t.convID, id, childPath, status, answer)

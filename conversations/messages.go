@@ -45,6 +45,13 @@ const (
 	TurnCancelled = "cancelled"
 )
 
+// Handoff statuses: a swarm child's part of a turn.
+const (
+	HandoffStarted   = "started"
+	HandoffCompleted = "completed"
+	HandoffFailed    = "failed"
+)
+
 // Event types of turns.
 const (
 	EventTurnStarted      = "turn.started"

@@ -32,7 +32,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		return nil, err
 	}
 	if lv := e.sess.claim(key, stored); lv != nil {
-		if answers(ctx, lv.p) {
+		if answers(ctx, lv.process()) {
 			a.lv, a.info.RestoredFrom = lv, FromLive
 			return a, nil
 		}
@@ -173,15 +173,15 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	var r proc.AttachReply
 	_ = json.Unmarshal(f.JSON, &r)
-	lv := newLive(key, p, base, mode)
+	back := restored{base: base, mode: mode, heapVersion: heapVersion, heapStale: heapStale, unlogged: a.replayed}
 	if r.Error != nil {
 		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
-		lv.partial = true
+		back.partial = true
 	}
 	if st != nil {
-		lv.version, lv.packages, lv.pip = st.Version, st.Packages, pip
+		back.version, back.packages, back.pip = st.Version, st.Packages, pip
 	}
-	lv.heapVersion, lv.heapStale, lv.unlogged = heapVersion, heapStale, a.replayed
+	lv := newLive(key, p, back)
 	a.lv = lv
 	if !e.res.adopt(key, lv) {
 		p.Close("the engine shut down")

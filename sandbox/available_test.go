@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 func TestAvailablePackages(t *testing.T) {
@@ -21,7 +23,7 @@ func TestAvailablePackages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := Config{RuntimeDir: dir, PyodideDir: dir, DenoPath: "/none", PackageDir: dir}
+	cfg := Config{RuntimeDir: dir, PyodideDir: dir, DenoPath: "/none", Settings: pkgs.Settings{PackageDir: dir}}
 	if got := AvailablePackages(cfg); !reflect.DeepEqual(got, []string{"tinyfmt"}) {
 		t.Fatalf("local mirror: %v", got)
 	}

@@ -118,7 +118,7 @@ func allZero(b []byte) bool {
 type baseFiles struct {
 	dir string
 
-	mu sync.Mutex
+	mu sync.Mutex // guards recent and kept, and the writing of the files
 	// The two snapshots named last (compared by identity: the engine's copy of the
 	// current base, and the last other one restored from), and their files. No older
 	// snapshot is held: naming one again hashes it.

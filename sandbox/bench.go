@@ -110,16 +110,23 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
+	// The session is claimed as a run claims it, so nothing evicts or checkpoints it
+	// meanwhile.
 	lv := e.sess.get("bench:warm")
+	if lv == nil || !lv.claim(lv.info().Version) {
+		return nil, fmt.Errorf("the bench session is not live")
+	}
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.p.Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
+		if _, err := lv.process().Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
+			lv.release()
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	lv.p.Freeze()
+	lv.process().Freeze()
+	lv.release()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -200,10 +207,10 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 			return nil, err
 		}
 		// Evicted as the engine evicts: the heap is checkpointed, then the process goes.
-		e.sess.mu.Lock()
-		lv := e.sess.m[key]
-		e.sess.forgetLocked(lv)
-		e.sess.mu.Unlock()
+		lv := e.sess.forget(key)
+		if lv == nil {
+			return nil, fmt.Errorf("session %s is not live", key)
+		}
 		e.ckpt.retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
@@ -230,7 +237,11 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
-		procs = append(procs, e.sess.get(key).p)
+		lv := e.sess.get(key)
+		if lv == nil {
+			return nil, fmt.Errorf("session %s is not live", key)
+		}
+		procs = append(procs, lv.process())
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)

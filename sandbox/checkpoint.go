@@ -59,15 +59,7 @@ const (
 
 // schedule (re)arms lv's checkpoint for CheckpointDelay from now.
 func (c *checkpoints) schedule(lv *live) {
-	c.sess.mu.Lock()
-	defer c.sess.mu.Unlock()
-	if c.sess.closed || !lv.dirty() {
-		return
-	}
-	if lv.checkpoint != nil {
-		lv.checkpoint.Stop()
-	}
-	lv.checkpoint = time.AfterFunc(c.cfg.CheckpointDelay, func() {
+	lv.armCheckpoint(c.cfg.CheckpointDelay, func() {
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RestoreTimeout)
 		defer cancel()
 		err := c.live(ctx, lv)
@@ -75,9 +67,9 @@ func (c *checkpoints) schedule(lv *live) {
 		case err == nil, c.ctx.Err() != nil:
 		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
-			c.log.Debug("sandbox checkpoint skipped", "session", lv.key, "err", err)
+			c.log.Debug("sandbox checkpoint skipped", "session", lv.name(), "err", err)
 		default:
-			c.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.key, "err", err)
+			c.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.name(), "err", err)
 		}
 	})
 }
@@ -88,7 +80,7 @@ func (c *checkpoints) retire(lv *live, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
 	c.forgotten(ctx, lv, "eviction")
 	cancel()
-	lv.p.Close(why)
+	lv.process().Close(why)
 	c.sess.retired(lv)
 }
 
@@ -100,7 +92,7 @@ func (c *checkpoints) awaitRetired(ctx context.Context, key string) {
 		return
 	}
 	select {
-	case <-lv.gone:
+	case <-lv.retiring():
 	case <-ctx.Done():
 	case <-time.After(retireTimeout):
 	}
@@ -123,74 +115,57 @@ func (c *checkpoints) all(lvs []*live) {
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
 func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
-	c.sess.mu.Lock()
-	if lv.checkpoint != nil {
-		lv.checkpoint.Stop()
-	}
-	ok, version := !lv.busy && lv.dirty(), lv.version
-	c.sess.mu.Unlock()
-	if !ok {
+	version, stateCap, due := lv.stopCheckpoint()
+	if !due {
 		return
 	}
-	if err := c.save(ctx, lv, "", version); err != nil && !expectedCheckpointErr(err) {
-		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.key, "err", err)
+	if err := c.save(ctx, lv, "", version, stateCap); err != nil && !expectedCheckpointErr(err) {
+		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.name(), "err", err)
 	}
 }
 
 // live saves a live session's heap if the saved one lags it, holding the
 // session's lease so no run (on any node) moves it meanwhile.
 func (c *checkpoints) live(ctx context.Context, lv *live) error {
-	c.sess.mu.Lock()
-	dirty := lv.dirty()
-	c.sess.mu.Unlock()
-	if !dirty {
+	if !lv.checkpointDue() {
 		return nil
 	}
 	// A checkpoint whose lease is lost is refused by the store's fence: it goes on with
 	// ctx, not the lease's, so its process is not killed for it.
-	return c.lease(ctx, lv.key, func(_ context.Context, token string) error {
-		c.sess.mu.Lock()
-		if c.sess.m[lv.key] != lv || lv.busy || !lv.dirty() {
-			// Gone (an eviction checkpoints it itself), a run has it (it checkpoints
-			// again after), or already caught up.
-			c.sess.mu.Unlock()
+	return c.lease(ctx, lv.name(), func(_ context.Context, token string) error {
+		version, stateCap, ok := lv.beginCheckpoint()
+		if !ok {
 			return nil
 		}
-		lv.busy = true
-		version := lv.version
-		c.sess.mu.Unlock()
 		defer func() {
-			c.sess.mu.Lock()
-			lv.busy = false
-			c.sess.mu.Unlock()
-			lv.p.FreezeSoon()
+			lv.endCheckpoint()
+			lv.process().FreezeSoon()
 		}()
-		return c.save(ctx, lv, token, version)
+		return c.save(ctx, lv, token, version, stateCap)
 	})
 }
 
-// save takes lv's heap and saves it as the state of version; token is the lease
-// held, or "" for a session no run can reach.
-func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64) error {
-	c.sess.mu.Lock()
-	capOf := c.cfg.stateCap(lv.stateCap)
-	c.sess.mu.Unlock()
-	f, err := lv.p.Call(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
+// save takes lv's heap and saves it as the state of version, within what its last
+// run allowed (stateCap); token is the lease held, or "" for a session no run can reach.
+func (c *checkpoints) save(ctx context.Context, lv *live, token string, version, stateCap int64) error {
+	p := lv.process()
+	capOf := c.cfg.stateCap(stateCap)
+	f, err := p.Call(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
 	if err != nil {
 		return err
 	}
 	var r proc.CheckpointReply
 	if err := json.Unmarshal(f.JSON, &r); err != nil {
-		lv.p.Kill("protocol: unreadable checkpoint reply")
+		p.Kill("protocol: unreadable checkpoint reply")
 		return err
 	}
 	if err := r.Check(f); err != nil {
-		lv.p.Kill("protocol: checkpoint reply refused")
+		p.Kill("protocol: checkpoint reply refused")
 		return fmt.Errorf("checkpoint reply: %w", err)
 	}
 	// The process sends the changed blocks as they are; the store keeps them XOR-ed
 	// with the base (mostly zeros, so they compress well).
-	mode, header, delta := modeSnapshot, f.Bytes(r.Header), xorBase(lv.p.Base(), f.Bytes(r.Delta))
+	mode, header, delta := modeSnapshot, f.Bytes(r.Header), xorBase(p.Base(), f.Bytes(r.Delta))
 	if r.TooLarge {
 		// Not now: the log keeps the session, and a later checkpoint (after the user
 		// frees memory) may fit.
@@ -201,10 +176,10 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version 
 		// persists as its cells from now on.
 		mode = modeReplay
 		if r.SnapshotError != nil {
-			c.log.Info("session switches to replay persistence", "session", lv.key, "reason", *r.SnapshotError)
+			c.log.Info("session switches to replay persistence", "session", lv.name(), "reason", *r.SnapshotError)
 		}
 	}
-	_, err = c.st.Checkpoint(ctx, lv.key, state.Checkpoint{Token: token, Version: version, Base: lv.base, Build: c.build,
+	_, err = c.st.Checkpoint(ctx, lv.name(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: c.build,
 		Mode: mode, Header: header, Delta: delta, Cap: capOf})
 	if full := (*state.Full)(nil); errors.As(err, &full) {
 		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
@@ -212,10 +187,6 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version 
 	if err != nil {
 		return err
 	}
-	c.sess.mu.Lock()
-	if lv.version == version {
-		lv.heapVersion, lv.heapStale, lv.mode = version, false, mode
-	}
-	c.sess.mu.Unlock()
+	lv.checkpointed(version, mode)
 	return nil
 }

@@ -85,40 +85,9 @@ type Config struct {
 
 	NetworkAllow []string // host or host:port; empty means no network
 
-	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
-	// PackageCDN is the base URL of the Pyodide distribution the engine fetches wheels
-	// from: CDNOfficial (the default) stands for the official one of the pinned Pyodide,
-	// CDNOff or "" for none (only what PackageDir holds loads).
-	PackageCDN string
-	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
-	// file's sha256, and kept across restarts; each session reads only its own view of it,
-	// holding the wheels its current run loads.
-	PackageCacheDir string
-	// PackageCacheMaxBytes and PackageCacheMaxFiles bound the cache: past them the least
-	// recently used wheels that no load in flight needs are deleted, and a fetch that
-	// would pass them while loads in flight hold the rest is refused.
-	PackageCacheMaxBytes int64
-	PackageCacheMaxFiles int
-	// What one run (and one session process, over its life) may have made available
-	// to it from the cache, and how many downloads (wheels and index documents) it may
-	// cause; past a bound the fetch is refused with a message naming the setting.
-	PackageRunMaxFiles       int
-	PackageRunMaxBytes       int64
-	PackageRunMaxFetches     int
-	PackageSessionMaxFiles   int
-	PackageSessionMaxBytes   int64
-	PackageSessionMaxFetches int
-
-	// micropip.install inside sessions is served by the engine (sessions have no network):
-	// pure-Python wheels from a PyPI-style JSON API, sha256-verified, cached with the rest.
-	PipOff         bool     // no installs at all
-	PipIndex       string   // base URL of the JSON API: <PipIndex><name>/json
-	PipAllow       []string // installable project names, or "*" for any
-	PipHosts       []string // hosts wheels may come from besides the index's own
-	PipMaxPackages int      // wheels one install may fetch, dependencies included
-	PipMaxBytes    int64    // bytes one install may download
-	// PipMaxIndexRequests bounds the index documents one install may ask for.
-	PipMaxIndexRequests int
+	// The package settings: where wheels come from, the cache and its bounds, and
+	// micropip's index (described in internal/pkgs, which reads them as they are).
+	pkgs.Settings
 
 	// Preload is imported by every new interpreter before the base snapshot is taken:
 	// a session's first import of these is instant and costs its state nothing.
@@ -164,23 +133,25 @@ func DefaultConfig() Config {
 		CheckpointDelay:      2 * time.Second,
 		QueueDepth:           8,
 		RedisPrefix:          "sandchat:",
-		PackageCDN:           CDNOfficial,
-		PackageCacheMaxBytes: 2 << 30,
-		PipIndex:             "https://pypi.org/pypi/",
-		PipAllow:             []string{"*"},
-		PipHosts:             []string{"files.pythonhosted.org"},
-		PipMaxPackages:       20,
-		PipMaxBytes:          100 << 20,
+		Settings: pkgs.Settings{
+			PackageCDN:           CDNOfficial,
+			PackageCacheMaxBytes: 2 << 30,
+			PipIndex:             "https://pypi.org/pypi/",
+			PipAllow:             []string{"*"},
+			PipHosts:             []string{"files.pythonhosted.org"},
+			PipMaxPackages:       20,
+			PipMaxBytes:          100 << 20,
 
-		// What the package fetcher may take for a run, a session and the node.
-		PackageCacheMaxFiles:     10000,
-		PackageRunMaxFiles:       64,
-		PackageRunMaxBytes:       512 << 20,
-		PackageRunMaxFetches:     64,
-		PackageSessionMaxFiles:   256,
-		PackageSessionMaxBytes:   1 << 30,
-		PackageSessionMaxFetches: 256,
-		PipMaxIndexRequests:      40,
+			// What the package fetcher may take for a run, a session and the node.
+			PackageCacheMaxFiles:     10000,
+			PackageRunMaxFiles:       64,
+			PackageRunMaxBytes:       512 << 20,
+			PackageRunMaxFetches:     64,
+			PackageSessionMaxFiles:   256,
+			PackageSessionMaxBytes:   1 << 30,
+			PackageSessionMaxFetches: 256,
+			PipMaxIndexRequests:      40,
+		},
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -135,7 +138,7 @@ func TestNumpySource(t *testing.T) {
 			if tc.wheel {
 				_ = os.WriteFile(filepath.Join(dir, "numpy-2.2.5-cp313-cp313-pyodide_2025_0_wasm32.whl"), []byte("PK"), 0o644)
 			}
-			msg, ok := numpySource(Config{PackageDir: dir, PackageCDN: tc.cdn})
+			msg, ok := numpySource(Config{Settings: pkgs.Settings{PackageDir: dir, PackageCDN: tc.cdn}})
 			if ok != tc.ok || !strings.Contains(msg, tc.mentioned) {
 				t.Errorf("numpySource = %q, %v", msg, ok)
 			}
@@ -158,5 +161,27 @@ func TestPackageSourceDefault(t *testing.T) {
 	}
 	if got := Locate(off).PackageCDN; got != "" {
 		t.Fatalf("off: %q", got)
+	}
+}
+
+// TestPackageSettingsOnce: the package settings are described once, in pkgs.Settings,
+// which Config embeds and the fetcher reads as they are: no field of Config repeats
+// one, so nothing copies them field by field.
+func TestPackageSettingsOnce(t *testing.T) {
+	ct, st := reflect.TypeFor[Config](), reflect.TypeFor[pkgs.Settings]()
+	if f, ok := ct.FieldByName("Settings"); !ok || !f.Anonymous || f.Type != st {
+		t.Fatalf("Config does not embed pkgs.Settings")
+	}
+	for i := range ct.NumField() {
+		if f := ct.Field(i); !f.Anonymous {
+			if _, ok := st.FieldByName(f.Name); ok {
+				t.Errorf("Config.%s repeats a package setting", f.Name)
+			}
+		}
+	}
+	c := DefaultConfig()
+	c.PipMaxIndexRequests = 7
+	if c.Settings.PipMaxIndexRequests != 7 {
+		t.Fatalf("a package setting set on Config does not reach the fetcher's")
 	}
 }

@@ -170,7 +170,7 @@ type displays struct {
 	maxImage int64
 	on       func(sandchat.Display)
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below: the reader and the run's end both reach them
 	items   []sandchat.Display
 	bytes   int64
 	dropped int

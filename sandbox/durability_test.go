@@ -26,7 +26,7 @@ func TestSuccessAfterFailureIsDurable(t *testing.T) {
 		t.Fatalf("the failing run: status %s, want error", res.Status)
 	}
 	mustSucceed(t, e, key, "z = x + y")
-	killAll(t, liveOf(t, e, key).p)
+	killAll(t, liveOf(t, e, key).process())
 	res := mustSucceed(t, e, key, "z")
 	if got := resultOf(res); got != "6" {
 		t.Fatalf("after the crash: z = %s, want 6 (restored from %s, stderr %q)", got, res.Session.RestoredFrom, res.Stderr)
@@ -44,7 +44,7 @@ func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
 	until := time.Now().Add(5 * time.Second).Unix()
 	mustSucceed(t, e, key, fmt.Sprintf("import time\nassert time.time() < %d", until))
 	mustSucceed(t, e, key, "b = 2")
-	killAll(t, liveOf(t, e, key).p)
+	killAll(t, liveOf(t, e, key).process())
 	time.Sleep(time.Until(time.Unix(until+1, 0)))
 	res := mustSucceed(t, e, key, "c = 3")
 	if !strings.Contains(res.Stderr, "could not be fully restored") {
@@ -93,7 +93,7 @@ func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
 		t.Fatalf("first run after the loss: %s from %s", r.Status, r.Session.RestoredFrom)
 	}
 	mustSucceed(t, e, k, "counter += 1")
-	killAll(t, liveOf(t, e, k).p)
+	killAll(t, liveOf(t, e, k).process())
 	if r := mustSucceed(t, e, k, "counter"); resultOf(r) != "2" {
 		t.Fatalf("after the crash: counter = %s, want 2 (stderr %q)", resultOf(r), r.Stderr)
 	}
@@ -141,7 +141,7 @@ func TestInterruptAtStart(t *testing.T) {
 	e, _, keyOf := setup(t)
 	key := keyOf("interrupt-at-start")
 	mustSucceed(t, e, key, "n = 1")
-	p := liveOf(t, e, key).p
+	p := liveOf(t, e, key).process()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i, code := range []string{"while True:\n    n += 1", "import math\nwhile True:\n    n += 1"} {

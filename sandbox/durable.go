@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
@@ -66,33 +65,16 @@ func (b Budget) want(shared int64) int64 {
 // restore replays the cells logged since the last checkpoint. After a run that failed,
 // whose effects no cell in the log holds, the heap is saved before the answer.
 func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
-	deleted := make([]string, 0, len(lv.unsavedDel))
-	for p := range lv.unsavedDel {
-		deleted = append(deleted, p)
-	}
-	e.sess.mu.Lock()
-	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
-	// A run that failed since the last save left effects in this heap that the log does
-	// not hold (Python errors are not logged), and this run may build on them: its cell
-	// alone would not replay. The heap is then saved before the answer.
-	heapNow := lv.tainted && !lv.partial && lv.mode == modeSnapshot
-	e.sess.mu.Unlock()
-	save := state.Save{
-		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
-		Base: lv.base, Build: e.rt.build, Mode: lv.mode, Packages: r.Packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), e.cfg.logCell(req.Code, req.Timeout)),
-	}
 	// The run is over: what it did is saved whether or not its caller still waits. The
 	// other sessions on its budget are read just before, so the cap is the freshest.
 	bg := context.WithoutCancel(ctx)
 	var v, stateBytes int64
+	var save state.Save
+	var heapNow bool
 	shared, err := e.sharedBytes(bg, req.Budget)
 	if err == nil {
-		save.Cap = e.cfg.stateCap(req.Budget.want(shared))
+		save, heapNow = lv.saveRequest(token, e.rt.build, r.Packages, e.cfg.logCell(req.Code, req.Timeout), e.cfg.stateCap(req.Budget.want(shared)))
 		res.Session.SharedBytes = shared
-		e.sess.mu.Lock()
-		lv.stateCap = save.Cap
-		e.sess.mu.Unlock()
 		v, stateBytes, err = e.st.Save(bg, key, save)
 		if sandchat.IsUnavailable(err) {
 			// The answer may be what was lost (a timeout after the save went through): a
@@ -105,8 +87,9 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
-		lv.tainted = true
-		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, lv.version)
+		savedVersion := lv.taint()
+		res.Session.NotSaved = true
+		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, savedVersion)
 		return ctxErr
 	}
 	if err != nil {
@@ -116,14 +99,11 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		e.log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
 		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
-	e.sess.mu.Lock()
-	lv.version, lv.tainted, lv.heapStale = v, false, false
-	e.sess.mu.Unlock()
-	lv.unsaved, lv.unsavedDel, lv.unlogged = map[string][]byte{}, map[string]bool{}, nil
-	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.mode, stateBytes
+	lv.saved(v)
+	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.info().Mode, stateBytes
 	if heapNow {
 		cctx, cancel := context.WithTimeout(bg, e.cfg.RestoreTimeout)
-		err := e.ckpt.save(cctx, lv, token, v)
+		err := e.ckpt.save(cctx, lv, token, v, save.Cap)
 		cancel()
 		if err != nil {
 			// The log alone cannot bring this run back; a later checkpoint may still.
@@ -131,7 +111,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 			res.Stderr += "[sandbox] this run's state holds changes no saved cell has (an earlier run failed or was not saved), and could not be saved yet (" +
 				sandchat.ErrorMessage(err) + "): until it is, it lives only while the session stays warm\n"
 		}
-		res.Session.Mode = lv.mode // a heap that cannot be saved turns the session to replay
+		res.Session.Mode = lv.info().Mode // a heap that cannot be saved turns the session to replay
 	}
 	e.ckpt.schedule(lv)
 	return ctxErr
@@ -174,9 +154,8 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		if err := e.st.Reset(ctx, key); err != nil {
 			return err
 		}
-		lv := e.sess.take(key)
-		if lv != nil {
-			lv.p.Close("reset")
+		if lv := e.sess.take(key); lv != nil {
+			lv.process().Close("reset")
 		}
 		return nil
 	})

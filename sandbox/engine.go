@@ -23,8 +23,9 @@ import (
 //
 // The files, one job each: engine.go starts, reports and stops; procs.go starts
 // processes within the node's bound (and fills the compiled-code cache); admission.go
-// is that bound; pool.go keeps processes restored ahead of demand; sessions.go is the
-// set of live sessions; residency.go decides which keep a process; lease.go serialises
+// is that bound; pool.go keeps processes restored ahead of demand; live.go is one live
+// session, owning its state, lock and checkpoint timer; sessions.go is the set of them
+// (only the map); residency.go decides which keep a process; lease.go serialises
 // the runs of a session across nodes; attach.go brings a session back into a process;
 // run.go runs code; pip.go answers its package requests; durable.go makes a run durable
 // and answers for the session's saved state; checkpoint.go saves heaps off the runs'
@@ -108,7 +109,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // shut down, for good.
 type availability struct {
 	log       *slog.Logger
-	mu        sync.Mutex
+	mu        sync.Mutex // guards available, reason and closed
 	available bool
 	reason    string
 	closed    bool
@@ -187,7 +188,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	rt := runtimeInfo{deno: deno, pyodide: pyodideVersion(cfg.PyodideDir)}
 	rt.build = buildID(cfg, rt.deno, rt.pyodide)
 	if cfg.PackageCacheDir != "" && (cfg.PackageCDN != "" || !cfg.PipOff) {
-		if e.fetch, err = pkgs.New(cfg.pkgConfig(), e.log); err != nil {
+		if e.fetch, err = pkgs.New(cfg.Settings, e.log); err != nil {
 			if cfg.PackageCDN != "" {
 				e.state.down("the package source cannot be set up: " + err.Error())
 				return nil
@@ -217,7 +218,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.procs.config = runtimeConfig(cfg, e.fetch)
 	e.rt, e.ckpt.build = rt, rt.build
 	e.mu.Unlock()
-	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log, sess: e.sess}
+	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log}
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -371,7 +372,7 @@ func (e *Engine) Close() error {
 	lvs := e.sess.closeAll()
 	var procs []*proc.Process
 	for _, lv := range lvs {
-		procs = append(procs, lv.p)
+		procs = append(procs, lv.process())
 	}
 	// Shutdown checkpoints first: the sessions come back on any node without replay.
 	e.ckpt.all(lvs)

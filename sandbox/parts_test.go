@@ -41,7 +41,7 @@ func TestAvailability(t *testing.T) {
 // TestPipRestoreRecord: a saved session's micropip record comes back as it decodes,
 // even in part, and is kept when installing is off (the next save must not erase it).
 func TestPipRestoreRecord(t *testing.T) {
-	ps := &pipService{cfg: &Config{}, log: slog.New(slog.DiscardHandler), sess: newSessions()}
+	ps := &pipService{cfg: &Config{}, log: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	for _, c := range []struct {
 		name, raw string

@@ -26,7 +26,6 @@ type pipService struct {
 	fetch *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
 	cfg   *Config       // the engine's
 	log   *slog.Logger
-	sess  *sessions // whose lock guards each session's installed wheels
 }
 
 // pipServer answers the install requests of one run of a session; what they fetch is
@@ -70,12 +69,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		}
 		return out
 	}
-	have := map[string]bool{}
-	s.sess.mu.Lock()
-	for _, w := range s.lv.pip {
-		have[pkgs.Normalize(w.Name)] = true
-	}
-	s.sess.mu.Unlock()
+	have := s.lv.installed()
 	ctx, cancel := context.WithTimeout(s.ctx, pipRequestTimeout)
 	defer cancel()
 	var lockNotes []string
@@ -91,9 +85,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		out.Error = s.userError(ctx, "micropip install", err)
 		return out
 	}
-	s.sess.mu.Lock()
-	s.lv.pip = append(s.lv.pip, plan.Wheels...)
-	s.sess.mu.Unlock()
+	s.lv.install(plan.Wheels)
 	for _, w := range plan.Wheels {
 		out.Wheels = append(out.Wheels, proc.PipWheel{Name: w.Name, Version: w.Version, Path: s.run.Path(w.Rel())})
 	}

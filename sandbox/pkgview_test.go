@@ -78,9 +78,7 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 		}
 	})
 	t.Run("a session's view goes with its process", func(t *testing.T) {
-		e.sess.mu.Lock()
-		ids := []string{e.sess.m["a"].p.ID(), e.sess.m["b"].p.ID()}
-		e.sess.mu.Unlock()
+		ids := []string{liveOf(t, e, "a").process().ID(), liveOf(t, e, "b").process().ID()}
 		evictLive(t, e, "a")
 		evictLive(t, e, "b")
 		deadline := time.Now().Add(10 * time.Second)

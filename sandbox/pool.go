@@ -28,7 +28,7 @@ type pool struct {
 	wg     *sync.WaitGroup // the engine's background work
 	closed func() bool     // the engine is shut down
 
-	mu           sync.Mutex
+	mu           sync.Mutex // guards the fields below: the processes kept, the refills under way and the demand seen
 	ready        []*proc.Process
 	spares       []*proc.Process
 	fillingReady int

@@ -39,8 +39,8 @@ type nodeProcs struct {
 	pool *pool // processes started ahead of demand
 	st   Store // older bases, for a session saved against one
 
-	mu       sync.Mutex
-	base     []byte // the base snapshot new sessions start from
+	mu       sync.Mutex // guards base and baseHash, which a new base replaces
+	base     []byte     // the base snapshot new sessions start from
 	baseHash string
 }
 

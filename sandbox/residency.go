@@ -21,8 +21,8 @@ type residency struct {
 	adm   *admission
 	procs *nodeProcs
 
-	mu         sync.Mutex
-	reclaiming int // evicted processes not gone yet: each frees one slot soon
+	mu         sync.Mutex // guards reclaiming
+	reclaiming int        // evicted processes not gone yet: each frees one slot soon
 }
 
 // errShutDown answers a run whose session came back as the engine shut down.
@@ -43,8 +43,8 @@ func (r *residency) adopt(key string, lv *live) bool {
 
 // release marks lv idle after a run; its process is frozen until the next one.
 func (r *residency) release(lv *live) {
-	lv.p.FreezeSoon()
-	r.sess.idleNow(lv)
+	lv.process().FreezeSoon()
+	lv.release()
 	if r.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
 		r.reclaim()

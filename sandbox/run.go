@@ -118,10 +118,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		return Result{}, err
 	}
 	lv, info, notes := a.lv, a.info, a.notes
-	p := lv.p
+	p := lv.process()
 	defer e.res.release(lv)
 	var o proc.Blobs
-	data, versions, err := e.sess.dataFor(lv, req.Data, &o)
+	data, versions, err := lv.dataFor(req.Data, &o)
 	if err != nil {
 		return Result{}, err
 	}
@@ -137,11 +137,13 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		notes = append(notes, pk.Ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
 	}
-	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.version+1),
+	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.info().Version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
 	out, hooks := e.cfg.hooks(req, e.pip.server(ctx, lv, pk))
 	session := func() SessionInfo {
-		return SessionInfo{Version: lv.version, RestoredFrom: info.RestoredFrom, Packages: nonNil(lv.packages), Expired: info.Expired, Mode: lv.mode}
+		s := lv.info()
+		s.RestoredFrom, s.Expired = info.RestoredFrom, info.Expired
+		return s
 	}
 	start := time.Now()
 	lim := proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: req.Timeout, Grace: e.cfg.Grace}
@@ -152,9 +154,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	})
 	ctxErr := rep.CtxErr
 	if rep.Stuck {
+		lost := session()
 		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
 			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-			e.cfg.Grace, lv.version), time.Since(start).Milliseconds(), session(), out.seen), ctxErr
+			e.cfg.Grace, lost.Version), time.Since(start).Milliseconds(), lost, out.seen), ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.Err != nil {
@@ -162,19 +165,16 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		var pe *proc.Error
 		switch {
 		case errors.Is(rep.Err, proc.ErrGone):
+			lost := session()
 			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
-				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lv.version),
-				ms, session(), out.seen), ctxErr
+				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lost.Version),
+				ms, lost, out.seen), ctxErr
 		case errors.As(rep.Err, &pe):
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
 				ms, session(), nil), ctxErr
 		}
 		return Result{}, rep.Err
 	}
-	// The process mounted /data as sent, whatever the code then did.
-	e.sess.mu.Lock()
-	lv.data = versions
-	e.sess.mu.Unlock()
 	var r proc.RunReply
 	if err := json.Unmarshal(rep.Frame.JSON, &r); err == nil {
 		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.Frame)
@@ -183,7 +183,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		e.sess.drop(key, lv, "protocol: run reply refused")
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
-	res := e.cfg.result(&r, rep.Frame, lv, notes)
+	res := e.cfg.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	nameImages(&res)
 	res.ExecutionMS = ms
@@ -194,14 +194,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 			res.Error.Message = fmt.Sprintf("Execution exceeded the %s time limit and was interrupted; the session keeps its state.", req.Timeout)
 		}
 	}
-	lv.packages = r.Packages
 	res.Session = session()
 	res.Session.Live = true
 	if res.Status != StatusSuccess {
-		// A failed run never replaces the last good state; the warm interpreter keeps
-		// whatever the run left, like a notebook after an exception, but its heap is no
-		// longer the durable state's until the next run that succeeds.
-		lv.tainted = true
+		// Not saved: the session keeps it warm, tainted (live.ran).
 		return res, ctxErr
 	}
 	return res, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
@@ -228,8 +224,9 @@ func notesPrefix(notes []string) string {
 }
 
 // result turns a run reply into a Result: output with truncation markers, artifacts
-// within their limits, and what happened to changed files the session keeps.
-func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string) Result {
+// within their limits, and which changed files its session could not keep (notKept,
+// by path: live.ran).
+func (c *Config) result(r *proc.RunReply, f proc.Frame, notKept map[string]bool, notes []string) Result {
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
 	if r.StdoutTruncated {
 		res.Stdout += truncatedAt(c.MaxOutput)
@@ -258,13 +255,9 @@ func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string
 		default:
 			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: name, ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
 		}
-		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
-			// Redis is no place for big files: they live on in the warm session only.
+		if notKept[ch.Path] {
 			unsaved = append(unsaved, name)
-			continue
 		}
-		lv.unsaved[ch.Path] = b
-		delete(lv.unsavedDel, ch.Path)
 	}
 	if r.Omitted > 0 {
 		skipped = append(skipped, fmt.Sprintf("%d more changed files", r.Omitted))
@@ -278,10 +271,6 @@ func (c *Config) result(r *proc.RunReply, f proc.Frame, lv *live, notes []string
 		sort.Strings(unsaved)
 		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
 			c.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
-	}
-	for _, p := range r.Deleted {
-		delete(lv.unsaved, p)
-		lv.unsavedDel[p] = true
 	}
 	return res
 }

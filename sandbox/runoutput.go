@@ -40,7 +40,7 @@ func (c *Config) hooks(req Request, pip *pipServer) (sinks, proc.RunHooks) {
 
 // seenOutput keeps what a run streamed, each stream up to max bytes.
 type seenOutput struct {
-	mu             sync.Mutex
+	mu             sync.Mutex // guards the fields below: the reader adds, the run's end reads
 	max            int
 	stdout, stderr strings.Builder
 	outCut, errCut bool

@@ -2,66 +2,23 @@ package sandbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
-// live is a session whose interpreter is warm in a process of its own.
-type live struct {
-	key      string
-	p        *proc.Process
-	version  int64 // the durable version this interpreter matches
-	base     string
-	mode     string
-	packages []string
-	pip      []pkgs.Wheel // what micropip installed, guarded by sessions.mu
-	used     time.Time
-	busy     bool
-	// Files changed by runs that were not saved (a Python error): the next save carries them.
-	unsaved    map[string][]byte
-	unsavedDel map[string]bool
-	// unlogged are cells the session was rebuilt from (the caller's history) that its log
-	// does not hold yet: the next save logs them ahead of its own cell.
-	unlogged []string
-
-	// Checkpoints (checkpoint.go), guarded by sessions.mu. heapVersion is the version of
-	// the heap saved in Redis; heapStale says that heap no longer applies (the session
-	// came back by replay); tainted, that a run failed since the last save, so this heap
-	// holds effects the log does not; checkpoint is the pending one, if any.
-	heapVersion int64
-	heapStale   bool
-	tainted     bool
-	// partial: the session came back without all of its logged cells (one failed to
-	// replay), so this heap is never saved as its state: the log stays whole.
-	partial    bool
-	checkpoint *time.Timer
-	gone       chan struct{} // closed once retired (checkpointed after eviction, then stopped)
-
-	// stateCap is what the session's saved state may hold, as its last run allowed
-	// (guarded by sessions.mu); checkpoints keep to it.
-	stateCap int64
-
-	// data is /data as the process holds it, name → version (guarded by sessions.mu).
-	data map[string]string
-}
-
-func newLive(key string, p *proc.Process, base, mode string) *live {
-	return &live{key: key, p: p, base: base, mode: mode, unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
-}
-
 // sessions is the set of this node's live sessions and of those being retired (evicted,
-// checkpointed before their process stops). Its lock guards the set and the fields of
-// each live session marked so; it is never held while waiting on a process or a store.
+// checkpointed before their process stops). Each session guards its own state (live.go);
+// the set only keeps the map.
 type sessions struct {
+	// mu guards m, retiring and closed. It may be held while a session's own lock is
+	// taken (to pick or claim a session atomically), never the other way round, and never
+	// while waiting on a process or a store.
 	mu       sync.Mutex
 	m        map[string]*live
 	retiring map[string]*live
-	closed   bool // shut down: nothing is scheduled on a session any more
+	closed   bool // shut down: no session is adopted any more
 }
 
 func newSessions() *sessions {
@@ -86,28 +43,41 @@ func (s *sessions) take(key string) *live {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lv := s.m[key]
-	delete(s.m, key)
+	if lv != nil {
+		delete(s.m, key)
+		lv.leave()
+	}
 	return lv
 }
 
 // forgetLocked takes lv out of the live set for retiring; a run of its key waits for the
 // retirement (checkpoints.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
 func (s *sessions) forgetLocked(lv *live) {
-	delete(s.m, lv.key)
-	lv.gone = make(chan struct{})
-	s.retiring[lv.key] = lv
+	delete(s.m, lv.name())
+	lv.leave()
+	s.retiring[lv.name()] = lv
+}
+
+// forget takes key's live session out of the set for retiring (checkpoints.retire), as
+// an eviction does, and returns it, or nil.
+func (s *sessions) forget(key string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lv := s.m[key]
+	if lv != nil {
+		s.forgetLocked(lv)
+	}
+	return lv
 }
 
 // retired ends lv's retirement.
 func (s *sessions) retired(lv *live) {
 	s.mu.Lock()
-	if s.retiring[lv.key] == lv {
-		delete(s.retiring, lv.key)
+	if s.retiring[lv.name()] == lv {
+		delete(s.retiring, lv.name())
 	}
 	s.mu.Unlock()
-	if lv.gone != nil {
-		close(lv.gone)
-	}
+	lv.retired()
 }
 
 // retiringOf is key's session being retired, or nil.
@@ -127,9 +97,10 @@ func (s *sessions) forgetOldestIdle() *live {
 
 func (s *sessions) forgetOldestIdleLocked() *live {
 	var old *live
+	var oldUsed time.Time
 	for _, lv := range s.m {
-		if !lv.busy && (old == nil || lv.used.Before(old.used)) {
-			old = lv
+		if idle, used := lv.idle(); idle && (old == nil || used.Before(oldUsed)) {
+			old, oldUsed = lv, used
 		}
 	}
 	if old != nil {
@@ -160,7 +131,7 @@ func (s *sessions) idle(timeout time.Duration) []*live {
 	defer s.mu.Unlock()
 	var out []*live
 	for _, lv := range s.m {
-		if !lv.busy && (!lv.p.Alive() || time.Since(lv.used) > timeout) {
+		if idle, used := lv.idle(); idle && (!lv.process().Alive() || time.Since(used) > timeout) {
 			s.forgetLocked(lv)
 			out = append(out, lv)
 		}
@@ -173,17 +144,15 @@ func (s *sessions) procs() []*proc.Process {
 	defer s.mu.Unlock()
 	out := make([]*proc.Process, 0, len(s.m))
 	for _, lv := range s.m {
-		out = append(out, lv.p)
+		out = append(out, lv.process())
 	}
 	return out
 }
 
 // isLive tells whether key's interpreter is warm at version.
 func (s *sessions) isLive(key string, version int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lv := s.m[key]
-	return lv != nil && lv.version == version && lv.p.Alive()
+	lv := s.get(key)
+	return lv != nil && lv.current(version)
 }
 
 // closeAll empties the set for shutdown and returns what it held.
@@ -195,75 +164,29 @@ func (s *sessions) closeAll() []*live {
 	for k, lv := range s.m {
 		out = append(out, lv)
 		delete(s.m, k)
+		lv.leave()
 	}
 	return out
 }
 
 // dataVersions is the version of each file under /data that key's process holds, or nil.
 func (s *sessions) dataVersions(key string) map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lv := s.m[key]
-	if lv == nil || lv.data == nil {
-		return nil
+	if lv := s.get(key); lv != nil {
+		return lv.dataHeld()
 	}
-	out := make(map[string]string, len(lv.data))
-	for n, v := range lv.data {
-		out[n] = v
-	}
-	return out
+	return nil
 }
 
-// dataFor is what a run must send of files for /data: the versions of all, the bytes
-// of those the process does not hold. ErrDataStale when one of those came without them.
-func (s *sessions) dataFor(lv *live, files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
-	s.mu.Lock()
-	held := lv.data
-	s.mu.Unlock()
-	versions := make(map[string]string, len(files))
-	out := make([]proc.DataFile, 0, len(files))
-	for _, f := range files {
-		v := f.Version
-		if v == "" {
-			sum := sha256.Sum256(f.Data)
-			v = hex.EncodeToString(sum[:])
-		}
-		versions[f.Name] = v
-		if held != nil && held[f.Name] == v {
-			continue
-		}
-		if f.Data == nil {
-			return nil, nil, ErrDataStale
-		}
-		out = append(out, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
-	}
-	return out, versions, nil
-}
-
-// dirty tells whether the saved heap lags this interpreter and a checkpoint can catch it
-// up; called with sessions.mu held.
-func (lv *live) dirty() bool {
-	return lv.mode == modeSnapshot && !lv.tainted && !lv.partial && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
-}
-
-// adopt makes lv key's live session, busy; false once the engine is shut down, when
-// nothing would ever stop lv's process.
+// adopt makes lv (busy, as newLive made it) key's live session; false once the engine
+// is shut down, when nothing would ever stop lv's process.
 func (s *sessions) adopt(key string, lv *live) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	lv.busy, lv.used = true, time.Now()
 	s.m[key] = lv
 	return true
-}
-
-// idleNow marks lv idle after a run.
-func (s *sessions) idleNow(lv *live) {
-	s.mu.Lock()
-	lv.busy, lv.used = false, time.Now()
-	s.mu.Unlock()
 }
 
 // claim marks key's live session busy if it is current at version; it returns nil
@@ -272,17 +195,17 @@ func (s *sessions) idleNow(lv *live) {
 func (s *sessions) claim(key string, version int64) *live {
 	s.mu.Lock()
 	lv := s.m[key]
-	if lv != nil && lv.p.Alive() && lv.version == version {
-		lv.busy, lv.used = true, time.Now()
+	if lv != nil && lv.claim(version) {
 		s.mu.Unlock()
 		return lv
 	}
 	if lv != nil {
 		delete(s.m, key)
+		lv.leave()
 	}
 	s.mu.Unlock()
 	if lv != nil {
-		go lv.p.Close("the session moved on")
+		go lv.process().Close("the session moved on")
 	}
 	return nil
 }
@@ -308,6 +231,7 @@ func (s *sessions) drop(key string, lv *live, why string) {
 	if s.m[key] == lv {
 		delete(s.m, key)
 	}
+	lv.leave()
 	s.mu.Unlock()
-	lv.p.Close(why)
+	lv.process().Close(why)
 }

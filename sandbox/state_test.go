@@ -15,12 +15,7 @@ import (
 // heap is checkpointed, then its process stops.
 func evictLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	e.sess.mu.Lock()
-	lv := e.sess.m[key]
-	if lv != nil {
-		e.sess.forgetLocked(lv)
-	}
-	e.sess.mu.Unlock()
+	lv := e.sess.forget(key)
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
@@ -273,10 +268,7 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		mustSucceed(t, e, k, "v = '"+k+"'")
 	}
-	e.sess.mu.Lock()
-	n := len(e.sess.m)
-	_, aLive := e.sess.m["a"]
-	e.sess.mu.Unlock()
+	n, aLive := e.sess.count(), e.sess.get("a") != nil
 	if n != 2 || aLive {
 		t.Fatalf("%d live, a live %v; want 2 without the least recently used", n, aLive)
 	}

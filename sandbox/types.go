@@ -60,11 +60,11 @@ type File struct {
 // caller asked): send the request again with the data.
 var ErrDataStale = errors.New("sandbox: the session's process does not hold that version of /data; send the files")
 
-// Run statuses.
+// Run statuses (sandchat.RunOutcome's).
 const (
-	StatusSuccess = "success"
-	StatusError   = "error"
-	StatusTimeout = "timeout"
+	StatusSuccess = sandchat.StatusSuccess
+	StatusError   = sandchat.StatusError
+	StatusTimeout = sandchat.StatusTimeout
 )
 
 // Where a session's interpreter came from for a run.
@@ -99,6 +99,9 @@ type SessionInfo struct {
 	// SharedBytes, for a run's Result, is what the other sessions of its Budget held at
 	// its save (or after the run, for a run not saved).
 	SharedBytes int64 `json:"-"`
+	// NotSaved, for a run's Result, says its state was refused for room (over the
+	// session's limit or its Budget): its changes live only while the session stays warm.
+	NotSaved bool `json:"-"`
 }
 
 // Status is the engine's health, for /api/v1/sandbox/status and `sandchat doctor`.

@@ -11,6 +11,11 @@ import (
 // eventTextMax bounds the text of one display item in its tool.display event.
 const eventTextMax = 16 << 10
 
+// StatusRefused is the ToolResult.Status of a call that was not run (Message says why),
+// and what Swarm.Delegate answers for a handoff that did not start; a handoff that did
+// ends as conversations.HandoffCompleted or HandoffFailed.
+const StatusRefused = "refused"
+
 // ToolResult is the compact form of a tool's outcome given to the model.
 type ToolResult struct {
 	Status    string     `json:"status"`

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
@@ -99,17 +98,13 @@ func (s *Sandbox) quotaFor(ctx context.Context, convID int64, key string) (runQu
 	return runQuota{files: files, budget: sandbox.Budget{Bytes: max(s.quota()-files.Uploads-files.Artifacts, 1), Shared: shared}}, nil
 }
 
-// saveRefused is the start of the engine's line in stderr when a run's state was not
-// saved because it was over its cap.
-const saveRefused = "[sandbox] session state not saved:"
-
 // underQuota applies the conversation's quota to a run the engine answered: its stderr
 // says when the quota, not the engine's limit per session, is what refused its state
 // save, with the sizes; its record gets the quota its artifacts must fit in, with the
 // state of the conversation's sessions as the run left them.
 func (s *Sandbox) underQuota(res *sandbox.Result, ex conversations.Execution, q runQuota) conversations.Execution {
 	others := res.Session.SharedBytes
-	if strings.Contains(res.Stderr, saveRefused) && (s.MaxStateBytes <= 0 || q.budget.Bytes-others < s.MaxStateBytes) {
+	if res.Session.NotSaved && (s.MaxStateBytes <= 0 || q.budget.Bytes-others < s.MaxStateBytes) {
 		res.Stderr += fmt.Sprintf("[sandbox] that limit is what this conversation's %s storage quota leaves for this session: uploads %s + artifacts %s + Python state of its other sessions %s. Delete files or reset the Python session to make room.\n",
 			sandchat.Size(s.quota()), sandchat.Size(q.files.Uploads), sandchat.Size(q.files.Artifacts), sandchat.Size(others))
 	}

@@ -172,7 +172,7 @@ func (b *Toolbox) Call(ctx context.Context, call ToolCall) string {
 
 // Refuse is the result of a call that was not run, with the reason for the model.
 func Refuse(msg string) string {
-	raw, _ := json.Marshal(ToolResult{Status: "refused", Message: msg})
+	raw, _ := json.Marshal(ToolResult{Status: StatusRefused, Message: msg})
 	return string(raw)
 }
 
@@ -206,7 +206,7 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 		return compactRun(run)
 	}
 	if err != nil {
-		_ = b.turn.Emit(ctx, conversations.EventToolCompleted, merge(base, map[string]any{"status": "refused", "error": sandchat.ErrorMessage(err)}))
+		_ = b.turn.Emit(ctx, conversations.EventToolCompleted, merge(base, map[string]any{"status": StatusRefused, "error": sandchat.ErrorMessage(err)}))
 		return Refuse("The sandbox could not run the code: " + sandchat.ErrorMessage(err))
 	}
 	_ = b.turn.Emit(ctx, conversations.EventToolCompleted, merge(base, completedData(run)))
@@ -225,7 +225,7 @@ func (b *Toolbox) delegate(ctx context.Context, call ToolCall) string {
 		return Refuse(fmt.Sprintf("No child agent called %q.", args.Agent))
 	}
 	status, answer := b.swarm.Delegate(ctx, args.Agent, args.Task)
-	if status == "refused" {
+	if status == StatusRefused {
 		return Refuse(answer)
 	}
 	raw, _ := json.Marshal(ToolResult{Status: status, Agent: args.Agent, Answer: answer})

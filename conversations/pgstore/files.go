@@ -29,7 +29,7 @@ func (s *Store) BeginExecution(ctx context.Context, ex conversations.Execution) 
 // FinishExecution completes a pending run with its outcome and artifacts in one
 // transaction. It is safe to retry: once the row is finished, a retry returns the
 // artifacts already stored. failure, when set, marks a run the engine could not
-// complete (status "failed") and says why. Artifacts that do not fit in ex.Quota are
+// complete (sandchat.StatusFailed) and says why. Artifacts that do not fit in ex.Quota are
 // not kept; notKept is what the record's stderr says of them, after the run's own.
 func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) (refs []conversations.FileRef, notKept string, err error) {
 	r := ex.Outcome
@@ -37,7 +37,7 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 	var errJSON []byte
 	switch {
 	case failure != "":
-		status = "failed"
+		status = sandchat.StatusFailed
 		errJSON, err = json.Marshal(sandchat.RunError{Type: "SandboxError", Message: failure})
 	case r.Error != nil:
 		errJSON, err = json.Marshal(r.Error)

@@ -435,7 +435,7 @@ func (s *Store) StartHandoff(ctx context.Context, f conversations.Fence, convID 
 		}
 		var err error
 		ev, err = AppendEvent(ctx, tx, convID, conversations.EventAgentHandoff, path, eventData(map[string]any{
-			"turn_id": turnID, "handoff_id": id, "status": "started", "from_agent_id": from, "to_agent_id": to, "task": task}))
+			"turn_id": turnID, "handoff_id": id, "status": conversations.HandoffStarted, "from_agent_id": from, "to_agent_id": to, "task": task}))
 		return err
 	})
 	return id, ev, err

@@ -11,6 +11,9 @@ import (
 type Error struct {
 	Msg   string
 	Bound bool // at one of the package bounds: the fetches after it in the same load would meet it too
+	// NotIndexed: the package index has no such project. The answer is kept as a page of
+	// the index is, so sessions asking again in a row do not ask the index again.
+	NotIndexed bool
 }
 
 func (e *Error) Error() string { return e.Msg }

@@ -35,15 +35,28 @@ import (
 // MaxWheelBytes bounds one download: the largest Pyodide packages are tens of MB.
 const MaxWheelBytes = 512 << 20
 
-// Config is what the fetcher is told of the sandbox's settings (their names and
-// environment variables are the sandbox's; errors quote them).
-type Config struct {
-	PackageDir      string // a mirror of the Pyodide distribution: pyodide-lock.json and wheels
-	PackageCDN      string // where wheels the mirror lacks come from; "" for nowhere
+// Settings are the sandbox's package settings, described once: sandbox.Config embeds
+// them, its operators set them (their environment variables are the sandbox's; errors
+// quote their names), and the fetcher reads them as they are.
+type Settings struct {
+	PackageDir string // a mirror of the Pyodide distribution (pyodide-lock.json + wheels); defaults to PyodideDir
+	// PackageCDN is the base URL of the Pyodide distribution the engine fetches wheels
+	// from: sandbox.CDNOfficial (the default) stands for the official one of the pinned
+	// Pyodide, sandbox.CDNOff or "" for none (only what PackageDir holds loads);
+	// sandbox.Locate turns the words into a URL (or "") before the fetcher reads it.
+	PackageCDN string
+	// PackageCacheDir keeps the wheels fetched from PackageCDN, verified against the lock
+	// file's sha256, and kept across restarts; each session reads only its own view of it,
+	// holding the wheels its current run loads.
 	PackageCacheDir string
-
-	PackageCacheMaxBytes     int64
-	PackageCacheMaxFiles     int
+	// PackageCacheMaxBytes and PackageCacheMaxFiles bound the cache: past them the least
+	// recently used wheels that no load in flight needs are deleted, and a fetch that
+	// would pass them while loads in flight hold the rest is refused.
+	PackageCacheMaxBytes int64
+	PackageCacheMaxFiles int
+	// What one run (and one session process, over its life) may have made available
+	// to it from the cache, and how many downloads (wheels and index documents) it may
+	// cause; past a bound the fetch is refused with a message naming the setting.
 	PackageRunMaxFiles       int
 	PackageRunMaxBytes       int64
 	PackageRunMaxFetches     int
@@ -51,12 +64,15 @@ type Config struct {
 	PackageSessionMaxBytes   int64
 	PackageSessionMaxFetches int
 
-	PipOff              bool
-	PipIndex            string
-	PipAllow            []string
-	PipHosts            []string
-	PipMaxPackages      int
-	PipMaxBytes         int64
+	// micropip.install inside sessions is served by the engine (sessions have no network):
+	// pure-Python wheels from a PyPI-style JSON API, sha256-verified, cached with the rest.
+	PipOff         bool     // no installs at all
+	PipIndex       string   // base URL of the JSON API: <PipIndex><name>/json
+	PipAllow       []string // installable project names, or "*" for any
+	PipHosts       []string // hosts wheels may come from besides the index's own
+	PipMaxPackages int      // wheels one install may fetch, dependencies included
+	PipMaxBytes    int64    // bytes one install may download
+	// PipMaxIndexRequests bounds the index documents one install may ask for.
 	PipMaxIndexRequests int
 }
 
@@ -67,7 +83,7 @@ type Fetcher struct {
 	mirror string       // PackageDir: its wheels win over the CDN
 	dir    string       // the cache directory: pyodide-lock.json + verified wheels
 	client *http.Client
-	cfg    Config
+	cfg    Settings
 
 	pkgs     map[string]lockPackage // normalized name -> package
 	imports  map[string]string      // top-level import name -> package
@@ -96,7 +112,7 @@ type lockPackage struct {
 }
 
 // New reads the lock file of cfg.PackageDir and the cache cfg.PackageCacheDir holds.
-func New(cfg Config, log *slog.Logger) (*Fetcher, error) {
+func New(cfg Settings, log *slog.Logger) (*Fetcher, error) {
 	f := &Fetcher{log: log, mirror: cfg.PackageDir, dir: cfg.PackageCacheDir, cfg: cfg, max: cfg.PackageCacheMaxBytes, maxFile: cfg.PackageCacheMaxFiles,
 		pkgs: map[string]lockPackage{}, imports: map[string]string{}, entries: map[string]*cacheEntry{}, index: map[string]indexEntry{}}
 	if cfg.PackageCDN != "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -290,7 +291,7 @@ func (f *Fetcher) cachedIndex(ctx context.Context, r *Load, rel string) (*indexD
 	if err != nil {
 		var se *httpStatusError
 		if errors.As(err, &se) && se.status == 404 {
-			err = Errorf("%s is not on the package index", strings.Split(rel, "/")[0])
+			err = &Error{Msg: fmt.Sprintf("%s is not on the package index", strings.Split(rel, "/")[0]), NotIndexed: true}
 		} else {
 			err = Errorf("the package index could not be read: %v", err)
 		}
@@ -301,7 +302,7 @@ func (f *Fetcher) cachedIndex(ctx context.Context, r *Load, rel string) (*indexD
 		}
 	}
 	var se *Error
-	if err == nil || errors.As(err, &se) && strings.Contains(se.Msg, "not on the package index") {
+	if err == nil || errors.As(err, &se) && se.NotIndexed {
 		f.indexMu.Lock()
 		if len(f.index) >= maxIndexEntries {
 			clear(f.index)

@@ -17,9 +17,9 @@ import (
 const lockInfo = `{"info": {"abi_version": "2026_0", "arch": "wasm32", "platform": "emscripten_5_0_3", "python": "3.14.2"}, "packages": {}}`
 
 // newFetcher is a fetcher of pip installs from idx into a cache of its own, with no CDN.
-func newFetcher(t *testing.T, idx *pkgstest.Index, mutate ...func(*Config)) (*Fetcher, Config) {
+func newFetcher(t *testing.T, idx *pkgstest.Index, mutate ...func(*Settings)) (*Fetcher, Settings) {
 	t.Helper()
-	cfg := Config{PackageDir: t.TempDir(), PackageCacheDir: t.TempDir(), PipIndex: idx.URL(), PipAllow: []string{"*"},
+	cfg := Settings{PackageDir: t.TempDir(), PackageCacheDir: t.TempDir(), PipIndex: idx.URL(), PipAllow: []string{"*"},
 		PackageCacheMaxBytes: 1 << 30, PackageCacheMaxFiles: 100, PackageRunMaxFiles: 64, PackageRunMaxBytes: 1 << 30, PackageRunMaxFetches: 64,
 		PackageSessionMaxFiles: 64, PackageSessionMaxBytes: 1 << 30, PackageSessionMaxFetches: 64,
 		PipMaxPackages: 20, PipMaxBytes: 100 << 20, PipMaxIndexRequests: 40}
@@ -143,5 +143,26 @@ func TestCacheBound(t *testing.T) {
 	var pe *Error
 	if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "at most") {
 		t.Fatalf("byte limit: %v", err)
+	}
+}
+
+// TestNotOnIndex: a project the index does not have is refused as such, and the answer
+// is kept: asking again in a row does not ask the index again.
+func TestNotOnIndex(t *testing.T) {
+	t.Parallel()
+	idx := pkgstest.NewIndex(t, mainAndDep()...)
+	f, _ := newFetcher(t, idx)
+	ctx := context.Background()
+	for i := range 2 {
+		load := f.Begin(nil)
+		_, err := f.Install(ctx, load, Request{Requirements: []string{"sandchat-missing"}}, nil)
+		load.Done()
+		var pe *Error
+		if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "sandchat-missing") {
+			t.Fatalf("install %d of a missing project: %v", i+1, err)
+		}
+	}
+	if n := idx.Requests(); n != 1 {
+		t.Fatalf("the index was asked %d times (%s); want once", n, idx.String())
 	}
 }

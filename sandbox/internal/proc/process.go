@@ -42,12 +42,15 @@ type Process struct {
 	pkgs     *pkgs.View // its view of the package cache; nil without a fetcher
 	base     []byte     // the base snapshot it was primed with (the engine's copy, shared)
 
-	callMu sync.Mutex // one call at a time
-	wmu    sync.Mutex // frame writes
+	callMu sync.Mutex // one call at a time: held from a request's write to its reply
+	wmu    sync.Mutex // guards writes to req: one frame at a time (a call's, an interrupt, a pip answer)
+	// mu guards the fields below it up to done: the call in flight (nextID, wantID), the
+	// hooks the reader routes a run's frames to, and the freezer's state. It is held for
+	// a freezer write (freezeAt, thaw), never while waiting on the process.
 	mu     sync.Mutex
 	nextID int64
 	wantID int64
-	reply  chan Frame
+	reply  chan Frame // set at start; the reader sends the awaited reply on it
 	onOut  func(stream, chunk string)
 	onDisp func(kind, item string) error
 	onPip  func(seq int64, req json.RawMessage) PipDone

@@ -346,7 +346,7 @@ type RunReply struct {
 // then killed.
 func (r *RunReply) Check(maxOutput, maxFiles int, f Frame) error {
 	switch r.Status {
-	case "success", "error", "timeout":
+	case sandchat.StatusSuccess, sandchat.StatusError, sandchat.StatusTimeout:
 	default:
 		return fmt.Errorf("run status %q", r.Status)
 	}

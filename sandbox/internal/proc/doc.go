@@ -1,0 +1,26 @@
+// Package proc is the process side of the sandbox engine: one confined operating-system
+// process per session (or warm spare), and the engine's end of the frame protocol it
+// speaks. Nothing here knows of sessions, stores or runs' results: the engine
+// (package sandbox) decides what a process is for.
+//
+// The files, one job each:
+//   - jail.go: the command of a session process and its confinement (bubblewrap, its
+//     namespaces and mounts, Deno's permissions); Spec is what it is made from.
+//   - cgroup.go: a control group per process (memory and task caps, freezer, kill), on
+//     cgroup v1 and v2.
+//   - codecache.go: Deno's compiled code, filled once and mounted read-only by every
+//     process.
+//   - process.go: Process (start, freeze between runs, thaw, kill, close, what it holds
+//     in memory) and Launcher, which starts one; console.go keeps the tail of its
+//     stdout and stderr for the logs.
+//   - protocol.go: the frames and typed messages (requests, replies, their checks),
+//     held against the runtime's protocol.ts by protocol_test.go.
+//   - call.go: the reader of a process's frames, and Call: one request, one reply, a
+//     deadline.
+//   - run.go: one run (time limit, interrupt, grace, the hooks its output, displays and
+//     micropip requests go to).
+//
+// Locks: a Process guards its call in flight, its hooks and its freezer state with mu,
+// its writes with wmu, and serialises calls with callMu (see the fields); its console
+// log has a lock of its own.
+package proc

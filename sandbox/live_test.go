@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+)
+
+// TestLiveGuardsItself: a run's reply, a save refused for room, the checkpoint timer and
+// the readers of a session's state reach it from goroutines of their own, as they do in
+// the engine. Under -race (make test) this fails when one of them touches its fields
+// without its lock.
+func TestLiveGuardsItself(t *testing.T) {
+	lv := newLive("k", nil, restored{mode: modeSnapshot, version: 1})
+	const n = 2000
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	wg.Go(func() {
+		<-start
+		for i := range n {
+			lv.ran(&proc.RunReply{Status: StatusError, Deleted: []string{"gone.txt"}}, proc.Frame{}, map[string]string{"a.csv": "1"})
+			lv.taint()
+			lv.saveRequest("token", "build", nil, "x = 1", 1<<20)
+			lv.saved(int64(i) + 2)
+		}
+	})
+	wg.Go(func() {
+		<-start
+		for range n {
+			if version, _, ok := lv.beginCheckpoint(); ok {
+				lv.checkpointed(version, modeSnapshot)
+				lv.endCheckpoint()
+			}
+			lv.checkpointDue()
+		}
+	})
+	wg.Go(func() {
+		<-start
+		for range n {
+			lv.armCheckpoint(time.Hour, func() {})
+			lv.info()
+			lv.dataHeld()
+			lv.install(nil)
+			lv.installed()
+			lv.idle()
+		}
+	})
+	close(start)
+	wg.Wait()
+	if info := lv.info(); info.Version != n+1 {
+		t.Fatalf("version %d after %d saves", info.Version, n)
+	}
+	lv.ran(&proc.RunReply{Status: StatusError}, proc.Frame{}, nil)
+	if _, _, due := lv.stopCheckpoint(); due {
+		t.Fatalf("a session whose last run failed is checkpointed")
+	}
+}
