@@ -15,14 +15,15 @@ import (
 // The cgroup tests start copies of this test binary as other "servers": a child with
 // childEnv set opens this engine's cgroups as a server would and prints what it got.
 const (
-	childEnv   = "SANDCHAT_CGROUP_CHILD"   // the engine name the child opens
+	childEnv   = "SANDCHAT_CGROUP_CHILD"   // names the engine the child opens, after its pid
 	childMove  = "SANDCHAT_CGROUP_MOVE_TO" // a group the child moves itself into first
 	childReady = "SANDCHAT_CGROUP_WAIT"    // the child waits for a line on stdin before it opens
 )
 
 func TestMain(m *testing.M) {
 	if name := os.Getenv(childEnv); name != "" {
-		os.Exit(cgroupChild(name))
+		// Named as an engine names its group: another server reaps groups whose pid is gone.
+		os.Exit(cgroupChild(fmt.Sprintf("sandchat-%d-%s", os.Getpid(), name)))
 	}
 	os.Exit(m.Run())
 }
@@ -100,7 +101,7 @@ func TestCgroupV2EnginesNeverNest(t *testing.T) {
 	var sides []side
 	for i := range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=sandchat-%d-side%d", childEnv, 900000+i, i), childReady+"=1")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=side%d", childEnv, i), childReady+"=1")
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func TestCgroupV2EnginesNeverNest(t *testing.T) {
 	// A server started again from a shell that lives in the server's leaf: children
 	// start in the group this process is in now.
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=sandchat-900010-restart")
+	cmd.Env = append(os.Environ(), childEnv+"=restart")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("restarted server: %v: %s", err, out)
@@ -176,7 +177,7 @@ func TestCgroupV2NotDelegated(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(svc); _ = os.Remove(host) })
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=sandchat-900020-plain", childMove+"="+svc)
+	cmd.Env = append(os.Environ(), childEnv+"=plain", childMove+"="+svc)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
