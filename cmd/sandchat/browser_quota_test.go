@@ -45,4 +45,18 @@ func TestBrowserStorage(t *testing.T) {
 		storage("Storage: 3.5 MiB of 8 MiB"),
 	)
 	tb.shot(t, "02-storage-phone")
+
+	// Small amounts are told in bytes, not as "0 MiB".
+	small := alice.createConversation(0)
+	if code, body := alice.uploadAt(small, "tiny.csv", "", strings.Repeat("z", 66)); code != 201 {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	tb.run(t, "a conversation with 66 bytes",
+		chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, small)),
+		until(fmt.Sprintf(`location.hash === "#/c/%d" && !document.querySelector("#files-button").disabled`, small)),
+		chromedp.Click("#files-button", chromedp.ByID),
+		chromedp.WaitVisible("#files-panel", chromedp.ByID),
+		storage("Storage: 66 B of 8 MiB"),
+		until(`document.querySelector('#files-list .file small')?.textContent === "upload · 66 B"`),
+	)
 }

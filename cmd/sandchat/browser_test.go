@@ -228,10 +228,11 @@ func hasToastDetail(text, detail string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll(".toast")].some((t) => t.firstChild?.textContent === %s && t.querySelector(".toast-detail")?.textContent === %s)`, jsString(text), jsString(detail))
 }
 
-// toolsButton is a JS condition: the Tools button is named name and shows state.
+// toolsButton is a JS condition: the Tools button is named name and its chip shows
+// state ("off", or what is on).
 func toolsButton(name, state string) string {
 	return fmt.Sprintf(`(() => { const b = document.querySelector("#tools-button"); return b.getAttribute("aria-label") === %s && b.querySelector(".tools-state").textContent === %s && b.classList.contains("on") === %t })()`,
-		jsString(name), jsString(state), state == "on")
+		jsString(name), jsString(state), state != "off")
 }
 
 // say types a message and sends it with Enter.
@@ -339,7 +340,7 @@ func TestBrowserChat(t *testing.T) {
 	t.Run("the popup shows it on from the agent; off toasts in two tabs; a click outside closes it", func(t *testing.T) {
 		// The second tab has no conversation open: its toast names the one changed.
 		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`))
-		tab1.run(t, "the button says the sandbox is on before it opens", until(toolsButton("Internal tools: Python sandbox on", "on")))
+		tab1.run(t, "the button says the sandbox is on before it opens", until(toolsButton("Internal tools: Python sandbox on", "Python")))
 		tab1.run(t, "open the popup",
 			chromedp.Click("#tools-button", chromedp.ByID),
 			chromedp.WaitVisible("#tools-popup", chromedp.ByID),
@@ -403,7 +404,7 @@ func TestBrowserChat(t *testing.T) {
 			until(`document.querySelector("#agent-dirty").hidden && document.querySelector("#agent-tool-pyodide_sandbox").getAttribute("aria-checked") === "true"`),
 			chromedp.Evaluate(`location.hash = "#/"`, nil),
 		)
-		tab1.run(t, "and tab 1 follows", until(toolsButton("Internal tools: Python sandbox on", "on")))
+		tab1.run(t, "and tab 1 follows", until(toolsButton("Internal tools: Python sandbox on", "Python")))
 	})
 
 	t.Run("upload a CSV and read it from Python", func(t *testing.T) {

@@ -21,13 +21,21 @@ export function ensureCell(callID, code, path, turnID) {
   const status = el("span", { className: "status running", textContent: "running…", attrs: { "aria-live": "off" } });
   // What the run printed and displayed, in the order it came.
   const stream = el("div", { className: "cell-stream", hidden: true });
+  // Copy output is offered once there is printed text to copy.
+  const copy = copyButton("Copy output", () => outputText(cell));
+  copy.hidden = true;
   cell = el("li", { className: "cell", dataset: { call: callID, turn: turnID ? String(turnID) : "" } },
     el("div", { className: "cell-head" }, el("span", { className: "who", textContent: `${whoOf(path)} ran Python` }), status),
-    codeDetails, el("div", { className: "code-wrap out-wrap" }, stream, copyButton("Copy output", () => outputText(cell))),
+    codeDetails, el("div", { className: "code-wrap out-wrap" }, stream, copy),
     el("div", { className: "cell-result" }));
   cell.statusEl = status;
   cell.streamEl = stream;
+  cell.copyEl = copy;
   cell.displayURLs = [];
+  // Each output box follows its end while the output grows, unless the reader scrolled
+  // up inside it: then it stays where they left it (outFollow, outTop).
+  cell.outFollow = true;
+  cell.outTop = 0;
   containerFor(path).append(cell);
   return cell;
 }
@@ -37,11 +45,36 @@ export function appendOutput(cell, text, stream) {
   const near = nearBottom();
   cell.streamEl.hidden = false;
   let out = cell.streamEl.lastElementChild;
-  if (!out?.matches("pre.cell-out")) cell.streamEl.append(out = outBlock());
+  if (!out?.matches("pre.cell-out")) cell.streamEl.append(out = outBlock(cell));
   const last = out.lastChild;
   if (last && last.dataset.stream === (stream || "stdout")) last.textContent += text;
   else out.append(outSpan(stream, text));
+  cell.copyEl.hidden = false;
+  if (cell.outFollow) pinOutput(out);
   if (near) scrollToEnd();
+}
+
+// Within this many pixels of its end an output box counts as at its end.
+const OUT_SLACK = 4;
+
+function pinOutput(pre) {
+  pre.scrollTop = pre.scrollHeight;
+  pre.lastTop = pre.scrollTop;
+}
+
+// An output box of cell: a move up by the reader inside it stops its following; back at
+// its end, it follows again. A move down, or none, is the box being pinned.
+function outBlock(cell, ...spans) {
+  const pre = el("pre", { className: "cell-out", attrs: { "aria-label": "Output" } }, ...spans);
+  pre.lastTop = 0;
+  pre.addEventListener("scroll", () => {
+    const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < OUT_SLACK;
+    if (pre.scrollTop < pre.lastTop - 1) cell.outFollow = atEnd;
+    else if (atEnd) cell.outFollow = true;
+    pre.lastTop = pre.scrollTop;
+    if (pre === cell.streamEl.querySelector("pre.cell-out:last-of-type")) cell.outTop = pre.scrollTop;
+  }, { passive: true });
+  return pre;
 }
 
 // outputText is what the cell shows of its output, as one text.
@@ -49,7 +82,6 @@ function outputText(cell) {
   return [...cell.streamEl.querySelectorAll("pre.cell-out")].map((p) => p.textContent).join("");
 }
 
-function outBlock(...spans) { return el("pre", { className: "cell-out", attrs: { "aria-label": "Output" } }, ...spans); }
 function outSpan(stream, text) {
   const s = stream === "stderr" ? "stderr" : "stdout";
   return el("span", { className: s, dataset: { stream: s }, textContent: text });
@@ -73,7 +105,7 @@ function layOut(cell, out, items) {
       if (end > pos[s]) spans.push(outSpan(s, dec.decode(bytes[s].subarray(pos[s], end))));
       pos[s] = end;
     }
-    if (spans.length) parts.push(outBlock(...spans));
+    if (spans.length) parts.push(outBlock(cell, ...spans));
   };
   const ordered = items.every((d) => d.at);
   if (!ordered) text(null);
@@ -84,6 +116,13 @@ function layOut(cell, out, items) {
   text(null);
   cell.streamEl.replaceChildren(...parts);
   cell.streamEl.hidden = !parts.length;
+  cell.copyEl.hidden = !outputText(cell);
+  // The boxes drawn anew keep to their end, or to where the reader left the last one.
+  const boxes = [...cell.streamEl.querySelectorAll(":scope > pre.cell-out")];
+  boxes.forEach((pre, i) => {
+    if (cell.outFollow) pinOutput(pre);
+    else if (i === boxes.length - 1) { pre.scrollTop = cell.outTop; pre.lastTop = pre.scrollTop; }
+  });
 }
 
 export function finishCell(callID, r) {
@@ -102,7 +141,7 @@ export function finishCell(callID, r) {
   // A run the user stopped keeps what it printed; the interrupt's traceback is not news.
   const stopped = r.status === "stopped";
   cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
-  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${(r.execution_ms / 1000).toFixed(1)} s` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
+  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order. Without the
   // run's items (a tool message), those that streamed stay, after it.
   if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
@@ -142,6 +181,10 @@ export function endOpenCells(text, runningTurn) {
     c.statusEl.textContent = text;
   });
 }
+
+// duration says how long a run took: milliseconds under a second, as a fast run's
+// "0.0 s" would say nothing.
+function duration(ms) { return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`; }
 
 function safeJSON(s) { try { return JSON.parse(s); } catch { return { message: s }; } }
 

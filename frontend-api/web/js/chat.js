@@ -15,6 +15,12 @@ export function convTitle(c) { return c.title || "New chat"; }
 // On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
 export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }
 
+// Inside a ``` block left open before the cursor, Enter is a new line of its code.
+export function inOpenFence(input) {
+  const before = input.value.slice(0, input.selectionStart);
+  return (before.match(/^ {0,3}```/gm) || []).length % 2 === 1;
+}
+
 export async function loadConversations() {
   state.convs = await api("GET", "/conversations");
   const open = state.convs.find((c) => c.id === state.conv?.id);

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// outBox is a JS expression for the last output box of the cell whose code holds tag.
+func outBox(tag string) string {
+	return fmt.Sprintf(`[...(%s).querySelectorAll(".cell-out")].pop()`, cellOf(tag))
+}
+
+// boxAtEnd is a JS condition: the box shows its last line.
+func boxAtEnd(box string) string {
+	return fmt.Sprintf(`(() => { const p = %s; return p.scrollHeight > p.clientHeight + 40 && p.scrollHeight - p.scrollTop - p.clientHeight < 2 })()`, box)
+}
+
+// copyOverlaps is a JS expression: each Copy button of the messages that lies over the
+// text, code, chart or image of its block, as "label covers what".
+const copyOverlaps = `(() => {
+  const out = [];
+  for (const b of document.querySelectorAll("#messages .code-wrap > .copy")) {
+    if (!b.getClientRects().length) continue;
+    const r = b.getBoundingClientRect();
+    for (const c of b.parentElement.querySelectorAll("pre, iframe, img, .display")) {
+      for (const q of c.getClientRects()) {
+        if (r.left < q.right && q.left < r.right && r.top < q.bottom && q.top < r.bottom) out.push(b.getAttribute("aria-label") + " covers " + c.tagName + "." + c.className);
+      }
+    }
+  }
+  return out;
+})()`
+
+// TestBrowserSmallTruths: the small things a user reads off the page are true. An output
+// box follows its output, unless the reader scrolled inside it; a fast run says how
+// many milliseconds it took; the Tools chip names what is on; a long title ends in "…";
+// Enter inside an open ``` block is a new line; Copy buttons cover nothing.
+func TestBrowserSmallTruths(t *testing.T) {
+	e := newEnv(t)
+	m := e.sandboxNode()
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Analyst", "model": "builtin", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(agent.ID)
+	base := "http://" + m.Addr()
+	tb := openTab(t, browser(t), "alice", screenshotDir(t))
+	tb.run(t, "sign in",
+		chromedp.EmulateViewport(1366, 850),
+		chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
+		chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+		chromedp.Click("#login button", chromedp.ByQuery),
+		until(`document.querySelector("#conv-title").textContent === "test" && !document.querySelector("#input").disabled`),
+	)
+
+	t.Run("the output box follows its output, during and after the run", func(t *testing.T) {
+		const tag = "box"
+		code := fmt.Sprintf("```python\nimport time\nfor i in range(40):\n    print('%s line', i, flush=True)\n    time.sleep(0.05)\n```", tag)
+		var top, height, scroll float64
+		tb.run(t, "run it and watch the box while lines come",
+			say(code),
+			until(fmt.Sprintf(`%s.length >= 25`, linesOf(tag))),
+			until(fmt.Sprintf(`!%s.dataset.done`, cellOf(tag))),
+			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
+			chromedp.Evaluate(outBox(tag)+`.scrollHeight - `+outBox(tag)+`.clientHeight`, &height),
+		)
+		tb.shot(t, "01-box-following")
+		if height <= 40 || height-top > 2 {
+			t.Errorf("while lines come the box is at %v of %v", top, height)
+		}
+		tb.run(t, "after the run the box shows its last line",
+			until(fmt.Sprintf(`%s.dataset.done && !document.querySelector("#send").hidden`, cellOf(tag))),
+			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
+			chromedp.Evaluate(outBox(tag)+`.scrollHeight - `+outBox(tag)+`.clientHeight`, &scroll),
+		)
+		if scroll <= 40 || scroll-top > 2 {
+			t.Errorf("after the run the box is at %v of %v", top, scroll)
+		}
+	})
+
+	t.Run("a reader who scrolled up inside the box is left there", func(t *testing.T) {
+		const tag = "reader"
+		var n int
+		var top float64
+		tb.run(t, "run it, and scroll up inside the box once it overflows",
+			say(fmt.Sprintf("```python\nimport time\nfor i in range(60):\n    print('%s line', i, flush=True)\n    time.sleep(0.1)\n```", tag)),
+			until(boxAtEnd(outBox(tag))),
+			chromedp.Evaluate(outBox(tag)+`.scrollTop = 0; true`, nil),
+			chromedp.Evaluate(linesOf(tag)+`.length`, &n),
+		)
+		tb.run(t, "lines keep coming and the box stays put",
+			until(fmt.Sprintf(`%s.length >= %d`, linesOf(tag), n+5)),
+			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
+		)
+		if top != 0 {
+			t.Errorf("the box moved to %v while the reader read its top", top)
+		}
+		tb.run(t, "after the run too",
+			until(fmt.Sprintf(`%s.dataset.done && !document.querySelector("#send").hidden`, cellOf(tag))),
+			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
+		)
+		if top != 0 {
+			t.Errorf("the finished box moved to %v, away from where the reader left it", top)
+		}
+	})
+
+	t.Run("a fast run says its milliseconds", func(t *testing.T) {
+		var status string
+		tb.run(t, "run it",
+			say(py("fast = 1")),
+			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector(".cell-code").textContent.includes("fast = 1")`),
+			chromedp.Evaluate(lastCell+`.querySelector(".status").textContent`, &status),
+		)
+		if !regexp.MustCompile(`^done in \d+ ms$`).MatchString(status) {
+			t.Errorf("a fast run says %q, want its milliseconds", status)
+		}
+	})
+
+	t.Run("the Tools chip names what is on", func(t *testing.T) {
+		tb.run(t, "Python on, from the agent", until(toolsButton("Internal tools: Python sandbox on", "Python")))
+		tools := fmt.Sprintf("/api/v1/conversations/%d/internal-tools/", conv)
+		alice.must(200, "PUT", tools+"pyodide_sandbox", map[string]any{"enabled": false}, nil)
+		alice.must(200, "PUT", tools+"swarm_mode", map[string]any{"enabled": true}, nil)
+		tb.run(t, "only Swarm mode on", until(toolsButton("Internal tools: Swarm mode on", "Swarm")))
+		tb.shot(t, "02-tools-swarm")
+		alice.must(200, "PUT", tools+"pyodide_sandbox", map[string]any{"enabled": true}, nil)
+		tb.run(t, "both on", until(toolsButton("Internal tools: Python sandbox, Swarm mode on", "Python + Swarm")))
+		alice.must(200, "PUT", tools+"swarm_mode", map[string]any{"enabled": nil}, nil)
+		alice.must(200, "PUT", tools+"pyodide_sandbox", map[string]any{"enabled": nil}, nil)
+		tb.run(t, "back to the agent's", until(toolsButton("Internal tools: Python sandbox on", "Python")))
+	})
+
+	t.Run("Enter inside an open python block is a new line", func(t *testing.T) {
+		var value string
+		var users, before int
+		tb.run(t, "type an open block and press Enter",
+			chromedp.Evaluate(`document.querySelectorAll("#messages .msg.user").length`, &before),
+			chromedp.SetValue("#input", "```python\nfenced = 2", chromedp.ByID),
+			chromedp.Focus("#input", chromedp.ByID),
+			chromedp.Evaluate(`const i = document.querySelector("#input"); i.selectionStart = i.selectionEnd = i.value.length; true`, nil),
+			chromedp.KeyEvent(kb.Enter),
+			chromedp.KeyEvent("print(fenced)"),
+			chromedp.Evaluate(`document.querySelector("#input").value`, &value),
+			chromedp.Evaluate(`document.querySelectorAll("#messages .msg.user").length`, &users),
+		)
+		if value != "```python\nfenced = 2\nprint(fenced)" || users != before {
+			t.Fatalf("after Enter in the open block the box holds %q and %d messages were sent", value, users-before)
+		}
+		tb.run(t, "closed, Enter sends it",
+			chromedp.KeyEvent(kb.Enter),
+			chromedp.KeyEvent("```"),
+			chromedp.KeyEvent(kb.Enter),
+			until(`document.querySelector("#input").value === ""`),
+			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector(".cell-out")?.textContent === "2\n"`),
+		)
+	})
+
+	t.Run("Copy buttons cover no text and no chart", func(t *testing.T) {
+		code := "print('first line ' + 'x' * 300)\nprint('second')\n" +
+			`display({"application/vnd.plotly.v1+json": {"data": [{"type": "bar", "x": ["a", "b"], "y": [3, 5]}], "layout": {"height": 300}}, "text/plain": "Figure()"}, raw=True)`
+		var overlaps []string
+		tb.run(t, "run a cell with a long first line and a chart, then one with only a chart",
+			say("Here is `the code`:\n```python\n"+code+"\n```"),
+			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector("iframe.display-frame")`),
+			say(py(`display({"application/vnd.plotly.v1+json": {"data": [{"type": "bar", "x": ["c"], "y": [1]}]}, "text/plain": "Figure()"}, raw=True)`)),
+			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector("iframe.display-frame") && !document.querySelector("#send").hidden`),
+			chromedp.Evaluate(copyOverlaps, &overlaps),
+		)
+		tb.shot(t, "03-copy-buttons")
+		if len(overlaps) > 0 {
+			t.Errorf("Copy buttons over content: %q", overlaps)
+		}
+		var offered []string
+		tb.run(t, "a cell that printed nothing offers no Copy output",
+			chromedp.Evaluate(`[...`+lastCell+`.querySelectorAll(".copy")].filter((b) => b.getClientRects().length).map((b) => b.getAttribute("aria-label"))`, &offered))
+		if strings.Join(offered, ",") != "Copy code" {
+			t.Errorf("a cell with only a chart offers %q", offered)
+		}
+	})
+
+	t.Run("a long title ends in an ellipsis in the sidebar", func(t *testing.T) {
+		title := strings.Repeat("A quarterly revenue analysis ", 8)
+		alice.must(200, "PATCH", fmt.Sprintf("/api/v1/conversations/%d", conv), map[string]any{"title": title}, nil)
+		var r struct {
+			Sideways bool    `json:"sideways"`
+			Right    float64 `json:"right"`
+			Aside    float64 `json:"aside"`
+			Cut      bool    `json:"cut"`
+		}
+		tb.run(t, "reload and measure",
+			chromedp.Reload(),
+			until(fmt.Sprintf(`document.querySelector('#convs [data-conv="%d"] .nav-title')?.textContent.startsWith("A quarterly") && document.querySelector("#sidebar").getBoundingClientRect().width > 0`, conv)),
+			chromedp.Evaluate(fmt.Sprintf(`(() => { const a = document.querySelector("#sidebar"), t = document.querySelector('#convs [data-conv="%d"] .nav-title');
+  return { sideways: a.scrollWidth > a.clientWidth, right: t.getBoundingClientRect().right, aside: a.getBoundingClientRect().right,
+    cut: t.scrollWidth > t.clientWidth && getComputedStyle(t).textOverflow === "ellipsis" } })()`, conv), &r),
+		)
+		tb.shot(t, "04-long-title")
+		if r.Sideways || r.Right > r.Aside || !r.Cut {
+			t.Errorf("the long title: sidebar scrolls sideways %v, title ends at %v of the sidebar's %v, cut with an ellipsis %v", r.Sideways, r.Right, r.Aside, r.Cut)
+		}
+	})
+}
