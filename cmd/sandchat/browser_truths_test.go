@@ -8,6 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
 // outBox is a JS expression for the last output box of the cell whose code holds tag.
@@ -203,4 +205,48 @@ func TestBrowserSmallTruths(t *testing.T) {
 			t.Errorf("the long title: sidebar scrolls sideways %v, title ends at %v of the sidebar's %v, cut with an ellipsis %v", r.Sideways, r.Right, r.Aside, r.Cut)
 		}
 	})
+
+	t.Run("a trailing expression with _repr_mimebundle_ shows its bundle once, with its text", func(t *testing.T) {
+		code := "class Fig:\n    def _repr_mimebundle_(self, include=None, exclude=None):\n        return {'text/html': '<b>fig body</b>', 'text/plain': 'Fig(3 bars)'}\nFig()"
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("class Fig"))`
+		var r struct {
+			Bodies int    `json:"bodies"`
+			Texts  int    `json:"texts"`
+			Text   string `json:"text"`
+		}
+		measure := chromedp.Evaluate(`(() => { const c = `+cell+`, t = c.querySelector(".cell-stream").innerText + "\n" + c.querySelector(".cell-result").innerText;
+  return { bodies: t.split("fig body").length - 1, texts: t.split("Fig(3 bars)").length - 1, text: t } })()`, &r)
+		for _, when := range []string{"live", "after a reload"} {
+			if when == "live" {
+				tb.run(t, "run it", say(py(code)), until(cell+`?.dataset.done && !document.querySelector("#send").hidden`), measure)
+			} else {
+				tb.run(t, "reload", chromedp.Reload(), until(cell+`?.dataset.done`), measure)
+			}
+			if r.Bodies != 1 || r.Texts != 1 || strings.Contains(r.Text, "__main__") {
+				t.Errorf("%s the cell shows %q: want the bundle once and its text/plain once", when, r.Text)
+			}
+		}
+	})
+
+	t.Run("a displayed Image keeps the width and height it was given", func(t *testing.T) {
+		code := sandboxtest.RichDisplay + "\nfrom IPython.display import Image, display\ndisplay(Image(data=make_png(1, 1), width=300, height=200))\ndisplay(Image(data=make_png(2, 2), width=120))"
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("width=300"))`
+		var sizes [][2]float64
+		measure := chromedp.Tasks{
+			until(cell + `?.dataset.done && [...` + cell + `.querySelectorAll("img.display-image")].length === 2 && [...` + cell + `.querySelectorAll("img.display-image")].every((i) => i.complete && i.naturalWidth > 0)`),
+			chromedp.Evaluate(`[...`+cell+`.querySelectorAll("img.display-image")].map((i) => { const r = i.getBoundingClientRect(); return [r.width, r.height] })`, &sizes),
+		}
+		for _, when := range []string{"live", "after a reload"} {
+			if when == "live" {
+				tb.run(t, "run it", say(py(code)), measure)
+			} else {
+				tb.run(t, "reload", chromedp.Reload(), measure)
+			}
+			if len(sizes) != 2 || sizes[0] != [2]float64{300, 200} || sizes[1] != [2]float64{120, 120} {
+				t.Errorf("%s the images are drawn at %v, want 300×200 and 120×120", when, sizes)
+			}
+		}
+		tb.shot(t, "05-image-size")
+	})
+
 }

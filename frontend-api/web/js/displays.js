@@ -79,6 +79,21 @@ function showImage(src, name) {
   $("viewer").showModal();
 }
 
+// drawAt gives an image the size its code asked for (IPython's Image(width=…,
+// height=…)), within the width of the page: a width keeps the asked shape, or the
+// image's own; a height alone is kept as is.
+function drawAt(e, img) {
+  const dw = img.draw_width, dh = img.draw_height;
+  if (dw) {
+    e.style.width = `${dw}px`;
+    e.style.height = "auto";
+    if (dh) e.style.aspectRatio = `${dw} / ${dh}`;
+  } else if (dh) {
+    e.style.height = `${dh}px`;
+    e.style.width = "auto";
+  }
+}
+
 // An image is a file of the conversation once its run is stored: it is fetched with the
 // token (an <img src> cannot send it), and can be opened full size or downloaded. While
 // the run streams it has no file yet, and a box of its size holds its place.
@@ -86,10 +101,12 @@ function displayImage(img) {
   const w = img.width || undefined, h = img.height || undefined;
   if (!img.file_id) {
     const box = el("div", { className: "display-pending", attrs: { role: "img", "aria-label": `${img.name}, ${w}×${h}, loading` }, textContent: `${img.name} · ${w}×${h}` });
-    if (w && h && w >= 160) { box.style.aspectRatio = `${w} / ${h}`; box.style.width = `min(${w}px, 100%)`; }
+    const dw = img.draw_width || w, dh = img.draw_height || (img.draw_width && w && h ? Math.round(img.draw_width * h / w) : h);
+    if (dw && dh && dw >= 160) { box.style.aspectRatio = `${dw} / ${dh}`; box.style.width = `min(${dw}px, 100%)`; }
     return box;
   }
   const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
+  drawAt(i, img);
   const url = fileURL(img.file_id);
   url.then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
   const f = { id: img.file_id, name: img.name, size: img.size };
