@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -249,4 +250,22 @@ func TestBrowserSmallTruths(t *testing.T) {
 		tb.shot(t, "05-image-size")
 	})
 
+	t.Run("an interactive frame is the same frame after its run ends", func(t *testing.T) {
+		// The frame says each time it loads; one that loads again has lost what the
+		// reader did in it.
+		code := "import time\ndisplay({'text/html': \"<p>counter</p><script>parent.postMessage({type: 'test.loaded'}, '*')</script>\", 'text/plain': 'counter'}, raw=True)\ntime.sleep(2)\nprint('frame run over')"
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("frame run over"))`
+		var loads int
+		tb.run(t, "count the frame's loads, run it",
+			chromedp.Evaluate(`window.loads = 0; addEventListener("message", (e) => { if (e.data?.type === "test.loaded") window.loads++ }); true`, nil),
+			say(py(code)),
+			until(`window.loads === 1`),
+			until(cell+`?.dataset.done && `+cell+`.querySelector(".cell-out")?.textContent.includes("frame run over")`),
+			settle(`window.loads > 1`, 3*time.Second),
+			chromedp.Evaluate(`window.loads`, &loads),
+		)
+		if loads != 1 {
+			t.Errorf("the frame loaded %d times: its run's end drew it anew", loads)
+		}
+	})
 }

@@ -4,7 +4,7 @@ import { $, el, codeBlock, copyButton } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
 import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/messages.js";
 import { thumbnail, downloadChip } from "/js/files.js";
-import { displayEl } from "/js/displays.js";
+import { displayEl, keptFrame } from "/js/displays.js";
 import { clipOutput, offerShowAll } from "/js/outputs.js";
 
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
@@ -77,6 +77,19 @@ function outBlock(cell, ...spans) {
   return pre;
 }
 
+// replaceKeeping makes parts the children of box without moving those of them already
+// there (in the same order): a frame taken out of the page, even for a moment, loads
+// again from the start.
+function replaceKeeping(box, parts) {
+  const keep = new Set(parts);
+  for (const c of [...box.children]) if (!keep.has(c)) c.remove();
+  let next = box.firstElementChild;
+  for (const p of parts) {
+    if (p === next) { next = next.nextElementSibling; continue; }
+    box.insertBefore(p, next);
+  }
+}
+
 // outputText is what the cell shows of its output, as one text.
 function outputText(cell) {
   return [...cell.streamEl.querySelectorAll("pre.cell-out")].map((p) => p.textContent).join("");
@@ -109,12 +122,13 @@ function layOut(cell, out, items) {
   };
   const ordered = items.every((d) => d.at);
   if (!ordered) text(null);
+  const drawn = new Map([...cell.streamEl.querySelectorAll(":scope > .display")].map((e) => [e.dataset.index, e]));
   items.forEach((d, i) => {
     if (ordered) text(d.at);
-    parts.push(d instanceof Element ? d : displayEl(d, cell, i));
+    parts.push(d instanceof Element ? d : keptFrame(drawn.get(String(i)), displayEl(d, cell, i)));
   });
   text(null);
-  cell.streamEl.replaceChildren(...parts);
+  replaceKeeping(cell.streamEl, parts);
   cell.streamEl.hidden = !parts.length;
   cell.copyEl.hidden = !outputText(cell);
   // The boxes drawn anew keep to their end, or to where the reader left the last one.

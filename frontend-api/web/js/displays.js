@@ -27,6 +27,8 @@ function displayFrame(d, label) {
     attrs: { sandbox: "allow-scripts", referrerpolicy: "no-referrer", loading: "lazy" },
   });
   const item = d.plotly ? { plotly: typeof d.plotly === "string" ? JSON.parse(d.plotly) : d.plotly } : { html: d.html };
+  // What it holds: a frame drawn again with the same is the same frame (keptFrame).
+  frame.itemKey = JSON.stringify(item);
   frame.addEventListener("load", () => frame.contentWindow?.postMessage({ type: "sandchat.display", ...item }, "*"), { once: true });
   return frame;
 }
@@ -121,4 +123,12 @@ export function displayEl(d, cell, index) {
   return el("div", { className: "display", dataset: { index: String(index) }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label(d)}` } },
     displayBody(d, cell, index),
     d.truncated ? el("p", { className: "hint", textContent: "Too large to show here in full." }) : null);
+}
+
+// keptFrame is the element old, drawn while the run streamed, when it holds the same
+// frame as fresh, drawn from the finished run: the frame goes on as it was (what the
+// reader did in it stays), and fresh is never loaded.
+export function keptFrame(old, fresh) {
+  const a = old?.querySelector(":scope > iframe.display-frame"), b = fresh.querySelector(":scope > iframe.display-frame");
+  return a && b && a.itemKey === b.itemKey ? old : fresh;
 }
