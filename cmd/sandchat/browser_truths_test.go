@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -268,4 +269,60 @@ func TestBrowserSmallTruths(t *testing.T) {
 			t.Errorf("the frame loaded %d times: its run's end drew it anew", loads)
 		}
 	})
+
+	t.Run("toasts cover no control and no content", func(t *testing.T) {
+		alice.createAgent(map[string]any{"name": "helper", "model": "builtin", "description": "helps"})
+		tools := fmt.Sprintf("/api/v1/conversations/%d/internal-tools/swarm_mode", conv)
+		tb.run(t, "an answer with Regenerate under it", say(py("toasted = 1")),
+			until(lastCell+`?.dataset.done && document.querySelector("#messages .msg-actions button")`))
+		for _, size := range [][2]int64{{390, 844}, {1366, 850}} {
+			var covered []string
+			tb.run(t, "two toasts in the chat",
+				chromedp.EmulateViewport(size[0], size[1]),
+				chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
+				until(`document.querySelector("#messages .msg-actions button") && !document.querySelector("#input").disabled`),
+				chromedp.ActionFunc(func(context.Context) error {
+					alice.must(200, "PUT", tools, map[string]any{"enabled": true}, nil)
+					alice.must(200, "PUT", tools, map[string]any{"enabled": nil}, nil)
+					return nil
+				}),
+				until(`document.querySelectorAll(".toast").length >= 2`),
+				chromedp.Evaluate(toastCovers, &covered),
+			)
+			tb.shot(t, fmt.Sprintf("06-toasts-chat-%d", size[0]))
+			if len(covered) > 0 {
+				t.Errorf("at %d px toasts in the chat cover %q", size[0], covered)
+			}
+			tb.run(t, "a toast on the agent's page",
+				chromedp.Navigate(fmt.Sprintf("%s/#/agents/%d", base, agent.ID)),
+				chromedp.Reload(),
+				until(`document.querySelector("#agent-title").textContent === "Analyst" && document.querySelectorAll("#agent-children input").length === 1`),
+				chromedp.Click("#agent-save", chromedp.ByID),
+				until(hasToast("Agent saved")),
+				chromedp.Evaluate(toastCovers, &covered),
+			)
+			tb.shot(t, fmt.Sprintf("07-toasts-agent-%d", size[0]))
+			if len(covered) > 0 {
+				t.Errorf("at %d px a toast on the agent's page covers %q", size[0], covered)
+			}
+		}
+		tb.run(t, "back to the chat", chromedp.EmulateViewport(1366, 850), chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
+			until(`!document.querySelector("#input").disabled`))
+	})
 }
+
+// toastCovers is a JS expression: each visible control or piece of content that a toast
+// lies over, as "toast covers what".
+const toastCovers = `(() => {
+  const things = [...document.querySelectorAll("button, a[href], input, select, textarea, summary, [role=switch], label, #messages > li, .banner, h1, p, li")]
+    .filter((e) => !e.closest("#toasts") && e.getClientRects().length && getComputedStyle(e).visibility !== "hidden");
+  const out = [];
+  for (const t of document.querySelectorAll(".toast")) {
+    const r = t.getBoundingClientRect();
+    for (const c of things) {
+      const b = c.getBoundingClientRect();
+      if (b.width && b.height && r.left < b.right && b.left < r.right && r.top < b.bottom && b.top < r.bottom) out.push(t.firstChild.textContent + " covers " + c.tagName + "#" + c.id + "." + c.className);
+    }
+  }
+  return out;
+})()`

@@ -38,7 +38,7 @@ export function toast(message, level = "success", detail = "") {
   const t = el("div", { className: "toast " + level, attrs: { role: level === "error" ? "alert" : null } },
     message, detail ? el("small", { className: "toast-detail", textContent: detail }) : null);
   $("toasts").append(t);
-  setTimeout(() => t.remove(), level === "error" ? 8000 : 5000);
+  setTimeout(() => t.remove(), level === "error" ? 6000 : 3000);
 }
 
 // Chat messages (a member's or a model's Markdown) and display items (display(), a
