@@ -309,6 +309,35 @@ func TestBrowserSmallTruths(t *testing.T) {
 		tb.run(t, "back to the chat", chromedp.EmulateViewport(1366, 850), chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
 			until(`!document.querySelector("#input").disabled`))
 	})
+
+	t.Run("LaTeX in a message and in a display item is drawn as math", func(t *testing.T) {
+		var r struct {
+			Maths int     `json:"maths"`
+			Width float64 `json:"width"`
+			Text  string  `json:"text"`
+			Frac  bool    `json:"frac"`
+		}
+		tb.run(t, "send math, prices and code",
+			say("Einstein: $E=mc^2$, prices $5 and $10, code `$x$`\n\n$$\\int_0^1 x\\,dx$$"),
+			until(`[...document.querySelectorAll("#messages .msg.user")].pop()?.querySelectorAll("math").length === 2`),
+			chromedp.Evaluate(`(() => { const m = [...document.querySelectorAll("#messages .msg.user")].pop(), ms = [...m.querySelectorAll("math")];
+  return { maths: ms.length, width: Math.min(...ms.map((x) => x.getBoundingClientRect().width)), text: m.querySelector(".md").innerText, frac: false } })()`, &r),
+		)
+		tb.shot(t, "08-latex")
+		if r.Maths != 2 || r.Width < 10 || strings.Contains(r.Text, "$E=mc^2$") || strings.Contains(r.Text, "\\int") ||
+			!strings.Contains(r.Text, "prices $5 and $10") || !strings.Contains(r.Text, "$x$") {
+			t.Errorf("the message reads %q with %d formulas (narrowest %v px): want two drawn, the prices and the code as written", r.Text, r.Maths, r.Width)
+		}
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("Latex("))`
+		tb.run(t, "display a Latex item",
+			say(py("from IPython.display import Latex, display\ndisplay(Latex(r'$$\\frac{a}{b}$$'))")),
+			until(cell+`?.dataset.done && `+cell+`.querySelector(".display math mfrac")`),
+			chromedp.Evaluate(`(() => { const d = `+cell+`.querySelector(".display"); return { maths: d.querySelectorAll("math").length, width: d.querySelector("math").getBoundingClientRect().width, text: d.innerText, frac: !!d.querySelector("mfrac") } })()`, &r),
+		)
+		if r.Maths != 1 || !r.Frac || r.Width < 5 || strings.Contains(r.Text, "$$") {
+			t.Errorf("the Latex item reads %q: want the fraction drawn", r.Text)
+		}
+	})
 }
 
 // toastCovers is a JS expression: each visible control or piece of content that a toast

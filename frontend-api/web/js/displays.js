@@ -1,6 +1,6 @@
 // Display items of a run: what each shows, and the frames that hold interactive ones.
 import { marked } from "/vendor/marked-15.0.12.esm.js";
-import { $, el, sanitize } from "/js/dom.js";
+import { $, el, sanitize, drawMath, mathBox } from "/js/dom.js";
 import { guard } from "/js/api.js";
 import { fileURL, openViewer } from "/js/files.js";
 
@@ -53,7 +53,7 @@ function imageActions(name, open, href) {
 function displayBody(d, cell, index) {
   if (d.plotly) return displayFrame(d, `Display ${index + 1}: interactive chart`);
   if (d.html) return NEEDS_FRAME.test(d.html) ? displayFrame(d, `Display ${index + 1}: interactive HTML`) : sanitizedBox("html", d.html);
-  if (d.markdown) return sanitizedBox("md", marked.parse(d.markdown));
+  if (d.markdown) { const box = sanitizedBox("md", marked.parse(d.markdown)); drawMath(box); return box; }
   if (d.svg) {
     // An SVG is shown as an image: in an <img> it runs no script and loads nothing.
     const url = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
@@ -65,7 +65,7 @@ function displayBody(d, cell, index) {
       imageActions(name, openSVG, Promise.resolve(url)));
   }
   if (d.image) return displayImage(d.image);
-  if (d.latex) return el("pre", { className: "display-text latex", textContent: d.latex });
+  if (d.latex) return mathBox(d.latex);
   if (d.json !== undefined && d.json !== null) {
     let text;
     try { text = JSON.stringify(typeof d.json === "string" ? JSON.parse(d.json) : d.json, null, 2); } catch { text = String(d.json); }
