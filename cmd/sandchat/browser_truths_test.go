@@ -338,6 +338,47 @@ func TestBrowserSmallTruths(t *testing.T) {
 			t.Errorf("the Latex item reads %q: want the fraction drawn", r.Text)
 		}
 	})
+
+	t.Run("a stopped cell says what its record says was restored and lost", func(t *testing.T) {
+		// Code that swallows the interrupt is ended with its process.
+		code := "stubborn = 5\nprint('stubborn before', flush=True)\nimport time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass"
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("stubborn before"))`
+		var status, note string
+		read := chromedp.Tasks{
+			until(cell + `?.dataset.done && ` + cell + `.querySelector(".status").textContent.startsWith("stopped")`),
+			chromedp.Evaluate(cell+`.querySelector(".status").textContent`, &status),
+			chromedp.Evaluate(`(`+cell+`.querySelector(".stop-note") || {}).textContent || ""`, &note),
+		}
+		tb.run(t, "run it and press Stop",
+			say(py(code)),
+			until(cell+`?.querySelector(".cell-out")?.textContent.includes("stubborn before")`),
+			chromedp.Click("#stop", chromedp.ByID),
+			read,
+		)
+		tb.shot(t, "09-stopped")
+		var runs []struct {
+			Code  string
+			Error struct{ Type, Message string }
+		}
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &runs)
+		var want string
+		for _, r := range runs {
+			if strings.Contains(r.Code, "stubborn before") {
+				want = r.Error.Message
+			}
+		}
+		if want == "" {
+			t.Fatalf("the stopped run's record says nothing: %+v", runs)
+		}
+		for _, when := range []string{"live", "after a reload"} {
+			if when != "live" {
+				tb.run(t, "reload", chromedp.Reload(), read)
+			}
+			if status != "stopped · state restored" || note != want {
+				t.Errorf("%s the stopped cell says %q and %q, want what its record says: %q", when, status, note, want)
+			}
+		}
+	})
 }
 
 // toastCovers is a JS expression: each visible control or piece of content that a toast

@@ -153,9 +153,13 @@ export function finishCell(callID, r) {
   cell.dataset.done = "1";
   const ok = r.status === "success";
   // A run the user stopped keeps what it printed; the interrupt's traceback is not news.
+  // Code that did not stop at the interrupt was ended with its process: the session went
+  // back to its last saved state, and the run's record says so, which the cell shows.
   const stopped = r.status === "stopped";
+  const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
+  const restored = stopped && err?.message && err.type !== "KeyboardInterrupt";
   cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
-  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
+  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? (restored ? "stopped · state restored" : "stopped") : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order. Without the
   // run's items (a tool message), those that streamed stay, after it.
   if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
@@ -164,7 +168,7 @@ export function finishCell(callID, r) {
   res.replaceChildren();
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
   if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
-  const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
+  if (restored) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
   if (!stopped && err && (err.traceback || err.message || err.type)) {
     res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
       el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
