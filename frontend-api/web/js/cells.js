@@ -36,6 +36,10 @@ export function ensureCell(callID, code, path, turnID) {
   // up inside it: then it stays where they left it (outFollow, outTop).
   cell.outFollow = true;
   cell.outTop = 0;
+  // What streamed, and where it went from one stream to the other (bytes of each
+  // written by then): the order the run's record keeps no trace of (layOut).
+  cell.streamed = { stdout: "", stderr: "", last: "" };
+  cell.switches = [];
   containerFor(path).append(cell);
   return cell;
 }
@@ -49,10 +53,16 @@ export function appendOutput(cell, text, stream) {
   const last = out.lastChild;
   if (last && last.dataset.stream === (stream || "stdout")) last.textContent += text;
   else out.append(outSpan(stream, text));
+  const s = stream === "stderr" ? "stderr" : "stdout", seen = cell.streamed;
+  if (seen.last && seen.last !== s) cell.switches.push({ stdout: utf8Length(seen.stdout), stderr: utf8Length(seen.stderr) });
+  seen[s] += text;
+  seen.last = s;
   cell.copyEl.hidden = false;
   if (cell.outFollow) pinOutput(out);
   if (near) scrollToEnd();
 }
+
+function utf8Length(s) { return new TextEncoder().encode(s).length; }
 
 // Within this many pixels of its end an output box counts as at its end.
 const OUT_SLACK = 4;
@@ -102,7 +112,8 @@ function outSpan(stream, text) {
 
 // layOut draws a finished run's output and items in the order they came: each item
 // says how much of stdout and stderr was written before it. Runs recorded before items
-// said so show their output first, as they always did.
+// said so show their output first, as they always did. Where this page saw the whole
+// output stream, stdout and stderr also keep the order they were written in.
 function layOut(cell, out, items) {
   for (const u of cell.displayURLs) URL.revokeObjectURL(u);
   cell.displayURLs = [];
@@ -111,14 +122,24 @@ function layOut(cell, out, items) {
   const bytes = { stdout: clipOutput(cell, enc.encode(out.stdout || "")), stderr: clipOutput(cell, enc.encode(out.stderr || "")) };
   const pos = { stdout: 0, stderr: 0 };
   const parts = [];
-  const text = (at) => {
-    const spans = [];
+  let box = null; // the output box text goes on in, until an item comes
+  const upTo = (at) => {
     for (const s of ["stdout", "stderr"]) {
       const end = Math.min(bytes[s].length, Math.max(pos[s], at ? Number(at[s]) || 0 : Infinity));
-      if (end > pos[s]) spans.push(outSpan(s, dec.decode(bytes[s].subarray(pos[s], end))));
+      if (end > pos[s]) {
+        if (!box) parts.push(box = outBlock(cell));
+        box.append(outSpan(s, dec.decode(bytes[s].subarray(pos[s], end))));
+      }
       pos[s] = end;
     }
-    if (spans.length) parts.push(outBlock(cell, ...spans));
+  };
+  const seen = cell.streamed;
+  const switches = seen && seen.stdout === (out.stdout || "") && seen.stderr === (out.stderr || "") ? cell.switches : [];
+  const written = (at) => Number(at.stdout) + Number(at.stderr);
+  let next = 0;
+  const text = (at) => {
+    while (next < switches.length && (!at || written(switches[next]) <= written(at))) upTo(switches[next++]);
+    upTo(at);
   };
   const ordered = items.every((d) => d.at);
   if (!ordered) text(null);
@@ -126,6 +147,7 @@ function layOut(cell, out, items) {
   items.forEach((d, i) => {
     if (ordered) text(d.at);
     parts.push(d instanceof Element ? d : keptFrame(drawn.get(String(i)), displayEl(d, cell, i)));
+    box = null;
   });
   text(null);
   replaceKeeping(cell.streamEl, parts);
