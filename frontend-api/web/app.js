@@ -4,7 +4,7 @@
 // controls to the modules under /js and starts.
 import { state } from "/js/state.js";
 import { $, toast } from "/js/dom.js";
-import { api, guard } from "/js/api.js";
+import { api, guard, UNAUTHORIZED } from "/js/api.js";
 import { signOut, show, signIn, route, setMenu } from "/js/session.js";
 import { convTitle, enterSends, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
@@ -14,6 +14,7 @@ import { startFollowing } from "/js/follow.js";
 import { startToasts } from "/js/toasts.js";
 
 function bind() {
+  addEventListener(UNAUTHORIZED, (e) => signOut(e.detail));
   startFollowing();
   startToasts();
   $("login").onsubmit = (e) => {
