@@ -143,7 +143,7 @@ func TestBrowserSmallTruths(t *testing.T) {
 		var users, before int
 		tb.run(t, "type an open block and press Enter",
 			chromedp.Evaluate(`document.querySelectorAll("#messages .msg.user").length`, &before),
-			chromedp.SetValue("#input", "```python\nfenced = 2", chromedp.ByID),
+			chromedp.SetValue("#input", "Run this: ```python\nfenced = 2", chromedp.ByID),
 			chromedp.Focus("#input", chromedp.ByID),
 			chromedp.Evaluate(`const i = document.querySelector("#input"); i.selectionStart = i.selectionEnd = i.value.length; true`, nil),
 			chromedp.KeyEvent(kb.Enter),
@@ -151,7 +151,7 @@ func TestBrowserSmallTruths(t *testing.T) {
 			chromedp.Evaluate(`document.querySelector("#input").value`, &value),
 			chromedp.Evaluate(`document.querySelectorAll("#messages .msg.user").length`, &users),
 		)
-		if value != "```python\nfenced = 2\nprint(fenced)" || users != before {
+		if value != "Run this: ```python\nfenced = 2\nprint(fenced)" || users != before {
 			t.Fatalf("after Enter in the open block the box holds %q and %d messages were sent", value, users-before)
 		}
 		tb.run(t, "closed, Enter sends it",
