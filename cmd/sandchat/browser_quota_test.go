@@ -53,6 +53,7 @@ func TestBrowserStorage(t *testing.T) {
 	}
 	tb.run(t, "a conversation with 66 bytes",
 		chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, small)),
+		chromedp.Reload(), // the list of conversations is read anew, with this one
 		until(fmt.Sprintf(`document.querySelector('#convs [data-conv="%d"][aria-current]') && !document.querySelector("#files-button").disabled`, small)),
 		chromedp.Click("#files-button", chromedp.ByID),
 		chromedp.WaitVisible("#files-panel", chromedp.ByID),

@@ -61,6 +61,57 @@ func TestBrowserSmallTruths(t *testing.T) {
 		until(`document.querySelector("#conv-title").textContent === "test" && !document.querySelector("#input").disabled`),
 	)
 
+	t.Run("a stopped cell says what its record says was restored and lost", func(t *testing.T) {
+		// Code that swallows the interrupt is ended with its process.
+		code := "stubborn = 5\nprint('stubborn before', flush=True)\nimport time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass"
+		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("stubborn before"))`
+		var status, note string
+		read := chromedp.Tasks{
+			until(cell + `?.dataset.done && ` + cell + `.querySelector(".status").textContent.startsWith("stopped")`),
+			chromedp.Evaluate(cell+`.querySelector(".status").textContent`, &status),
+			chromedp.Evaluate(`(`+cell+`.querySelector(".stop-note") || {}).textContent || ""`, &note),
+		}
+		tb.run(t, "run it and stop it",
+			say(py(code)),
+			until(cell+`?.querySelector(".cell-out")?.textContent.includes("stubborn before")`),
+			// Stopped as Stop does (TestBrowserChat presses it): what is shown here comes
+			// from the run's record.
+			until(cell+`.dataset.turn`),
+			chromedp.ActionFunc(func(ctx context.Context) error {
+				var turn string
+				if err := chromedp.Evaluate(cell+`.dataset.turn`, &turn).Do(ctx); err != nil {
+					return err
+				}
+				alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%s/cancel", conv, turn), nil, nil)
+				return nil
+			}),
+			read,
+		)
+		tb.shot(t, "09-stopped")
+		var runs []struct {
+			Code  string
+			Error struct{ Type, Message string }
+		}
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &runs)
+		var want string
+		for _, r := range runs {
+			if strings.Contains(r.Code, "stubborn before") {
+				want = r.Error.Message
+			}
+		}
+		if want == "" {
+			t.Fatalf("the stopped run's record says nothing: %+v", runs)
+		}
+		for _, when := range []string{"live", "after a reload"} {
+			if when != "live" {
+				tb.run(t, "reload", chromedp.Reload(), read)
+			}
+			if status != "stopped · state restored" || note != want {
+				t.Errorf("%s the stopped cell says %q and %q, want what its record says: %q", when, status, note, want)
+			}
+		}
+	})
+
 	t.Run("the output box follows its output, during and after the run", func(t *testing.T) {
 		const tag = "box"
 		code := fmt.Sprintf("```python\nimport time\nfor i in range(40):\n    print('%s line', i, flush=True)\n    time.sleep(0.05)\n```", tag)
@@ -166,12 +217,13 @@ func TestBrowserSmallTruths(t *testing.T) {
 	t.Run("Copy buttons cover no text and no chart", func(t *testing.T) {
 		code := "print('first line ' + 'x' * 300)\nprint('second')\n" +
 			`display({"application/vnd.plotly.v1+json": {"data": [{"type": "bar", "x": ["a", "b"], "y": [3, 5]}], "layout": {"height": 300}}, "text/plain": "Figure()"}, raw=True)`
+		chartOnly := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes('"x": ["c"]'))`
 		var overlaps []string
 		tb.run(t, "run a cell with a long first line and a chart, then one with only a chart",
 			say("Here is `the code`:\n```python\n"+code+"\n```"),
 			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector("iframe.display-frame")`),
 			say(py(`display({"application/vnd.plotly.v1+json": {"data": [{"type": "bar", "x": ["c"], "y": [1]}]}, "text/plain": "Figure()"}, raw=True)`)),
-			until(lastCell+`?.dataset.done && `+lastCell+`.querySelector("iframe.display-frame") && !document.querySelector("#send").hidden`),
+			until(chartOnly+`?.dataset.done && `+chartOnly+`.querySelector("iframe.display-frame") && !document.querySelector("#send").hidden`),
 			chromedp.Evaluate(copyOverlaps, &overlaps),
 		)
 		tb.shot(t, "03-copy-buttons")
@@ -180,7 +232,7 @@ func TestBrowserSmallTruths(t *testing.T) {
 		}
 		var offered []string
 		tb.run(t, "a cell that printed nothing offers no Copy output",
-			chromedp.Evaluate(`[...`+lastCell+`.querySelectorAll(".copy")].filter((b) => b.getClientRects().length).map((b) => b.getAttribute("aria-label"))`, &offered))
+			chromedp.Evaluate(`[...`+chartOnly+`.querySelectorAll(".copy")].filter((b) => b.getClientRects().length).map((b) => b.getAttribute("aria-label"))`, &offered))
 		if strings.Join(offered, ",") != "Copy code" {
 			t.Errorf("a cell with only a chart offers %q", offered)
 		}
@@ -339,47 +391,6 @@ func TestBrowserSmallTruths(t *testing.T) {
 		}
 	})
 
-	t.Run("a stopped cell says what its record says was restored and lost", func(t *testing.T) {
-		// Code that swallows the interrupt is ended with its process.
-		code := "stubborn = 5\nprint('stubborn before', flush=True)\nimport time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass"
-		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("stubborn before"))`
-		var status, note string
-		read := chromedp.Tasks{
-			until(cell + `?.dataset.done && ` + cell + `.querySelector(".status").textContent.startsWith("stopped")`),
-			chromedp.Evaluate(cell+`.querySelector(".status").textContent`, &status),
-			chromedp.Evaluate(`(`+cell+`.querySelector(".stop-note") || {}).textContent || ""`, &note),
-		}
-		tb.run(t, "run it and press Stop",
-			say(py(code)),
-			until(cell+`?.querySelector(".cell-out")?.textContent.includes("stubborn before")`),
-			chromedp.Click("#stop", chromedp.ByID),
-			read,
-		)
-		tb.shot(t, "09-stopped")
-		var runs []struct {
-			Code  string
-			Error struct{ Type, Message string }
-		}
-		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), nil, &runs)
-		var want string
-		for _, r := range runs {
-			if strings.Contains(r.Code, "stubborn before") {
-				want = r.Error.Message
-			}
-		}
-		if want == "" {
-			t.Fatalf("the stopped run's record says nothing: %+v", runs)
-		}
-		for _, when := range []string{"live", "after a reload"} {
-			if when != "live" {
-				tb.run(t, "reload", chromedp.Reload(), read)
-			}
-			if status != "stopped · state restored" || note != want {
-				t.Errorf("%s the stopped cell says %q and %q, want what its record says: %q", when, status, note, want)
-			}
-		}
-	})
-
 	t.Run("stdout and stderr keep the order they were written in, told apart by colour", func(t *testing.T) {
 		code := "import sys, time\nprint('order o1', flush=True)\ntime.sleep(0.2)\nprint('order e1', file=sys.stderr, flush=True)\ntime.sleep(0.2)\nprint('order o2', flush=True)"
 		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("order e1"))`
@@ -402,16 +413,27 @@ func TestBrowserSmallTruths(t *testing.T) {
 }
 
 // toastCovers is a JS expression: each visible control or piece of content that a toast
-// lies over, as "toast covers what".
+// lies over, as "toast covers what". What shows of an element is its box within the
+// boxes that clip it (a message scrolled out of the list shows nowhere).
 const toastCovers = `(() => {
+  const shown = (e) => {
+    let r = e.getBoundingClientRect(), b = { left: r.left, right: r.right, top: r.top, bottom: r.bottom };
+    const clip = (q) => { b = { left: Math.max(b.left, q.left), right: Math.min(b.right, q.right), top: Math.max(b.top, q.top), bottom: Math.min(b.bottom, q.bottom) }; };
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      const cs = getComputedStyle(a);
+      if (cs.overflowX !== "visible" || cs.overflowY !== "visible") clip(a.getBoundingClientRect());
+    }
+    clip({ left: 0, top: 0, right: innerWidth, bottom: innerHeight });
+    return b;
+  };
   const things = [...document.querySelectorAll("button, a[href], input, select, textarea, summary, [role=switch], label, #messages > li, .banner, h1, p, li")]
     .filter((e) => !e.closest("#toasts") && e.getClientRects().length && getComputedStyle(e).visibility !== "hidden");
   const out = [];
   for (const t of document.querySelectorAll(".toast")) {
     const r = t.getBoundingClientRect();
     for (const c of things) {
-      const b = c.getBoundingClientRect();
-      if (b.width && b.height && r.left < b.right && b.left < r.right && r.top < b.bottom && b.top < r.bottom) out.push(t.firstChild.textContent + " covers " + c.tagName + "#" + c.id + "." + c.className);
+      const b = shown(c);
+      if (b.right > b.left && b.bottom > b.top && r.left < b.right && b.left < r.right && r.top < b.bottom && b.top < r.bottom) out.push(t.firstChild.textContent + " covers " + c.tagName + "#" + c.id + "." + c.className);
     }
   }
   return out;

@@ -15,11 +15,10 @@ export function convTitle(c) { return c.title || "New chat"; }
 // On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
 export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }
 
-// Inside a ``` block left open before the cursor, Enter is a new line of its code. Any
-// ``` counts, not only one that starts a line: "@helper ```python" opens one too.
+// With a ``` block left open, Enter is a new line of its code. Any ``` counts, not only
+// one that starts a line: "@helper ```python" opens one too.
 export function inOpenFence(input) {
-  const before = input.value.slice(0, input.selectionStart);
-  return (before.match(/```/g) || []).length % 2 === 1;
+  return (input.value.match(/```/g) || []).length % 2 === 1;
 }
 
 export async function loadConversations() {
