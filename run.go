@@ -86,6 +86,11 @@ type DisplayImage struct {
 	Size        int64  `json:"size"`
 	FileID      int64  `json:"file_id,omitempty"`
 	Data        []byte `json:"-"`
+
+	// DrawWidth and DrawHeight, when the code gave them, are the size to draw it at, in
+	// CSS pixels (IPython's Image(width=…, height=…)); 0 is its own.
+	DrawWidth  int `json:"draw_width,omitempty"`
+	DrawHeight int `json:"draw_height,omitempty"`
 }
 
 // SessionRun is one finished run of a session as its record keeps it: what rebuilding

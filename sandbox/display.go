@@ -108,12 +108,26 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 			}
 		}
 		d.Image = &sandchat.DisplayImage{Name: name, ContentType: mime, Width: cfg.Width, Height: cfg.Height, Size: int64(len(data)), Data: data}
+		// The size to draw it at, when the code gave one (IPython's Image(width=…)).
+		var size struct{ Width, Height float64 }
+		if raw, ok := b.Metadata[mime]; ok && json.Unmarshal(raw, &size) == nil {
+			d.Image.DrawWidth, d.Image.DrawHeight = drawSize(size.Width), drawSize(size.Height)
+		}
 		break
 	}
 	if d.Text == "" {
 		d.Text = "<display>"
 	}
 	return d, nil
+}
+
+// drawSize is a size to draw an image at, in CSS pixels: 0 (its own) unless within
+// bounds.
+func drawSize(v float64) int {
+	if v < 1 || v > 10000 {
+		return 0
+	}
+	return int(v)
 }
 
 // nameImages gives each display image of a run the name its file is stored under: its

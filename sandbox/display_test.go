@@ -64,6 +64,17 @@ func TestDisplay(t *testing.T) {
 		t.Errorf("display() must not stop the heap from being saved: mode %q", info.Mode)
 	}
 
+	t.Run("an Image's size and a bundle's text as the result", func(t *testing.T) {
+		r := mustSucceed(t, e, k, "from IPython.display import Image\ndisplay(Image(data=make_png(1, 1), width=300, height=200))\n"+
+			"class Fig:\n    def _repr_mimebundle_(self, include=None, exclude=None):\n        return {'text/html': '<b>fig</b>', 'text/plain': 'Fig(3 bars)'}\nFig()")
+		if len(r.Displays) != 2 || r.Displays[0].Image == nil || r.Displays[0].Image.DrawWidth != 300 || r.Displays[0].Image.DrawHeight != 200 || r.Displays[0].Image.Width != 1 {
+			t.Errorf("displays %+v, want the 1×1 image drawn at 300×200 first", r.Displays)
+		}
+		if got := resultOf(r); got != "Fig(3 bars)" {
+			t.Errorf("the trailing expression's result is %q, want its bundle's text/plain", got)
+		}
+	})
+
 	t.Run("files and images are named in their plain form", func(t *testing.T) {
 		// A hidden character would let "invoice\u202egnp.py" pass for "invoiceyp.png"
 		// wherever the name is shown: the engine names both as they are stored.

@@ -49,7 +49,7 @@ func TestBrowserOnboard(t *testing.T) {
 	tb.run(t, "one click: the sandbox goes on, the toast comes, the code runs",
 		chromedp.Click(`#messages > li.offer button`, chromedp.ByQuery),
 		until(hasToastDetail("Internal tools configuration updated", "Python sandbox: on")),
-		until(toolsButton("Internal tools: Python sandbox on", "on")),
+		until(toolsButton("Internal tools: Python sandbox on", "Python")),
 		until(lastCell+`?.querySelector(".status").textContent.startsWith("done")`),
 		until(lastCell+`.querySelector(".cell-out").textContent === "42\n"`),
 		until(`!document.querySelector("#messages > li.offer")`),

@@ -45,4 +45,19 @@ func TestBrowserStorage(t *testing.T) {
 		storage("Storage: 3.5 MiB of 8 MiB"),
 	)
 	tb.shot(t, "02-storage-phone")
+
+	// Small amounts are told in bytes, not as "0 MiB".
+	small := alice.createConversation(0)
+	if code, body := alice.uploadAt(small, "tiny.csv", "", strings.Repeat("z", 66)); code != 201 {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	tb.run(t, "a conversation with 66 bytes",
+		chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, small)),
+		chromedp.Reload(), // the list of conversations is read anew, with this one
+		until(fmt.Sprintf(`document.querySelector('#convs [data-conv="%d"][aria-current]') && !document.querySelector("#files-button").disabled`, small)),
+		chromedp.Click("#files-button", chromedp.ByID),
+		chromedp.WaitVisible("#files-panel", chromedp.ByID),
+		storage("Storage: 66 B of 8 MiB"),
+		until(`document.querySelector('#files-list .file small')?.textContent === "upload · 66 B"`),
+	)
 }

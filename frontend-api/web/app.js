@@ -4,9 +4,9 @@
 // controls to the modules under /js and starts.
 import { state } from "/js/state.js";
 import { $, toast } from "/js/dom.js";
-import { api, guard } from "/js/api.js";
+import { api, guard, UNAUTHORIZED } from "/js/api.js";
 import { signOut, show, signIn, route, setMenu } from "/js/session.js";
-import { convTitle, enterSends, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
+import { convTitle, enterSends, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
 import { openPopup, closePopup } from "/js/tools.js";
 import { loadAgents, renderAgentForm, renderAgentTools, isDirty, markDirty, saveAgent } from "/js/agents.js";
@@ -14,6 +14,7 @@ import { startFollowing } from "/js/follow.js";
 import { startToasts } from "/js/toasts.js";
 
 function bind() {
+  addEventListener(UNAUTHORIZED, (e) => signOut(e.detail));
   startFollowing();
   startToasts();
   $("login").onsubmit = (e) => {
@@ -69,7 +70,7 @@ function bind() {
 
   $("composer").onsubmit = (e) => { e.preventDefault(); guard(sendMessage); };
   $("input").onkeydown = (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && enterSends()) { e.preventDefault(); if (!state.turn) guard(sendMessage); }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && enterSends() && !inOpenFence($("input"))) { e.preventDefault(); if (!state.turn) guard(sendMessage); }
   };
   $("stop").onclick = () => guard(async () => {
     if (!state.turn) return;

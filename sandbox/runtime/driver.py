@@ -41,8 +41,7 @@ def _install():
     def ok(value, limit):
         if value is None:
             return ("success", None, None, compiled())
-        show_result(value)
-        r = repr(value)
+        r = show_result(value)
         if len(r) > limit:
             r = r[:limit] + "\n[... repr truncated ...]"
         return ("success", r, None, compiled())
@@ -194,13 +193,15 @@ def _install():
 
     def show_result(value):
         # A trailing expression shows like Jupyter's Out[]: as a display item when it has
-        # more than text (its repr still comes back as the result).
+        # more than text. Its text, as the result, is its bundle's text/plain (its repr
+        # unless the bundle says otherwise).
         try:
             data, meta = bundle(value)
         except BaseException:
-            return
+            return repr(value)
         if set(data) - {"text/plain"}:
             emit("result", data, meta)
+        return data.get("text/plain") or repr(value)
 
     def rich_module():
         # IPython.display's common classes, for code written for notebooks.
@@ -224,9 +225,14 @@ def _install():
         m.Latex = rich("Latex", "text/latex")
         class Image(_Rich):
             binary = True
-            def __init__(self, data=None, url=None, filename=None, format="png", **kw):
+            def __init__(self, data=None, url=None, filename=None, format="png", width=None, height=None, **kw):
                 super().__init__(data, url, filename)
                 self.mime = "image/jpeg" if str(format).lower() in ("jpg", "jpeg") else "image/png"
+                self.width, self.height = width, height
+            def _repr_mimebundle_(self, include=None, exclude=None):
+                # The size to draw it at, as IPython's metadata says it.
+                size = {k: v for k, v in (("width", self.width), ("height", self.height)) if v is not None}
+                return super()._repr_mimebundle_(include, exclude), ({self.mime: size} if size else {})
         m.Image = Image
         m.display = display
         m.clear_output = lambda *a, **k: None

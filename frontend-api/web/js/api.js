@@ -1,7 +1,10 @@
-// The v1 API: requests with the token, problems as APIError.
+// The v1 API: requests with the token, problems as APIError. A refused token is told
+// upward by the window's "sandchat:unauthorized" event (app.js signs out): this module,
+// at the bottom, imports no view.
 import { state } from "/js/state.js";
 import { toast } from "/js/dom.js";
-import { signOut } from "/js/session.js";
+
+export const UNAUTHORIZED = "sandchat:unauthorized";
 
 export class APIError extends Error {
   constructor(status, problem) {
@@ -20,7 +23,10 @@ export async function api(method, path, body) {
   const text = await res.text();
   let data = null;
   if (text) { try { data = JSON.parse(text); } catch { data = { detail: text }; } }
-  if (res.status === 401) { signOut("Your token was refused; sign in again."); throw new APIError(401, data); }
+  if (res.status === 401) {
+    dispatchEvent(new CustomEvent(UNAUTHORIZED, { detail: "Your token was refused; sign in again." }));
+    throw new APIError(401, data);
+  }
   if (!res.ok) throw new APIError(res.status, data);
   return data;
 }

@@ -4,7 +4,7 @@ import { $, el, codeBlock, copyButton } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
 import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/messages.js";
 import { thumbnail, downloadChip } from "/js/files.js";
-import { displayEl } from "/js/displays.js";
+import { displayEl, keptFrame } from "/js/displays.js";
 import { clipOutput, offerShowAll } from "/js/outputs.js";
 
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
@@ -21,13 +21,25 @@ export function ensureCell(callID, code, path, turnID) {
   const status = el("span", { className: "status running", textContent: "running…", attrs: { "aria-live": "off" } });
   // What the run printed and displayed, in the order it came.
   const stream = el("div", { className: "cell-stream", hidden: true });
+  // Copy output is offered once there is printed text to copy.
+  const copy = copyButton("Copy output", () => outputText(cell));
+  copy.hidden = true;
   cell = el("li", { className: "cell", dataset: { call: callID, turn: turnID ? String(turnID) : "" } },
     el("div", { className: "cell-head" }, el("span", { className: "who", textContent: `${whoOf(path)} ran Python` }), status),
-    codeDetails, el("div", { className: "code-wrap out-wrap" }, stream, copyButton("Copy output", () => outputText(cell))),
+    codeDetails, el("div", { className: "code-wrap out-wrap" }, stream, copy),
     el("div", { className: "cell-result" }));
   cell.statusEl = status;
   cell.streamEl = stream;
+  cell.copyEl = copy;
   cell.displayURLs = [];
+  // Each output box follows its end while the output grows, unless the reader scrolled
+  // up inside it: then it stays where they left it (outFollow, outTop).
+  cell.outFollow = true;
+  cell.outTop = 0;
+  // What streamed, and where it went from one stream to the other (bytes of each
+  // written by then): the order the run's record keeps no trace of (layOut).
+  cell.streamed = { stdout: "", stderr: "", last: "" };
+  cell.switches = [];
   containerFor(path).append(cell);
   return cell;
 }
@@ -37,11 +49,55 @@ export function appendOutput(cell, text, stream) {
   const near = nearBottom();
   cell.streamEl.hidden = false;
   let out = cell.streamEl.lastElementChild;
-  if (!out?.matches("pre.cell-out")) cell.streamEl.append(out = outBlock());
+  if (!out?.matches("pre.cell-out")) cell.streamEl.append(out = outBlock(cell));
   const last = out.lastChild;
   if (last && last.dataset.stream === (stream || "stdout")) last.textContent += text;
   else out.append(outSpan(stream, text));
+  const s = stream === "stderr" ? "stderr" : "stdout", seen = cell.streamed;
+  if (seen.last && seen.last !== s) cell.switches.push({ stdout: utf8Length(seen.stdout), stderr: utf8Length(seen.stderr) });
+  seen[s] += text;
+  seen.last = s;
+  cell.copyEl.hidden = false;
+  if (cell.outFollow) pinOutput(out);
   if (near) scrollToEnd();
+}
+
+function utf8Length(s) { return new TextEncoder().encode(s).length; }
+
+// Within this many pixels of its end an output box counts as at its end.
+const OUT_SLACK = 4;
+
+function pinOutput(pre) {
+  pre.scrollTop = pre.scrollHeight;
+  pre.lastTop = pre.scrollTop;
+}
+
+// An output box of cell: a move up by the reader inside it stops its following; back at
+// its end, it follows again. A move down, or none, is the box being pinned.
+function outBlock(cell, ...spans) {
+  const pre = el("pre", { className: "cell-out", attrs: { "aria-label": "Output" } }, ...spans);
+  pre.lastTop = 0;
+  pre.addEventListener("scroll", () => {
+    const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < OUT_SLACK;
+    if (pre.scrollTop < pre.lastTop - 1) cell.outFollow = atEnd;
+    else if (atEnd) cell.outFollow = true;
+    pre.lastTop = pre.scrollTop;
+    if (pre === cell.streamEl.querySelector("pre.cell-out:last-of-type")) cell.outTop = pre.scrollTop;
+  }, { passive: true });
+  return pre;
+}
+
+// replaceKeeping makes parts the children of box without moving those of them already
+// there (in the same order): a frame taken out of the page, even for a moment, loads
+// again from the start.
+function replaceKeeping(box, parts) {
+  const keep = new Set(parts);
+  for (const c of [...box.children]) if (!keep.has(c)) c.remove();
+  let next = box.firstElementChild;
+  for (const p of parts) {
+    if (p === next) { next = next.nextElementSibling; continue; }
+    box.insertBefore(p, next);
+  }
 }
 
 // outputText is what the cell shows of its output, as one text.
@@ -49,7 +105,6 @@ function outputText(cell) {
   return [...cell.streamEl.querySelectorAll("pre.cell-out")].map((p) => p.textContent).join("");
 }
 
-function outBlock(...spans) { return el("pre", { className: "cell-out", attrs: { "aria-label": "Output" } }, ...spans); }
 function outSpan(stream, text) {
   const s = stream === "stderr" ? "stderr" : "stdout";
   return el("span", { className: s, dataset: { stream: s }, textContent: text });
@@ -57,7 +112,8 @@ function outSpan(stream, text) {
 
 // layOut draws a finished run's output and items in the order they came: each item
 // says how much of stdout and stderr was written before it. Runs recorded before items
-// said so show their output first, as they always did.
+// said so show their output first, as they always did. Where this page saw the whole
+// output stream, stdout and stderr also keep the order they were written in.
 function layOut(cell, out, items) {
   for (const u of cell.displayURLs) URL.revokeObjectURL(u);
   cell.displayURLs = [];
@@ -66,24 +122,43 @@ function layOut(cell, out, items) {
   const bytes = { stdout: clipOutput(cell, enc.encode(out.stdout || "")), stderr: clipOutput(cell, enc.encode(out.stderr || "")) };
   const pos = { stdout: 0, stderr: 0 };
   const parts = [];
-  const text = (at) => {
-    const spans = [];
+  let box = null; // the output box text goes on in, until an item comes
+  const upTo = (at) => {
     for (const s of ["stdout", "stderr"]) {
       const end = Math.min(bytes[s].length, Math.max(pos[s], at ? Number(at[s]) || 0 : Infinity));
-      if (end > pos[s]) spans.push(outSpan(s, dec.decode(bytes[s].subarray(pos[s], end))));
+      if (end > pos[s]) {
+        if (!box) parts.push(box = outBlock(cell));
+        box.append(outSpan(s, dec.decode(bytes[s].subarray(pos[s], end))));
+      }
       pos[s] = end;
     }
-    if (spans.length) parts.push(outBlock(...spans));
+  };
+  const seen = cell.streamed;
+  const switches = seen && seen.stdout === (out.stdout || "") && seen.stderr === (out.stderr || "") ? cell.switches : [];
+  const written = (at) => Number(at.stdout) + Number(at.stderr);
+  let next = 0;
+  const text = (at) => {
+    while (next < switches.length && (!at || written(switches[next]) <= written(at))) upTo(switches[next++]);
+    upTo(at);
   };
   const ordered = items.every((d) => d.at);
   if (!ordered) text(null);
+  const drawn = new Map([...cell.streamEl.querySelectorAll(":scope > .display")].map((e) => [e.dataset.index, e]));
   items.forEach((d, i) => {
     if (ordered) text(d.at);
-    parts.push(d instanceof Element ? d : displayEl(d, cell, i));
+    parts.push(d instanceof Element ? d : keptFrame(drawn.get(String(i)), displayEl(d, cell, i)));
+    box = null;
   });
   text(null);
-  cell.streamEl.replaceChildren(...parts);
+  replaceKeeping(cell.streamEl, parts);
   cell.streamEl.hidden = !parts.length;
+  cell.copyEl.hidden = !outputText(cell);
+  // The boxes drawn anew keep to their end, or to where the reader left the last one.
+  const boxes = [...cell.streamEl.querySelectorAll(":scope > pre.cell-out")];
+  boxes.forEach((pre, i) => {
+    if (cell.outFollow) pinOutput(pre);
+    else if (i === boxes.length - 1) { pre.scrollTop = cell.outTop; pre.lastTop = pre.scrollTop; }
+  });
 }
 
 export function finishCell(callID, r) {
@@ -100,9 +175,13 @@ export function finishCell(callID, r) {
   cell.dataset.done = "1";
   const ok = r.status === "success";
   // A run the user stopped keeps what it printed; the interrupt's traceback is not news.
+  // Code that did not stop at the interrupt was ended with its process: the session went
+  // back to its last saved state, and the run's record says so, which the cell shows.
   const stopped = r.status === "stopped";
+  const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
+  const restored = stopped && err?.message && err.type !== "KeyboardInterrupt";
   cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
-  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${(r.execution_ms / 1000).toFixed(1)} s` : ""}` : stopped ? "stopped" : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
+  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? (restored ? "stopped · state restored" : "stopped") : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order. Without the
   // run's items (a tool message), those that streamed stay, after it.
   if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
@@ -111,7 +190,7 @@ export function finishCell(callID, r) {
   res.replaceChildren();
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
   if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
-  const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
+  if (restored) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
   if (!stopped && err && (err.traceback || err.message || err.type)) {
     res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
       el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
@@ -142,6 +221,10 @@ export function endOpenCells(text, runningTurn) {
     c.statusEl.textContent = text;
   });
 }
+
+// duration says how long a run took: milliseconds under a second, as a fast run's
+// "0.0 s" would say nothing.
+function duration(ms) { return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`; }
 
 function safeJSON(s) { try { return JSON.parse(s); } catch { return { message: s }; } }
 

@@ -15,6 +15,12 @@ export function convTitle(c) { return c.title || "New chat"; }
 // On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
 export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }
 
+// With a ``` block left open, Enter is a new line of its code. Any ``` counts, not only
+// one that starts a line: "@helper ```python" opens one too.
+export function inOpenFence(input) {
+  return (input.value.match(/```/g) || []).length % 2 === 1;
+}
+
 export async function loadConversations() {
   state.convs = await api("GET", "/conversations");
   const open = state.convs.find((c) => c.id === state.conv?.id);

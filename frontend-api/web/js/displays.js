@@ -1,6 +1,6 @@
 // Display items of a run: what each shows, and the frames that hold interactive ones.
 import { marked } from "/vendor/marked-15.0.12.esm.js";
-import { $, el, sanitize } from "/js/dom.js";
+import { $, el, sanitize, drawMath, mathBox } from "/js/dom.js";
 import { guard } from "/js/api.js";
 import { fileURL, openViewer } from "/js/files.js";
 
@@ -27,6 +27,8 @@ function displayFrame(d, label) {
     attrs: { sandbox: "allow-scripts", referrerpolicy: "no-referrer", loading: "lazy" },
   });
   const item = d.plotly ? { plotly: typeof d.plotly === "string" ? JSON.parse(d.plotly) : d.plotly } : { html: d.html };
+  // What it holds: a frame drawn again with the same is the same frame (keptFrame).
+  frame.itemKey = JSON.stringify(item);
   frame.addEventListener("load", () => frame.contentWindow?.postMessage({ type: "sandchat.display", ...item }, "*"), { once: true });
   return frame;
 }
@@ -51,7 +53,7 @@ function imageActions(name, open, href) {
 function displayBody(d, cell, index) {
   if (d.plotly) return displayFrame(d, `Display ${index + 1}: interactive chart`);
   if (d.html) return NEEDS_FRAME.test(d.html) ? displayFrame(d, `Display ${index + 1}: interactive HTML`) : sanitizedBox("html", d.html);
-  if (d.markdown) return sanitizedBox("md", marked.parse(d.markdown));
+  if (d.markdown) { const box = sanitizedBox("md", marked.parse(d.markdown)); drawMath(box); return box; }
   if (d.svg) {
     // An SVG is shown as an image: in an <img> it runs no script and loads nothing.
     const url = URL.createObjectURL(new Blob([d.svg], { type: "image/svg+xml" }));
@@ -63,7 +65,7 @@ function displayBody(d, cell, index) {
       imageActions(name, openSVG, Promise.resolve(url)));
   }
   if (d.image) return displayImage(d.image);
-  if (d.latex) return el("pre", { className: "display-text latex", textContent: d.latex });
+  if (d.latex) return mathBox(d.latex);
   if (d.json !== undefined && d.json !== null) {
     let text;
     try { text = JSON.stringify(typeof d.json === "string" ? JSON.parse(d.json) : d.json, null, 2); } catch { text = String(d.json); }
@@ -79,6 +81,21 @@ function showImage(src, name) {
   $("viewer").showModal();
 }
 
+// drawAt gives an image the size its code asked for (IPython's Image(width=…,
+// height=…)), within the width of the page: a width keeps the asked shape, or the
+// image's own; a height alone is kept as is.
+function drawAt(e, img) {
+  const dw = img.draw_width, dh = img.draw_height;
+  if (dw) {
+    e.style.width = `${dw}px`;
+    e.style.height = "auto";
+    if (dh) e.style.aspectRatio = `${dw} / ${dh}`;
+  } else if (dh) {
+    e.style.height = `${dh}px`;
+    e.style.width = "auto";
+  }
+}
+
 // An image is a file of the conversation once its run is stored: it is fetched with the
 // token (an <img src> cannot send it), and can be opened full size or downloaded. While
 // the run streams it has no file yet, and a box of its size holds its place.
@@ -86,10 +103,12 @@ function displayImage(img) {
   const w = img.width || undefined, h = img.height || undefined;
   if (!img.file_id) {
     const box = el("div", { className: "display-pending", attrs: { role: "img", "aria-label": `${img.name}, ${w}×${h}, loading` }, textContent: `${img.name} · ${w}×${h}` });
-    if (w && h && w >= 160) { box.style.aspectRatio = `${w} / ${h}`; box.style.width = `min(${w}px, 100%)`; }
+    const dw = img.draw_width || w, dh = img.draw_height || (img.draw_width && w && h ? Math.round(img.draw_width * h / w) : h);
+    if (dw && dh && dw >= 160) { box.style.aspectRatio = `${dw} / ${dh}`; box.style.width = `min(${dw}px, 100%)`; }
     return box;
   }
   const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
+  drawAt(i, img);
   const url = fileURL(img.file_id);
   url.then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
   const f = { id: img.file_id, name: img.name, size: img.size };
@@ -104,4 +123,12 @@ export function displayEl(d, cell, index) {
   return el("div", { className: "display", dataset: { index: String(index) }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label(d)}` } },
     displayBody(d, cell, index),
     d.truncated ? el("p", { className: "hint", textContent: "Too large to show here in full." }) : null);
+}
+
+// keptFrame is the element old, drawn while the run streamed, when it holds the same
+// frame as fresh, drawn from the finished run: the frame goes on as it was (what the
+// reader did in it stays), and fresh is never loaded.
+export function keptFrame(old, fresh) {
+  const a = old?.querySelector(":scope > iframe.display-frame"), b = fresh.querySelector(":scope > iframe.display-frame");
+  return a && b && a.itemKey === b.itemKey ? old : fresh;
 }

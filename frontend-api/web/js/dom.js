@@ -8,6 +8,59 @@ import python from "/vendor/highlight-11.12.0.python.min.js";
 hljs.registerLanguage("python", python);
 marked.setOptions({ gfm: true, breaks: false });
 
+// LaTeX in Markdown: $…$ inline, $$…$$ on its own. Math is marked as a span or div of
+// its TeX, which goes through the sanitizer as text, and is then drawn by the vendored
+// KaTeX as MathML (no styles, no fonts to load: the browser draws it). "$5 and $10"
+// stays text: inline math neither starts nor ends with a space, nor ends before a digit,
+// and holds no backtick (a code span after a price is code).
+const escapeHTML = (s) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+marked.use({
+  extensions: [
+    {
+      name: "mathBlock", level: "block",
+      start: (src) => src.match(/^ {0,3}\$\$/m)?.index,
+      tokenizer(src) {
+        const m = /^ {0,3}\$\$([\s\S]+?)\$\$ *(?:\n+|$)/.exec(src);
+        if (m) return { type: "mathBlock", raw: m[0], tex: m[1].trim() };
+      },
+      renderer: (t) => `<div class="math-display">${escapeHTML(t.tex)}</div>\n`,
+    },
+    {
+      name: "mathInline", level: "inline",
+      start: (src) => src.indexOf("$") < 0 ? undefined : src.indexOf("$"),
+      tokenizer(src) {
+        const m = /^\$\$([^$`]+?)\$\$|^\$(?![\s$])((?:\\.|[^\\\n$`])*?[^\\\s$`])\$(?!\d)/.exec(src);
+        if (m) return { type: "mathInline", raw: m[0], tex: (m[1] ?? m[2]).trim(), display: m[1] !== undefined };
+      },
+      renderer: (t) => `<span class="${t.display ? "math-display" : "math-inline"}">${escapeHTML(t.tex)}</span>`,
+    },
+  ],
+});
+
+let katex = null;
+// drawMath draws the math marked in root, once KaTeX is loaded (the first time it is
+// needed): each as MathML, an error as its TeX in red.
+export function drawMath(root) {
+  const found = [...root.querySelectorAll(".math-inline, .math-display")].filter((m) => !m.dataset.drawn);
+  if (!found.length) return;
+  katex ??= import("/vendor/katex-0.19.1.mjs").then((m) => m.default);
+  katex.then((k) => found.forEach((m) => {
+    const tex = m.textContent;
+    m.dataset.drawn = "1";
+    m.title = tex;
+    // KaTeX's own error box is styled by a style attribute, which the page's CSP refuses.
+    try { k.render(tex, m, { displayMode: m.classList.contains("math-display"), output: "mathml", throwOnError: true }); } catch { m.classList.add("math-error"); }
+  }));
+}
+
+// mathBox is a display item's LaTeX ("$$…$$", "$…$", "\[…\]" or bare), drawn as math.
+export function mathBox(latex) {
+  const t = latex.trim(), m = /^\$\$([\s\S]*)\$\$$|^\$([\s\S]*)\$$|^\\\[([\s\S]*)\\\]$/.exec(t);
+  const box = el("div", { className: "display-math" }, el("div", { className: "math-display", textContent: m ? (m[1] ?? m[2] ?? m[3]).trim() : t }));
+  drawMath(box);
+  return box;
+}
+
 // The page's own elements, taken from the static page once, before anything from a
 // message or a run is drawn: an element of theirs with the same id can never stand in
 // for one of these (the module runs after the document is parsed).
@@ -38,7 +91,7 @@ export function toast(message, level = "success", detail = "") {
   const t = el("div", { className: "toast " + level, attrs: { role: level === "error" ? "alert" : null } },
     message, detail ? el("small", { className: "toast-detail", textContent: detail }) : null);
   $("toasts").append(t);
-  setTimeout(() => t.remove(), level === "error" ? 8000 : 5000);
+  setTimeout(() => t.remove(), level === "error" ? 6000 : 3000);
 }
 
 // Chat messages (a member's or a model's Markdown) and display items (display(), a
@@ -96,6 +149,7 @@ export function markdown(text) {
   div.querySelectorAll("pre code").forEach((c) => {
     if (/language-(python|py)\b/.test(c.className)) { c.className = "language-python"; hljs.highlightElement(c); }
   });
+  drawMath(div);
   // Each code block gets a Copy button of the page's own, next to it.
   div.querySelectorAll("pre").forEach((pre) => {
     const wrap = el("div", { className: "code-wrap" });

@@ -5,7 +5,11 @@ import { $, el, toast } from "/js/dom.js";
 import { APIError, api, guard } from "/js/api.js";
 import { previewButton } from "/js/preview.js";
 
-function formatSize(n) { return n < 1024 ? `${n} B` : n < 1 << 20 ? `${(n / 1024).toFixed(1)} KB` : `${(n / (1 << 20)).toFixed(1)} MB`; }
+// formatSize writes a size in the unit it reads best in: 66 B, 1.5 KiB, 2 MiB.
+function formatSize(n) {
+  const one = (v, unit) => `${v.toFixed(1).replace(/\.0$/, "")} ${unit}`;
+  return n < 1024 ? `${n} B` : n < 1 << 20 ? one(n / 1024, "KiB") : n < 1 << 30 ? one(n / (1 << 20), "MiB") : one(n / (1 << 30), "GiB");
+}
 
 // about prefixes a message with the file it is about, unless it already names it.
 function about(name, message) { return message.includes(name) ? message : `${name}: ${message}`; }
@@ -148,9 +152,8 @@ function renderFilesPanel() {
 function showStorage() {
   const conv = state.conv;
   if (!conv) return;
-  const mib = (n) => `${(n / (1 << 20)).toFixed(1).replace(/\.0$/, "")} MiB`;
   api("GET", `/conversations/${conv.id}/storage`).then(
-    (s) => { if (state.conv === conv) $("files-storage").textContent = `Storage: ${mib(s.used)} of ${mib(s.quota)}`; },
+    (s) => { if (state.conv === conv) $("files-storage").textContent = `Storage: ${formatSize(s.used)} of ${formatSize(s.quota)}`; },
     () => { if (state.conv === conv) $("files-storage").textContent = ""; });
 }
 

@@ -31,7 +31,8 @@ export function showToolsState(tools) {
   $("tools-button").setAttribute("aria-label", label);
   $("tools-button").title = label;
   $("tools-button").classList.toggle("on", on.length > 0);
-  $("tools-state").textContent = !tools ? "" : on.length ? "on" : "off";
+  // The chip names what is on, each by the first word of its name ("Python", "Swarm").
+  $("tools-state").textContent = !tools ? "" : on.length ? on.map((t) => t.name.split(" ")[0]).join(" + ") : "off";
 }
 
 export function renderTools(tools) {
