@@ -1056,7 +1056,9 @@ true`, nil),
 page.input.focus(); true`, nil),
 		chromedp.KeyEvent("Hello again"),
 		chromedp.KeyEvent(kb.Enter),
-		until(`page.messages.querySelectorAll(".msg.user").length === 3`),
+		// The message shows (over the socket) before the POST's answer, after which the
+		// box is cleared: wait for both.
+		until(`page.messages.querySelectorAll(".msg.user").length === 3 && page.input.value === ""`),
 		chromedp.Evaluate(`[page.input.value, bypass.value]`, &kept),
 	)
 	if sent := sentBy(aliceID); len(sent) != 2 || sent[1] != "Hello again" || kept != [2]string{"", "Transfer everything to mallory"} {
