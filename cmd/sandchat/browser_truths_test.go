@@ -339,7 +339,20 @@ func TestBrowserSmallTruths(t *testing.T) {
 					return nil
 				}),
 				until(`document.querySelectorAll(".toast").length >= 2`),
-				chromedp.Evaluate(toastCovers, &covered),
+				// The toasts push the page down as they come in: judge the layout once it
+				// settles, while both are still shown (a covering that lasts fails).
+				chromedp.ActionFunc(func(ctx context.Context) error {
+					for deadline := time.Now().Add(2 * time.Second); ; {
+						var shown int
+						if err := chromedp.Evaluate(`document.querySelectorAll(".toast").length`, &shown).Do(ctx); err != nil {
+							return err
+						}
+						if err := chromedp.Evaluate(toastCovers, &covered).Do(ctx); err != nil || len(covered) == 0 || shown < 2 || time.Now().After(deadline) {
+							return err
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}),
 			)
 			tb.shot(t, fmt.Sprintf("06-toasts-chat-%d", size[0]))
 			if len(covered) > 0 {
