@@ -22,13 +22,15 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide. RACE_PKGS (all
-## but cmd/sandchat, whose end-to-end and browser tests drive a whole server) run under the
-## race detector beside cmd/sandchat, which runs without it; then the confinement tests on
-## cgroup v2 (test-cgroup2) where its VM is present (always in CI).
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide: cmd/sandchat
+## (end-to-end and browser tests that drive a whole server, without the race detector), then
+## RACE_PKGS (all the rest) under the race detector, then the confinement tests on cgroup v2
+## (test-cgroup2) where its VM is present (always in CI). One after the other: the browser
+## tests judge a page as a user sees it, which a machine busy with the sandbox's tests
+## makes flaky.
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-e2e test-race
+	@$(MAKE) --no-print-directory test-e2e test-race
 	@./.ci/cgroup2 --if-available
 
 ## test-e2e: every package outside RACE_PKGS (cmd/sandchat), without the race detector.
