@@ -1,7 +1,3 @@
-// Package sandbox runs Python for the assistant: Pyodide (CPython in WebAssembly) hosted
-// by Deno, one operating-system process per live session, confined by bubblewrap and a
-// cgroup of its own, with each session's interpreter state made durable in Redis after
-// every successful run so any node can pick it up.
 package sandbox
 
 import (

@@ -20,18 +20,7 @@ import (
 // Engine runs Python sessions, each in a session process of its own, confined by the
 // kernel: the process side (the process and its protocol, bubblewrap, cgroups, the
 // compiled-code cache) is internal/proc. It is safe for concurrent use.
-//
-// The files, one job each: engine.go starts, reports and stops; procs.go starts
-// processes within the node's bound (and fills the compiled-code cache); admission.go
-// is that bound; pool.go keeps processes restored ahead of demand; live.go is one live
-// session, owning its state, lock and checkpoint timer; sessions.go is the set of them
-// (only the map); residency.go decides which keep a process; lease.go serialises
-// the runs of a session across nodes; attach.go brings a session back into a process;
-// run.go runs code; pip.go answers its package requests; durable.go makes a run durable
-// and answers for the session's saved state; checkpoint.go saves heaps off the runs'
-// path; store.go is the store the engine consumes (sandbox/redisstore); base.go finds or
-// boots the base snapshot, basepack.go packs it for a process and XORs deltas against
-// it; version.go names the runtime's build.
+// The package comment (doc.go) maps the files.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
