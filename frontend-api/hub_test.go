@@ -2,6 +2,7 @@ package frontendapi
 
 import (
 	"context"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func TestHubChannels(t *testing.T) {
 	}
 	published()
 	for _, cl := range []*client{one, two} {
-		waitFor(t, "the event delivered", func() bool {
+		testenv.Eventually(t, 5*time.Second, "the event delivered", func() bool {
 			cl.mu.Lock()
 			defer cl.mu.Unlock()
 			return len(cl.queue) == 1
@@ -81,7 +82,7 @@ func TestHubChannels(t *testing.T) {
 		t.Fatalf("unsubscribed while a client remains (%d)", n)
 	}
 	published()
-	waitFor(t, "the event delivered to the remaining client", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the event delivered to the remaining client", func() bool {
 		two.mu.Lock()
 		defer two.mu.Unlock()
 		return len(two.queue) == 1
@@ -90,7 +91,7 @@ func TestHubChannels(t *testing.T) {
 		t.Fatalf("a client that left got %+v", items)
 	}
 	b.hub.leave(two, conv)
-	waitFor(t, "unsubscribed after the last client left", func() bool { return b.subscribers(t, conv) == 0 })
+	testenv.Eventually(t, 5*time.Second, "unsubscribed after the last client left", func() bool { return b.subscribers(t, conv) == 0 })
 }
 
 // TestHubDeliver: what the dispatcher makes of a message on each kind of channel.

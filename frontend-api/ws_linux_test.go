@@ -39,7 +39,7 @@ func TestStalledReaderDuringAFlood(t *testing.T) {
 				t.Fatalf("dial: %v", err)
 			}
 			t.Cleanup(func() { conn.Close() })
-			waitFor(t, "the socket to register", func() bool { return b.hub.Clients() > 0 })
+			testenv.Eventually(t, 5*time.Second, "the socket to register", func() bool { return b.hub.Clients() > 0 })
 			if tc.ping {
 				stop := make(chan struct{})
 				t.Cleanup(func() { close(stop) })
@@ -91,12 +91,12 @@ func TestStalledReaderDuringAFlood(t *testing.T) {
 			}
 			end := time.Now()
 			within := 15 * time.Second
-			eventuallyWithin(t, within, "the server let go of the stalled socket", func() bool { return b.hub.Clients() == 0 })
+			testenv.Eventually(t, within, "the server let go of the stalled socket", func() bool { return b.hub.Clients() == 0 })
 			if n := counter(t, b.hub.metrics.slowClosed); n != 1 {
 				t.Fatalf("slow disconnects %v, want 1", n)
 			}
 			// Its side is freed, not left to the kernel: the client's end is reset.
-			eventuallyWithin(t, within-time.Since(end), "the server's end torn down", func() bool { return tcpStateOf(t, conn.NetConn()) == 7 /* TCP_CLOSE */ })
+			testenv.Eventually(t, within-time.Since(end), "the server's end torn down", func() bool { return tcpStateOf(t, conn.NetConn()) == 7 /* TCP_CLOSE */ })
 			t.Logf("freed %s after the flood's end", time.Since(end).Round(100*time.Millisecond))
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			for {
@@ -125,16 +125,6 @@ const clientBuffer = 4 << 20
 const readFirst = 4 << 20
 
 // eventuallyWithin polls fn until it holds or within has passed.
-func eventuallyWithin(t *testing.T, within time.Duration, what string, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // tcpStateOf is the state of a TCP connection as the kernel sees it.
 func tcpStateOf(t *testing.T, conn net.Conn) uint8 {

@@ -95,7 +95,7 @@ func (b *hubBundle) dial(t *testing.T, rcvbuf int) *websocket.Conn {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	waitFor(t, "the socket to register", func() bool { return b.hub.Clients() > 0 })
+	testenv.Eventually(t, 5*time.Second, "the socket to register", func() bool { return b.hub.Clients() > 0 })
 	return conn
 }
 
@@ -105,17 +105,6 @@ func (b *hubBundle) flood(n, size int) {
 	for i := range n {
 		payload, _ := json.Marshal(map[string]any{"type": "toast", "data": map[string]any{"i": i, "pad": pad}})
 		b.hub.deliver(b.bus.UserChannel(1), payload)
-	}
-}
-
-func waitFor(t *testing.T, what string, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -136,7 +125,7 @@ func TestWriteTimeoutIsSlow(t *testing.T) {
 	b := setupHub(t, WSConfig{QueueBytes: 1 << 30, WriteTimeout: 300 * time.Millisecond})
 	b.dial(t, 4<<10)
 	b.flood(300, 64<<10)
-	waitFor(t, "the stalled socket closed", func() bool { return b.hub.Clients() == 0 })
+	testenv.Eventually(t, 5*time.Second, "the stalled socket closed", func() bool { return b.hub.Clients() == 0 })
 	if n := counter(t, b.hub.metrics.slowClosed); n != 1 {
 		t.Fatalf("slow disconnects %v, want 1", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,7 @@ func sessionProcesses(t *testing.T, e *Engine) int {
 }
 
 func TestAdmission(t *testing.T) {
+	t.Parallel()
 	t.Run("a burst never holds more processes than the bound, and loses nothing", func(t *testing.T) {
 		const bound, sessions = 2, 5
 		e, _ := newEngine(t, func(c *Config) { c.MaxProcesses, c.MaxStarting, c.MaxLive = bound, 1, 8 })
@@ -100,7 +102,7 @@ func TestAdmission(t *testing.T) {
 				mustSucceed(t, e, fmt.Sprintf("busy:%d", i), "import time\ntime.sleep(6)\n'done'")
 			})
 		}
-		waitUntil(t, 60*time.Second, func() bool {
+		testenv.Eventually(t, 60*time.Second, "both busy runs holding a process", func() bool {
 			s := e.Status(context.Background())
 			return s.LiveSess == 2
 		})
@@ -109,7 +111,7 @@ func TestAdmission(t *testing.T) {
 			_, err := e.Execute(context.Background(), "waits", Request{Code: "1"})
 			queued <- err
 		}()
-		waitUntil(t, 10*time.Second, func() bool { return e.Status(context.Background()).Waiting == 1 })
+		testenv.Eventually(t, 10*time.Second, "one run waiting", func() bool { return e.Status(context.Background()).Waiting == 1 })
 		_, full := e.Execute(context.Background(), "refused", Request{Code: "1"})
 		for name, err := range map[string]error{"queue full": full, "deadline": <-queued} {
 			var se *sandchat.Error
@@ -122,7 +124,7 @@ func TestAdmission(t *testing.T) {
 		// The eviction checkpoints first, which on a loaded machine (or under -race) can
 		// take longer than the 1 s AdmitTimeout: a refusal meanwhile is what the bound
 		// promises, and the next try finds the slot.
-		waitUntil(t, 2*time.Minute, func() bool {
+		testenv.Eventually(t, 2*time.Minute, "a run admitted", func() bool {
 			r, err := e.Execute(context.Background(), "waits", Request{Code: "1"})
 			if err != nil && sandchat.ErrorCode(err) != sandchat.EBUSY {
 				t.Fatalf("after the busy runs: %v", err)
@@ -130,15 +132,4 @@ func TestAdmission(t *testing.T) {
 			return err == nil && r.Status == StatusSuccess
 		})
 	})
-}
-
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached in %s", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"testing"
 	"time"
 )
@@ -21,13 +22,14 @@ func storedHeap(t *testing.T, e *Engine, key string) (version, heap int64) {
 // after it, off the answer's path, and before the process goes away; a process lost in
 // between costs a replay of the cells since the last heap, never a run.
 func TestCheckpoint(t *testing.T) {
+	t.Parallel()
 	t.Run("the answer comes first, the heap follows", func(t *testing.T) {
 		e, _ := newEngine(t, func(c *Config) { c.CheckpointDelay = 2 * time.Second })
 		mustSucceed(t, e, "k", "x = 1")
 		if v, h := storedHeap(t, e, "k"); v != 1 || h >= v {
 			t.Fatalf("right after the run: version %d, heap of version %d; want the heap still to come", v, h)
 		}
-		waitUntil(t, 30*time.Second, func() bool { v, h := storedHeap(t, e, "k"); return h == v })
+		testenv.Eventually(t, 30*time.Second, "the checkpoint stored", func() bool { v, h := storedHeap(t, e, "k"); return h == v })
 	})
 
 	t.Run("a process lost before its checkpoint loses nothing", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,7 @@ func TestSuccessAfterFailureIsDurable(t *testing.T) {
 // A session that came back without all of its cells (one failed to replay) never has its
 // heap saved as its state: the log keeps every cell for a later restore.
 func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.CheckpointDelay = 24 * time.Hour })
 	ctx := context.Background()
 	key := "partial"
@@ -73,6 +75,7 @@ func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
 // Cells a session was rebuilt from (the caller's history, after the store lost it) join
 // its log at the first save, even when the first run after the rebuild fails.
 func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
+	t.Parallel()
 	e, b := newEngine(t, func(c *Config) { c.ForceReplay = true })
 	history := &runLog{}
 	e.history = history
@@ -102,6 +105,7 @@ func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
 // A save whose answer is lost after it went through (a timeout once the script ran) is
 // a save: the run is answered as the success it was, not as "not saved, run it again".
 func TestSaveAnswerLost(t *testing.T) {
+	t.Parallel()
 	var st *lostAnswer
 	e, _ := newEngineOn(t, nil, func(c Config) Store {
 		st = &lostAnswer{Store: storeFor(testRedis(t), c)}
@@ -176,7 +180,7 @@ func TestLeaseLostStopsRun(t *testing.T) {
 	}()
 	ctx := context.Background()
 	// The run takes its lease.
-	waitUntil(t, 20*time.Second, func() bool { return b.rdb.Get(ctx, lease).Val() != "" })
+	testenv.Eventually(t, 20*time.Second, "the lease taken", func() bool { return b.rdb.Get(ctx, lease).Val() != "" })
 	time.Sleep(500 * time.Millisecond)
 	if err := b.rdb.Set(ctx, lease, "another-server", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -201,6 +205,7 @@ func TestLeaseLostStopsRun(t *testing.T) {
 // another node) can neither answer for the session nor save into it, however many runs
 // the reset session has made since.
 func TestResetOnAnotherNode(t *testing.T) {
+	t.Parallel()
 	e1, b := newEngine(t, nil)
 	e2, err := bootEngine(b.cfg, storeFor(b.rdb, b.cfg), testLogger(t))
 	if e2 != nil {

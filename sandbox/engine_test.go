@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"strings"
 	"sync"
 	"testing"
@@ -387,26 +388,18 @@ func TestConcurrentRunsOfOneSession(t *testing.T) {
 }
 
 func TestQueueFullIsBusy(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.QueueDepth = 1 })
 	k := "busy"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		for !cond() {
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				t.Fatalf("never saw %s", what)
-			}
-		}
-	}
 	go func() { _, _ = e.Execute(ctx, k, Request{Code: "import time\ntime.sleep(4)"}) }()
-	waitFor("the first run holding the lease", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the first run holding the lease", func() bool {
 		n, _ := testRedis(t).Exists(ctx, skey(e, k, "lease")).Result()
 		return n == 1
 	})
 	go func() { _, _ = e.Execute(ctx, k, Request{Code: "1"}) }()
-	waitFor("a second run queued", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a second run queued", func() bool {
 		n, _ := testRedis(t).ZCard(ctx, skey(e, k, "queue")).Result()
 		return n == 2
 	})

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 // TestPackageFetchPrivate: a session sees only the wheels it loaded, never the ones
 // another session fetched into the shared cache (by import or by micropip).
 func TestPackageFetchPrivate(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := newCDN(t, shared.cfg.PyodideDir)
 	idx := newPipIndex(t)
@@ -81,14 +83,10 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 		ids := []string{liveOf(t, e, "a").process().ID(), liveOf(t, e, "b").process().ID()}
 		evictLive(t, e, "a")
 		evictLive(t, e, "b")
-		deadline := time.Now().Add(10 * time.Second)
 		for _, id := range ids {
-			for fileExists(filepath.Join(cache, "sessions", id)) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the view of process %s outlived it", id)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, "the view of process "+id+" gone with it", func() bool {
+				return !fileExists(filepath.Join(cache, "sessions", id))
+			})
 		}
 	})
 }

@@ -137,16 +137,8 @@ func awaitEngine(t *testing.T, m *Main) {
 	}
 }
 
-// eventually polls fn until it returns true or the time is up; it returns how long it
-// took.
-func eventually(t *testing.T, within time.Duration, what string, fn func() bool) time.Duration {
-	t.Helper()
-	took, ok := poll(within, fn)
-	if !ok {
-		t.Fatalf("%s: not within %s", what, within)
-	}
-	return took
-}
+// eventually and poll are the suite's one polling helper (migrations/testenv).
+var eventually, poll = testenv.Eventually, testenv.Poll
 
 // every calls fn every interval, in the background, until the test ends or fn fails.
 func every(t *testing.T, interval time.Duration, fn func() error) {
@@ -164,18 +156,6 @@ func every(t *testing.T, interval time.Duration, fn func() error) {
 			}
 		}
 	}()
-}
-
-// poll calls fn every 50 ms until it returns true or within has passed.
-func poll(within time.Duration, fn func() bool) (took time.Duration, ok bool) {
-	start := time.Now()
-	for !fn() {
-		if time.Since(start) > within {
-			return time.Since(start), false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start), true
 }
 
 // client is a user talking to one node.

@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,7 +63,7 @@ func TestGate(t *testing.T) {
 				mu.Unlock()
 				g.Release()
 			})
-			waitFor(t, func() bool { return g.Waiting() == i+1 })
+			testenv.Eventually(t, 5*time.Second, "a waiter more", func() bool { return g.Waiting() == i+1 })
 		}
 		// A newcomer that may wait never overtakes the queue.
 		if g.TryAcquire() {
@@ -83,7 +84,7 @@ func TestGate(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() { _ = g.Acquire(ctx) }()
-		waitFor(t, func() bool { return g.Waiting() == 1 })
+		testenv.Eventually(t, 5*time.Second, "one waiter", func() bool { return g.Waiting() == 1 })
 		if err := g.Acquire(context.Background()); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("third caller: %v, want ErrQueueFull", err)
 		}
@@ -122,15 +123,4 @@ func TestGate(t *testing.T) {
 			t.Fatalf("held %d, want 1: the freed slot passed to the waiter", held)
 		}
 	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

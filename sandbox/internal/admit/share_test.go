@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"testing"
 	"time"
 )
@@ -32,7 +33,7 @@ func TestSharesKeepOwnersApart(t *testing.T) {
 				got <- i
 			}
 		}()
-		waitUntil(t, func() bool { _, w := s.Held("alice"); return w == i+1 })
+		testenv.Eventually(t, 10*time.Second, "alice waiting", func() bool { _, w := s.Held("alice"); return w == i+1 })
 	}
 	if err := s.Acquire(ctx, "bob"); err != nil {
 		t.Fatalf("bob waits behind alice: %v", err)
@@ -40,7 +41,7 @@ func TestSharesKeepOwnersApart(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- s.Acquire(gone, "alice") }()
-	waitUntil(t, func() bool { _, w := s.Held("alice"); return w == 3 })
+	testenv.Eventually(t, 10*time.Second, "alice waiting thrice", func() bool { _, w := s.Held("alice"); return w == 3 })
 	cancel()
 	if err := <-left; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled waiter: %v", err)
@@ -60,16 +61,5 @@ func TestSharesKeepOwnersApart(t *testing.T) {
 	s.Release("bob")
 	if len(s.owners) != 0 {
 		t.Fatalf("owners left: %v", s.owners)
-	}
-}
-
-func waitUntil(t *testing.T, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
