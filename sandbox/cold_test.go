@@ -15,6 +15,7 @@ import (
 // under its bound however large its heap and files are; the session comes back whole
 // from both tiers, and blobs it no longer names leave Postgres.
 func TestColdTier(t *testing.T) {
+	t.Parallel()
 	db := testenv.DB(t)
 	const hot = 1 << 20
 	e, b := newEngineOn(t, func(c *Config) { c.HotStateBytes = hot }, func(c Config) Store {

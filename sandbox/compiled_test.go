@@ -59,6 +59,7 @@ func extWheel(t testing.TB, module, version string) testWheel {
 // package index, preferred over the pure-Python wheel of the same release; the session
 // that loaded the extension is kept and restored (by replay) with it.
 func TestCompiledWheel(t *testing.T) {
+	t.Parallel()
 	ext := extWheel(t, "sandchat_ext", "1.0")
 	pure := testWheel{name: "sandchat_ext", version: "1.0", files: map[string]string{"sandchat_ext.py": "def triple(n):\n    return 'pure'\n"}}
 	idx := newPipIndex(t, pkgstest.Release{Wheels: []pkgstest.Wheel{pure.wheel(), ext.wheel()}})
@@ -79,6 +80,7 @@ func TestCompiledWheel(t *testing.T) {
 // TestCompiledLockPackage: a compiled package of the Pyodide distribution (its lock
 // file) loads by its import, and a session that imported it restores with it.
 func TestCompiledLockPackage(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := serveCDN(t, shared.cfg.PyodideDir, []testWheel{extWheel(t, "sandchat_extlock", "1.0")}, nil)
 	e, _ := newEngine(t, func(c *Config) {

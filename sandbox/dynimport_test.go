@@ -11,6 +11,7 @@ import (
 // with installing turned off too, and the session restores with it; in plain code as in
 // a cell that awaits (the driver's run is called through JSPI, so it may wait).
 func TestDynamicImport(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := newCDN(t, shared.cfg.PyodideDir)
 	withCDN := func(more func(*Config)) func(*Config) {

@@ -66,6 +66,7 @@ func serveCDN(t testing.TB, pyodideDir string, specs []testWheel, sums map[strin
 // fetched once, verified against the lock, cached on disk across restarts; a wrong hash
 // is refused and an unreachable CDN gives a clear message.
 func TestPackageFetch(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := newCDN(t, shared.cfg.PyodideDir)
 	cache := readableTempDir(t)
@@ -144,6 +145,7 @@ func TestPackageFetch(t *testing.T) {
 // packages it imports (shown live as progress) and loading them into the interpreter
 // have their own bound.
 func TestLoadOutsideTheTimeLimit(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	// 48 MB of bytes that do not compress: Pyodide takes a while to unpack and load it.
 	big := make([]byte, 48<<20)

@@ -122,6 +122,11 @@ var (
 // setup returns the package's shared engine (one Deno host, started once) and a key
 // namespace for this test: tests that do not need special limits share it, which keeps
 // the suite fast on two cores. Session keys are cleaned when the test ends.
+//
+// Which tests run in parallel: those that own their engine (newEngine) and their
+// sessions call t.Parallel, so they run together once the tests that share this engine
+// have run one after the other (some of those judge the whole engine: its processes,
+// its CPU, its status). Most of a sandbox test's time is spent waiting on a process.
 func setup(t *testing.T) (*Engine, bundle, func(name string) string) {
 	t.Helper()
 	sharedOnce.Do(func() {

@@ -66,6 +66,7 @@ const growWasm = `new Uint8Array([0,97,115,109,1,0,0,0, 1,6,1,96,1,127,1,127, 3,
 // exhausts memory. The neighbour's run completes with its own result, and nothing of it
 // (code or values) reaches the attacker.
 func TestNeighbourRunInFlight(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.MemoryBytes = 256 << 20 })
 	const secret = "n-42-secret"
 	forgedFrame := `(() => { const j = new TextEncoder().encode(JSON.stringify({id: 1, ok: true, status: "success", result: "'FORGED'", stdout: "FORGED", stderr: "", changed: [], omitted: 0, deleted: [], packages: []}));
@@ -213,6 +214,7 @@ await asyncio.sleep(0.3)`)
 // TestGraceKillLeavesNothing: code that ignores the interrupt is killed with its whole
 // process: no thread of it runs afterwards.
 func TestGraceKillLeavesNothing(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.Grace = 500 * time.Millisecond })
 	k := "stubborn"
 	mustSucceed(t, e, k, "x = 1")
@@ -243,6 +245,7 @@ while True:
 // TestRestoreDeadline: bringing a session back is bounded: a replay that never ends gets
 // its process killed, and the engine goes on.
 func TestRestoreDeadline(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay, c.RestoreTimeout = true, 3*time.Second })
 	k := "wedged"
 	mustSucceed(t, e, k, "import os\nwhile os.path.exists('flag'):\n    pass\nx = 1")
@@ -264,6 +267,7 @@ func TestRestoreDeadline(t *testing.T) {
 // saved (the session stays durable by its log of cells), then the save is refused with
 // the sizes, and the run still reports what ran.
 func TestStorageCaps(t *testing.T) {
+	t.Parallel()
 	e, b := newEngine(t, func(c *Config) { c.MaxStateBytes = 2 << 20 })
 	k := "big"
 	mustSucceed(t, e, k, "import os\ndata = bytearray(os.urandom(3_000_000))\nlen(data)")

@@ -10,6 +10,7 @@ import (
 // still saves; past it Python gets MemoryError; and neither grows the saved state for
 // good.
 func TestMemoryWithinTheCap(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, nil)
 	ctx := context.Background()
 	cases := []struct{ name, code, want string }{

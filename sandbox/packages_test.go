@@ -25,6 +25,7 @@ func packageMirror(t testing.TB, pyodideDir string) string {
 }
 
 func TestPackages(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	mirror := packageMirror(t, shared.cfg.PyodideDir)
 	e, _ := newEngine(t, func(c *Config) { c.PackageDir = mirror })

@@ -49,6 +49,7 @@ const pipInstallMain = "import micropip\nawait micropip.install('sandchat-pipmai
 // TestPip: micropip.install in a session is served by the engine from a package index,
 // verified and cached; the session keeps no network.
 func TestPip(t *testing.T) {
+	t.Parallel()
 	idx := newPipIndex(t)
 	cache := readableTempDir(t)
 	e, _ := newEngine(t, withPip(idx, cache))
@@ -112,6 +113,7 @@ func TestPip(t *testing.T) {
 
 // TestPipReplay: a session persisted by replay gets its installs back before its cells.
 func TestPipReplay(t *testing.T) {
+	t.Parallel()
 	idx := newPipIndex(t)
 	e, _ := newEngine(t, withPip(idx, readableTempDir(t), func(c *Config) { c.ForceReplay = true }))
 	mustSucceed(t, e, "replay", pipInstallMain)
@@ -128,6 +130,7 @@ func TestPipReplay(t *testing.T) {
 
 // TestPipRefused: the allowlist and the off switch give a clear message.
 func TestPipRefused(t *testing.T) {
+	t.Parallel()
 	idx := newPipIndex(t)
 	tests := []struct {
 		name   string
@@ -155,6 +158,7 @@ func TestPipRefused(t *testing.T) {
 // TestPreload: modules in Config.Preload are in the base snapshot (fetched once, at
 // boot), and Request.Preload imports modules before the code.
 func TestPreload(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := newCDN(t, shared.cfg.PyodideDir)
 	e, _ := newEngine(t, func(c *Config) {

@@ -48,6 +48,7 @@ func watchCache(e *Engine, f func()) int64 {
 // TestCacheBoundRun: the cache bound holds while a run is in flight, and a run and a
 // session may only take so much from the cache.
 func TestCacheBoundRun(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	cdn := bigWheels(t, shared.cfg.PyodideDir, 4)
 	withBig := func(more func(*Config)) func(*Config) {
@@ -89,6 +90,7 @@ func TestCacheBoundRun(t *testing.T) {
 // TestPackageFetchAmplification: only real import statements cause fetches, and a run,
 // a session and an install cause at most their bounds of downloads.
 func TestPackageFetchAmplification(t *testing.T) {
+	t.Parallel()
 	shared, _, _ := setup(t)
 	var specs []testWheel
 	var imports, names strings.Builder

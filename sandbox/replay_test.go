@@ -14,6 +14,7 @@ import (
 // interrupt too ends the restore with a clear refusal naming the cell, not a wait for
 // the whole restore timeout.
 func TestReplayDeadlines(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay = true })
 	ctx := context.Background()
 	// On replay the saved files come back first, so the mark exists and the cell loops.

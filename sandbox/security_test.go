@@ -118,6 +118,7 @@ await attempt('js', lambda: js.eval('globalThis.secret'))`},
 }
 
 func TestNetworkAllowlist(t *testing.T) {
+	t.Parallel()
 	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello from allowed") }))
 	defer allowed.Close()
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "should not be reached") }))

@@ -37,6 +37,7 @@ func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 }
 
 func TestStatePersistence(t *testing.T) {
+	t.Parallel()
 	e, b, key := setup(t)
 	ctx := context.Background()
 
@@ -205,6 +206,7 @@ func TestStatePersistence(t *testing.T) {
 }
 
 func TestReplayPersistence(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay = true })
 	k := "replay"
 	mustSucceed(t, e, k, "import random\nrandom.seed(7)\nfirst = random.random()\nitems = []")
@@ -226,6 +228,7 @@ func TestReplayPersistence(t *testing.T) {
 // TestReplayWithData: cells that imported an upload replay with /data mounted, so the
 // session comes back whole.
 func TestReplayWithData(t *testing.T) {
+	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay = true })
 	k := "replay-data"
 	data := []File{{Name: "lib/rates.py", Data: []byte("VAT = 0.2\n")}, {Name: "prices.csv", Data: []byte("10\n20\n")}}
@@ -262,6 +265,7 @@ func TestSessionsWithJSObjectsFallBackToReplay(t *testing.T) {
 }
 
 func TestEvictionKeepsMaxLive(t *testing.T) {
+	t.Parallel()
 	// No background checkpoint: one in flight makes its session busy, and a busy session
 	// is never the one evicted (the next oldest would go instead).
 	e, _ := newEngine(t, func(c *Config) { c.MaxLive, c.CheckpointDelay = 2, time.Hour })
@@ -281,6 +285,7 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 // TestRedisLossReplaysHistory: when Redis loses a session (a flush), the caller's record
 // of its runs brings it back by replay, and the next save carries the whole history.
 func TestRedisLossReplaysHistory(t *testing.T) {
+	t.Parallel()
 	e, b := newEngine(t, nil)
 	history := &runLog{}
 	e.history = history
