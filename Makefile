@@ -22,24 +22,22 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide: cmd/sandchat
-## (end-to-end and browser tests that drive a whole server, without the race detector), then
-## RACE_PKGS (all the rest) under the race detector, then the confinement tests on cgroup v2
-## (test-cgroup2) where its VM is present (always in CI). One after the other: the browser
-## tests judge a page as a user sees it, which a machine busy with the sandbox's tests
-## makes flaky.
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in three parts
+## run at once by .ci/test (each spends most of its time waiting on processes): test-e2e,
+## test-race and test-cgroup2 (where its VM is present; always in CI).
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet
-	@$(MAKE) --no-print-directory test-e2e test-race
-	@./.ci/cgroup2 --if-available
+	@./.ci/test
 
-## test-e2e: every package outside RACE_PKGS (cmd/sandchat), without the race detector.
+## test-e2e: every package outside RACE_PKGS (cmd/sandchat: end-to-end and browser tests that
+## drive whole servers), without the race detector.
 test-e2e: services
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vxF -f <($(GO) list $(RACE_PKGS)))
 
-## test-race: RACE_PKGS alone, under the race detector.
+## test-race: RACE_PKGS alone, under the race detector; four tests at once where a test
+## allows it (the sandbox tests that own their engine wait on processes more than they compute).
 test-race: services
-	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout 30m -parallel 4 $(RACE_PKGS)
 
 ## test-cgroup2: the confinement tests and doctor on a cgroup-v2-only Linux booted on this
 ## machine (../shared/cgroup2-vm; root).
