@@ -96,6 +96,12 @@ type DataFile struct {
 	Data    []byte // nil when the caller already holds this version
 }
 
+// RunLostWithServer is why a run left pending by a server that stopped is recorded
+// failed when another server fails its turn. The run's effects are only in the session
+// if its state was saved before the stop; replay never applies it.
+const RunLostWithServer = "The server running this code stopped (crash, kill or restart) before the run's outcome was recorded, " +
+	"and its turn failed. The session keeps what the run did only if its state was saved before the stop: check before running it again."
+
 // Execution is the audit record of one run of the conversation's Python: who ran what
 // in which session, and once finished, its outcome and the session it left.
 type Execution struct {

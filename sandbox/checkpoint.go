@@ -48,6 +48,9 @@ type checkpoints struct {
 	ctx   context.Context // the engine's: ends with Close
 	lease func(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error
 	build string // the runtime's build, set by Start before any session is live
+	// idle is called when a checkpoint leaves its session idle: a session adopted while
+	// this one was busy may have left more live than the bound (residency.trim).
+	idle func()
 }
 
 // retireTimeout bounds the checkpoint an evicted session gets before its process goes;
@@ -140,6 +143,7 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 		defer func() {
 			lv.endCheckpoint()
 			lv.process().FreezeSoon()
+			c.idle()
 		}()
 		return c.save(ctx, lv, token, version, stateCap)
 	})

@@ -85,6 +85,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.procs.pool = e.pool
 	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
 	e.res.adm, e.res.pool, e.res.ckpt, e.res.procs = e.adm, e.pool, e.ckpt, e.procs
+	e.ckpt.idle = e.res.trim
 	for _, o := range opts {
 		o(e)
 	}

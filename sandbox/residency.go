@@ -35,16 +35,25 @@ func (r *residency) adopt(key string, lv *live) bool {
 	if !r.sess.adopt(key, lv) {
 		return false
 	}
+	r.trim()
+	return true
+}
+
+// trim evicts the least recently used idle sessions past MaxLive. Only idle ones can go:
+// a session adopted while the others were busy (a run, a checkpoint) leaves more than
+// MaxLive live until one of them is idle again, so trim runs then too (release, and
+// the end of a checkpoint).
+func (r *residency) trim() {
 	for _, old := range r.sess.overLimit(r.cfg.MaxLive) {
 		go r.ckpt.retire(old, "evicted (least recently used)")
 	}
-	return true
 }
 
 // release marks lv idle after a run; its process is frozen until the next one.
 func (r *residency) release(lv *live) {
 	lv.process().FreezeSoon()
 	lv.release()
+	r.trim()
 	if r.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
 		r.reclaim()

@@ -170,8 +170,10 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lost.Version),
 				ms, lost, out.seen), ctxErr
 		case errors.As(rep.Err, &pe):
+			// What the code printed before its interpreter failed was streamed as it came,
+			// and is kept as for a process that died.
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
-				ms, session(), nil), ctxErr
+				ms, session(), out.seen), ctxErr
 		}
 		return Result{}, rep.Err
 	}
@@ -204,13 +206,11 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 }
 
 // lostRun is the answer to a run whose process gave none: why, and what it printed as
-// it came (seen, when the output can be trusted).
+// it came (seen), cut at the output limit with its marker.
 func lostRun(status, typ, msg string, ms int64, session SessionInfo, seen *seenOutput) Result {
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: ms,
 		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
-	if seen != nil {
-		res.Stdout, res.Stderr = seen.text()
-	}
+	res.Stdout, res.Stderr = seen.text()
 	return res
 }
 

@@ -26,9 +26,9 @@ func (c *Config) hooks(req Request, pip *pipServer) (sinks, proc.RunHooks) {
 		seen: &seenOutput{max: c.MaxOutput},
 	}
 	return s, proc.RunHooks{
-		Output: func(stream, chunk string) {
+		Output: func(stream, chunk string, cut bool) {
 			s.disp.wrote(stream, len(chunk))
-			s.seen.add(stream, chunk)
+			s.seen.add(stream, chunk, cut)
 			if req.OnOutput != nil {
 				req.OnOutput(stream, chunk)
 			}
@@ -46,7 +46,9 @@ type seenOutput struct {
 	outCut, errCut bool
 }
 
-func (s *seenOutput) add(stream, chunk string) {
+// add keeps chunk of stream; last says the process cut the stream at its own limit
+// with it.
+func (s *seenOutput) add(stream, chunk string, last bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, cut := &s.stdout, &s.outCut
@@ -60,6 +62,7 @@ func (s *seenOutput) add(stream, chunk string) {
 		chunk, *cut = sandchat.TruncateUTF8(chunk, room, ""), true
 	}
 	b.WriteString(chunk)
+	*cut = *cut || last
 }
 
 // text is what was seen, with the marker a run's own answer has when it was cut.

@@ -222,3 +222,70 @@ func TestCrashMidTurn(t *testing.T) {
 		t.Fatalf("%d requests to the model endpoint, want 1", n)
 	}
 }
+
+// TestCrashMidRun kills a server with SIGKILL while its turn runs Python. The node that
+// fails the turn closes the run's record with it (it stayed pending for good), saying
+// what became of the run; and a session rebuilt by replay from the log leaves that run
+// out, as it does every run that did not succeed.
+func TestCrashMidRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.copyBase(baseSeed, e.redisPrefix)
+	serve := startServer(t, e, "http://127.0.0.1:1/v1", "sk-unused", "SANDCHAT_LLM_PROVIDER=builtin",
+		"SANDCHAT_SANDBOX_ENABLED=true", "SANDCHAT_SANDBOX_WARM_POOL=0", "SANDCHAT_SANDBOX_WARM_POOL_MAX=0",
+		"SANDCHAT_SANDBOX_WARM_SPARES=0", "SANDCHAT_SANDBOX_PACKAGE_CDN=off")
+	alice := &client{t: t, base: "http://" + serve.addr, token: serve.token}
+	coder := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	conv := alice.createConversation(coder.ID)
+	path := fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv)
+	eventually(t, 90*time.Second, "the engine to run code", func() bool {
+		return alice.do("POST", path, map[string]any{"code": "y = 2"}, nil) == 200
+	})
+	turn := alice.post(conv, "Please run this:\n"+py("x = 1\nimport time\ntime.sleep(300)"))
+	db := m2db(t, e)
+	eventually(t, 30*time.Second, "the turn's run recorded as pending", func() bool {
+		var n int
+		_ = db.QueryRow(context.Background(), `select count(*) from executions where turn_id = $1 and status = 'pending'`, turn).Scan(&n)
+		return n == 1
+	})
+	if err := serve.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-serve.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve survived SIGKILL")
+	}
+
+	m := e.sandboxNode()
+	alice = m.as(t, serve.token)
+	if tj := alice.awaitTurn(conv, turn, 30*time.Second); tj.Status != "failed" {
+		t.Fatalf("turn %+v, want failed because its server stopped", tj)
+	}
+	var ex struct {
+		ID     int64
+		Status string
+		Error  *struct{ Type, Message string }
+	}
+	if err := db.QueryRow(context.Background(), `select id from executions where turn_id = $1`, turn).Scan(&ex.ID); err != nil {
+		t.Fatal(err)
+	}
+	alice.must(200, "GET", fmt.Sprintf("%s/%d", path, ex.ID), nil, &ex)
+	if ex.Status != "failed" || ex.Error == nil || !strings.Contains(ex.Error.Message, "stopped") {
+		t.Fatalf("the run of the failed turn: %+v, want failed because its server stopped", ex)
+	}
+
+	// Redis loses the session: it is rebuilt from the log, without the lost run.
+	ctx := context.Background()
+	keys, err := e.rdb.Keys(ctx, fmt.Sprintf("%ssandbox:{conv:%d}*", e.redisPrefix, conv)).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("session keys %v: %v", keys, err)
+	}
+	if err := e.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := alice.run(conv, "(y, 'x' in globals())")
+	if r.Status != "success" || r.Result == nil || *r.Result != "(2, False)" || r.Session.RestoredFrom != "replay" {
+		t.Fatalf("rebuilt session: %s %v from %s, want (2, False) by replay", r.Status, r.Result, r.Session.RestoredFrom)
+	}
+}

@@ -412,6 +412,18 @@ func (s *Store) failStale(ctx context.Context, convID, turnID int64, reason stri
 		if tag.RowsAffected() == 0 {
 			return conversations.ErrFenced
 		}
+		// The turn's runs in flight went with its server: closed with the turn, so no
+		// record stays pending for good (a run of a server still alive, fenced, finds its
+		// record closed and leaves it so).
+		lost, err := json.Marshal(sandchat.RunError{Type: "SandboxError", Message: conversations.RunLostWithServer})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `update executions set status = $3, error = $4, finished_at = now()
+			where conversation_id = $1 and turn_id = $2 and status = 'pending'`,
+			convID, turnID, sandchat.StatusFailed, lost); err != nil {
+			return err
+		}
 		ev, err := AppendEvent(ctx, tx, convID, conversations.EventTurnFailed, nil,
 			eventData(map[string]any{"turn_id": turnID, "status": conversations.TurnFailed, "error": reason}))
 		out = &ev

@@ -162,7 +162,7 @@ function onWorker(m: any) {
     if (p.expect !== "done" || typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
     outBytes += m.chunk.length;
     if (outBytes > 4 * config!.maxOutput + 65536) return;
-    output.send({ id: 0, op: "out", stream: m.stream, chunk: m.chunk });
+    output.send({ id: 0, op: "out", stream: m.stream, chunk: m.chunk, truncated: m.truncated === true });
     return;
   }
   if (m.op === "display") {

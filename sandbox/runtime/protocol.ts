@@ -51,7 +51,8 @@ export type DataFile = { name: string; data: Blob };
 
 /** Replies carry the request's id; "out" and "display" frames stream a run's output (id 0). */
 export type Reply = { id: number; ok: true; [k: string]: any } | { id: number; ok: false; error: string };
-export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string };
+/** truncated: the stream reached the output limit with this chunk; nothing follows it. */
+export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string; truncated: boolean };
 /** The run in flight starts its code (id 0): its packages are loaded, its time limit starts. */
 export type Started = { id: 0; op: "started" };
 /** A display item of the run in flight (id 0): a JSON MIME bundle, checked by the engine. */

@@ -700,8 +700,14 @@ function makeSink(stream: string, state: { bytes: number; text: string; truncate
   const dec = new TextDecoder();
   let pending = "";
   let last = -Infinity;
+  let cutSent = false;
+  // The chunk that reaches the limit says so: the engine marks the output it kept from
+  // the stream as cut, as the run's reply does, should the reply never come.
   const flush = () => {
-    if (pending) post({ op: "out", run: runId, stream, chunk: pending });
+    if (pending || (state.truncated && !cutSent)) {
+      post({ op: "out", run: runId, stream, chunk: pending, truncated: state.truncated });
+      cutSent = state.truncated;
+    }
     pending = "";
     last = performance.now();
   };

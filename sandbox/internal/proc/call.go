@@ -69,7 +69,7 @@ func (p *Process) read(r *os.File) {
 				return
 			}
 			if fn != nil {
-				fn(h.Stream, h.Chunk)
+				fn(h.Stream, h.Chunk, h.Truncated)
 			}
 			continue
 		}

@@ -51,7 +51,7 @@ type Process struct {
 	nextID int64
 	wantID int64
 	reply  chan Frame // set at start; the reader sends the awaited reply on it
-	onOut  func(stream, chunk string)
+	onOut  func(stream, chunk string, cut bool)
 	onDisp func(kind, item string) error
 	onPip  func(seq int64, req json.RawMessage) PipDone
 	onRun  func() // the run's code starts (its packages are loaded)

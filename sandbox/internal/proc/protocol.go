@@ -261,13 +261,14 @@ type PipDone struct {
 // replyHead is what every frame from a process starts with: a reply to request ID, or
 // (ID 0, Op "out") a chunk of a run's output.
 type replyHead struct {
-	ID     int64  `json:"id"`
-	OK     bool   `json:"ok"`
-	Op     string `json:"op"`
-	Stream string `json:"stream"`
-	Chunk  string `json:"chunk"`
-	Kind   string `json:"kind"` // display frames: display | result
-	Item   string `json:"item"` // display frames: the MIME bundle's JSON, checked by parseDisplay
+	ID        int64  `json:"id"`
+	OK        bool   `json:"ok"`
+	Op        string `json:"op"`
+	Stream    string `json:"stream"`
+	Chunk     string `json:"chunk"`
+	Truncated bool   `json:"truncated"` // out frames: the stream reached the output limit
+	Kind      string `json:"kind"`      // display frames: display | result
+	Item      string `json:"item"`      // display frames: the MIME bundle's JSON, checked by parseDisplay
 	// pip frames (ID 0): micropip.install asks the engine, which answers with a PipDone
 	// request carrying Seq.
 	Seq int64           `json:"seq"`

@@ -13,7 +13,9 @@ type RunLimits struct{ Load, Timeout, Grace time.Duration }
 
 // RunHooks receive what the process sends while a run goes on; nil ones refuse or drop.
 type RunHooks struct {
-	Output  func(stream, chunk string)
+	// Output gets each chunk of output; cut says the stream reached the output limit
+	// with it (the process sends nothing more of that stream).
+	Output  func(stream, chunk string, cut bool)
 	Display func(kind, item string) error // an error kills the process
 	Pip     func(seq int64, req json.RawMessage) PipDone
 }
