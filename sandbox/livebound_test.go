@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"github.com/sandchat/sandchat/migrations/testenv"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 // again the bound holds, without waiting for the idle timeout. Two conversations that
 // alternate just under the checkpoint delay used to keep two processes live for good.
 func TestLiveBound(t *testing.T) {
+	t.Parallel()
 	t.Run("a checkpoint ends while another session runs", func(t *testing.T) {
 		e, _ := newEngine(t, func(c *Config) { c.MaxLive, c.CheckpointDelay = 1, 200*time.Millisecond })
 		mustSucceed(t, e, "a", "x = 1")
@@ -24,7 +26,7 @@ func TestLiveBound(t *testing.T) {
 				signalAll(t, e, "a", syscall.SIGCONT)
 			}
 		}()
-		waitUntil(t, 30*time.Second, func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -33,14 +35,14 @@ func TestLiveBound(t *testing.T) {
 			_, err := e.Execute(ctx, "b", Request{Code: "import time\ntime.sleep(60)", Timeout: 90 * time.Second})
 			ran <- err
 		}()
-		waitUntil(t, 60*time.Second, func() bool { return e.sess.get("b") != nil })
+		testenv.Eventually(t, 60*time.Second, "b adopted", func() bool { return e.sess.get("b") != nil })
 		if n := e.sess.count(); n != 2 {
 			t.Fatalf("%d live sessions while a's checkpoint holds it, want 2", n)
 		}
 		signalAll(t, e, "a", syscall.SIGCONT)
 		stopped = false
 		// a's checkpoint ends while b still runs: a is the one idle, and goes.
-		waitUntil(t, 30*time.Second, func() bool { return e.sess.count() == 1 && e.sess.get("a") == nil })
+		testenv.Eventually(t, 30*time.Second, "a evicted, b kept", func() bool { return e.sess.count() == 1 && e.sess.get("a") == nil })
 		select {
 		case err := <-ran:
 			t.Fatalf("b's run ended before the bound held: %v", err)
@@ -61,11 +63,11 @@ func TestLiveBound(t *testing.T) {
 			ran <- err
 		}()
 		a := liveOf(t, e, "a")
-		waitUntil(t, 30*time.Second, func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
 		mustSucceed(t, e, "b", "y = 1")
 		cancel() // a's run is stopped: it is idle again
 		<-ran
-		waitUntil(t, 30*time.Second, func() bool { return e.sess.count() == 1 })
+		testenv.Eventually(t, 30*time.Second, "one live", func() bool { return e.sess.count() == 1 })
 	})
 }
 
