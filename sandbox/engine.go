@@ -79,7 +79,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.res = &residency{cfg: &e.cfg, sess: e.sess}
 	e.adm = newAdmission(cfg, e.res.reclaim)
-	e.leases = &leases{st: st, cfg: &e.cfg}
+	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.procs.pool = e.pool

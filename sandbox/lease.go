@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 type leases struct {
 	st    Store
 	cfg   *Config // the engine's
+	log   *slog.Logger
 	locks keyLocks
 }
 
@@ -105,12 +107,19 @@ func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Conte
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.Background(), leaseTTL/3)
+				asked := time.Now()
 				ok, err := l.st.Renew(rctx, key, token)
 				cancel()
 				switch {
 				case err == nil && ok:
 					held = time.Now()
 				case err == nil, time.Since(held) >= leaseTTL:
+					why := "another holder or expired"
+					if err != nil {
+						why = err.Error()
+					}
+					l.log.Warn("session lease lost", "session", key, "reason", why,
+						"since_renewed", time.Since(held).Round(time.Millisecond), "renew_took", time.Since(asked).Round(time.Millisecond))
 					lost(errLeaseLost)
 					return
 				}
