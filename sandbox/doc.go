@@ -25,8 +25,9 @@
 //     session; attach.go: brings a session back into a process (from the live set, the
 //     store's heap, or by replaying its cells; history.go: the runs on record outside
 //     the engine, for a session the store lost).
-//   - run.go: a run; preload.go: a request's preload; runoutput.go: where a run's
-//     output and display items go as they come (display.go: the items); pip.go:
+//   - run.go: a run; results.go: what it returns and streams, shaped within the
+//     limits (output markers, artifacts); preload.go: a request's preload; runoutput.go:
+//     where a run's output and display items go as they come (display.go: the items); pip.go:
 //     micropip's requests; pkgview.go: a process's window on the package cache;
 //     available.go: the packages an import can load.
 //   - durable.go: logs the run and answers for the session's saved state and reset;

@@ -22,9 +22,10 @@ import (
 // compiled-code cache) is internal/proc. It is safe for concurrent use.
 // The package comment (doc.go) maps the files.
 type Engine struct {
-	cfg Config
-	log *slog.Logger
-	st  Store
+	cfg   Config
+	shape shaper // what runs return, within cfg's limits
+	log   *slog.Logger
+	st    Store
 
 	// Set once by Start before the engine reports itself available; read-only after.
 	cacheDir string
@@ -80,6 +81,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.res = &residency{cfg: &e.cfg, sess: e.sess}
 	e.adm = newAdmission(cfg, e.res.reclaim)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
+	e.shape = shaperOf(&e.cfg)
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.procs.pool = e.pool

@@ -5,11 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
-	"net/http"
 	"path"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -139,7 +135,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.info().Version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	out, hooks := e.cfg.hooks(req, e.pip.server(ctx, lv, pk))
+	out, hooks := e.shape.hooks(req, e.pip.server(ctx, lv, pk))
 	session := func() SessionInfo {
 		s := lv.info()
 		s.RestoredFrom, s.Expired = info.RestoredFrom, info.Expired
@@ -185,7 +181,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		e.sess.drop(key, lv, "protocol: run reply refused")
 		return Result{}, fmt.Errorf("sandbox reply: %w", err)
 	}
-	res := e.cfg.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
+	res := e.shape.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	nameImages(&res)
 	res.ExecutionMS = ms
@@ -203,100 +199,4 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		return res, ctxErr
 	}
 	return res, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
-}
-
-// lostRun is the answer to a run whose process gave none: why, and what it printed as
-// it came (seen), cut at the output limit with its marker.
-func lostRun(status, typ, msg string, ms int64, session SessionInfo, seen *seenOutput) Result {
-	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: ms,
-		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
-	res.Stdout, res.Stderr = seen.text()
-	return res
-}
-
-// notesPrefix is what the engine says ahead of a run's stderr (how its session came
-// back, packages it could not fetch).
-func notesPrefix(notes []string) string {
-	if len(notes) == 0 {
-		return ""
-	}
-	return strings.Join(notes, "\n") + "\n"
-}
-
-// result turns a run reply into a Result: output with truncation markers, artifacts
-// within their limits, and which changed files its session could not keep (notKept,
-// by path: live.ran).
-func (c *Config) result(r *proc.RunReply, f proc.Frame, notKept map[string]bool, notes []string) Result {
-	res := Result{RunOutcome: sandchat.RunOutcome{Status: r.Status, Stdout: r.Stdout, Stderr: r.Stderr, Result: r.Result, Error: r.Error, Artifacts: []sandchat.Artifact{}}}
-	if r.StdoutTruncated {
-		res.Stdout += truncatedAt(c.MaxOutput)
-	}
-	if r.StderrTruncated {
-		res.Stderr += truncatedAt(c.MaxOutput)
-	}
-	res.Stderr = notesPrefix(notes) + res.Stderr
-	if len(r.Outside) > 0 {
-		res.Stderr += "[sandbox] not kept: " + strings.Join(plainNames(r.Outside), ", ") + " (only files in the working directory /home/pyodide are kept and come back; write there)\n"
-	}
-	var skipped, unsaved []string
-	named := map[string]bool{}
-	for _, ch := range r.Changed {
-		b := f.Bytes(ch.Data)
-		// Named as it is stored, shown and downloaded: the plain form of its path, with
-		// a number when another file of the run has that form. The session keeps the
-		// path as Python wrote it.
-		name := sandchat.UniqueArtifactName(ch.Path, func(n string) bool { return named[n] })
-		named[name] = true
-		switch {
-		case ch.Data == nil || ch.Size > c.MaxArtifactBytes:
-			skipped = append(skipped, fmt.Sprintf("%s is %s; files from a run are limited to %s each", name, sandchat.Size(ch.Size), sandchat.Size(c.MaxArtifactBytes)))
-		case len(res.Artifacts) >= c.MaxArtifacts:
-			skipped = append(skipped, fmt.Sprintf("%s: a run returns at most %d files", name, c.MaxArtifacts))
-		default:
-			res.Artifacts = append(res.Artifacts, sandchat.Artifact{Name: name, ContentType: contentType(ch.Path, b), Data: b, Size: int64(len(b))})
-		}
-		if notKept[ch.Path] {
-			unsaved = append(unsaved, name)
-		}
-	}
-	if r.Omitted > 0 {
-		skipped = append(skipped, fmt.Sprintf("%d more changed files", r.Omitted))
-	}
-	sort.Slice(res.Artifacts, func(i, j int) bool { return res.Artifacts[i].Name < res.Artifacts[j].Name })
-	if len(skipped) > 0 {
-		sort.Strings(skipped)
-		res.Stderr += "[sandbox] files not returned: " + strings.Join(skipped, "; ") + "\n"
-	}
-	if len(unsaved) > 0 {
-		sort.Strings(unsaved)
-		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
-			c.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
-	}
-	return res
-}
-
-func contentType(name string, b []byte) string {
-	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
-		sniff := http.DetectContentType(b)
-		// Trust the bytes over the name when they clearly say image or archive.
-		if strings.HasPrefix(sniff, "image/") || sniff == "application/pdf" || sniff == "application/zip" {
-			return sniff
-		}
-		return t
-	}
-	return http.DetectContentType(b)
-}
-
-// plainNames are paths as the engine shows them (ArtifactName): no hidden characters.
-func plainNames(paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		out[i] = sandchat.ArtifactName(p)
-	}
-	return out
-}
-
-// truncatedAt ends an output cut at limit bytes.
-func truncatedAt(limit int) string {
-	return fmt.Sprintf("\n[... output truncated at %d bytes ...]\n", limit)
 }

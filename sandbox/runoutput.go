@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // Where a run's output and display items go as the process sends them: the caller's
@@ -16,26 +15,6 @@ import (
 type sinks struct {
 	disp *displays   // display items, within their bounds
 	seen *seenOutput // the output as it came: the answer when the process gives none
-}
-
-// hooks sends a run's output and display items to req's callbacks and to what the
-// engine keeps, and its package requests to pip.
-func (c *Config) hooks(req Request, pip *pipServer) (sinks, proc.RunHooks) {
-	s := sinks{
-		disp: &displays{max: c.MaxDisplays, maxBytes: c.MaxDisplayBytes, maxImage: max(c.MaxArtifactBytes, 1), on: req.OnDisplay},
-		seen: &seenOutput{max: c.MaxOutput},
-	}
-	return s, proc.RunHooks{
-		Output: func(stream, chunk string, cut bool) {
-			s.disp.wrote(stream, len(chunk))
-			s.seen.add(stream, chunk, cut)
-			if req.OnOutput != nil {
-				req.OnOutput(stream, chunk)
-			}
-		},
-		Display: s.disp.add,
-		Pip:     pip.handle,
-	}
 }
 
 // seenOutput keeps what a run streamed, each stream up to max bytes.
