@@ -191,11 +191,7 @@ export function finishCell(callID, r) {
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
   if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
   if (restored) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
-  if (!stopped && err && (err.traceback || err.message || err.type)) {
-    res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
-      el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
-      err.traceback ? el("pre", { className: "traceback", textContent: err.traceback }) : null));
-  }
+  if (!stopped && err && (err.traceback || err.message || err.type)) res.append(errorBox(err));
   // An image shown as a display item is a file too; it is not shown again as an artifact.
   const shown = new Set((r.displays || []).map((d) => d.image?.file_id).filter(Boolean));
   const arts = (r.artifacts || []).filter((a) => !shown.has(a.id));
@@ -203,6 +199,21 @@ export function finishCell(callID, r) {
   const others = arts.filter((a) => !IMAGE_TYPES.includes(a.content_type));
   if (images.length) res.append(el("div", { className: "thumbs" }, images.map(thumbnail)));
   if (others.length) res.append(el("ul", { className: "chips" }, others.map((f) => el("li", {}, downloadChip(f)))));
+}
+
+// errorBox says what a run raised, once. A traceback ends with the error's own line:
+// that line is drawn strong under the frames (always in view, however long they are),
+// not also above them.
+function errorBox(err) {
+  const head = err.message ? `${err.type || "Error"}: ${err.message}` : err.type || "Error";
+  let tb = (err.traceback || "").replace(/\n+$/, "");
+  const strong = el("strong", { className: "error-line", textContent: head });
+  const box = el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } });
+  if (tb === head || tb.endsWith("\n" + head)) {
+    tb = tb.slice(0, tb.length - head.length).replace(/\n+$/, "");
+    box.append(tb ? el("pre", { className: "traceback", textContent: tb }) : null, strong);
+  } else box.append(strong, tb ? el("pre", { className: "traceback", textContent: tb }) : null);
+  return box;
 }
 
 async function fullDisplays(cell, executionID) {
