@@ -185,6 +185,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	res := e.cfg.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
+	res.Order = out.seen.order(len(notesPrefix(notes)))
 	nameImages(&res)
 	res.ExecutionMS = ms
 	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {
@@ -210,6 +211,7 @@ func lostRun(status, typ, msg string, ms int64, session SessionInfo, seen *seenO
 		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
 	if seen != nil {
 		res.Stdout, res.Stderr = seen.text()
+		res.Order = seen.order(0)
 	}
 	return res
 }

@@ -38,12 +38,15 @@ func (c *Config) hooks(req Request, pip *pipServer) (sinks, proc.RunHooks) {
 	}
 }
 
-// seenOutput keeps what a run streamed, each stream up to max bytes.
+// seenOutput keeps what a run streamed, each stream up to max bytes, and where it went
+// from one stream to the other.
 type seenOutput struct {
 	mu             sync.Mutex // guards the fields below: the reader adds, the run's end reads
 	max            int
 	stdout, stderr strings.Builder
 	outCut, errCut bool
+	last           string              // the stream written last
+	switches       []sandchat.OutputAt // at most sandchat.MaxOutputOrder
 }
 
 func (s *seenOutput) add(stream, chunk string) {
@@ -52,6 +55,8 @@ func (s *seenOutput) add(stream, chunk string) {
 	b, cut := &s.stdout, &s.outCut
 	if stream == "stderr" {
 		b, cut = &s.stderr, &s.errCut
+	} else {
+		stream = "stdout"
 	}
 	if *cut {
 		return // past the limit: nothing after the cut
@@ -59,7 +64,32 @@ func (s *seenOutput) add(stream, chunk string) {
 	if room := s.max - b.Len(); len(chunk) > room {
 		chunk, *cut = sandchat.TruncateUTF8(chunk, room, ""), true
 	}
+	if chunk == "" {
+		return
+	}
+	if s.last != "" && s.last != stream && len(s.switches) < sandchat.MaxOutputOrder {
+		s.switches = append(s.switches, sandchat.OutputAt{Stdout: s.stdout.Len(), Stderr: s.stderr.Len()})
+	}
+	s.last = stream
 	b.WriteString(chunk)
+}
+
+// order is the run's Order, for a stderr that has stderrBefore bytes of the engine's
+// ahead of what the process wrote: they come first.
+func (s *seenOutput) order(stderrBefore int) []sandchat.OutputAt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sandchat.OutputAt
+	if stderrBefore > 0 && s.stdout.Len() > 0 {
+		out = append(out, sandchat.OutputAt{Stderr: stderrBefore})
+	}
+	for _, at := range s.switches {
+		if len(out) == sandchat.MaxOutputOrder {
+			break
+		}
+		out = append(out, sandchat.OutputAt{Stdout: at.Stdout, Stderr: at.Stderr + stderrBefore})
+	}
+	return out
 }
 
 // text is what was seen, with the marker a run's own answer has when it was cut.

@@ -711,17 +711,21 @@ const sinks = { stdout: discard, stderr: discard };
 let outLimit = 1 << 20;
 let runId = 0;
 
-function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }) {
+// makeSink is one stream of a run's output. before runs ahead of each write: it sends
+// what the other stream holds back, so the chunks go out in the order they were written.
+function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }, before: () => void) {
   const dec = new TextDecoder();
   let pending = "";
   let last = -Infinity;
   const flush = () => {
-    if (pending) post({ op: "out", run: runId, stream, chunk: pending });
+    if (!pending) return;
+    post({ op: "out", run: runId, stream, chunk: pending });
     pending = "";
     last = performance.now();
   };
   const write = (buf: Uint8Array) => {
     if (state.truncated) return buf.length;
+    before();
     let b = buf;
     if (state.bytes + b.length > outLimit) {
       b = b.subarray(0, Math.max(0, outLimit - state.bytes));
@@ -766,7 +770,8 @@ async function run(m: any) {
   const tmpBefore = new Map<string, string>();
   try { walk("/tmp", tmpBefore); } catch { /* no /tmp */ }
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
-  const so = makeSink("stdout", out), se = makeSink("stderr", err);
+  const so: { write: (b: Uint8Array) => number; flush: () => void } = makeSink("stdout", out, () => se.flush());
+  const se: { write: (b: Uint8Array) => number; flush: () => void } = makeSink("stderr", err, () => so.flush());
   sinks.stdout = so.write;
   sinks.stderr = se.write;
   Object.assign(displays, { active: true, count: 0, bytes: 0, dropped: 0, max: m.maxDisplays ?? 0, maxBytes: m.maxDisplayBytes ?? 0 });
