@@ -40,7 +40,7 @@ export function ensureCell(callID, code, path, turnID) {
   // written by then): the order the run's record keeps no trace of (layOut).
   cell.streamed = { stdout: "", stderr: "", last: "" };
   cell.switches = [];
-  containerFor(path).append(cell);
+  containerFor(path, turnID).append(cell);
   return cell;
 }
 

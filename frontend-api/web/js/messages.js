@@ -30,7 +30,7 @@ function turnOf(turnID) { return turnID ?? state.turn ?? undefined; }
 
 function handoffBlock(path, task, turnID) {
   const key = pathKey(path);
-  const parent = containerFor(path.slice(0, -1));
+  const parent = containerFor(path.slice(0, -1), turnID);
   const child = path[path.length - 1];
   const status = el("span", { className: "status running", textContent: "working…" });
   const body = el("ol", { className: "handoff-body" });
@@ -111,7 +111,7 @@ export function whoOf(path) { return (path && path.length ? path[path.length - 1
 // An assistant message: its text (when any), then a code cell per sandbox call and a
 // nested block per handoff. A streamed draft of the same step is replaced.
 function addAssistantMessage(m, draftKey) {
-  const box = containerFor(m.agent_path);
+  const box = containerFor(m.agent_path, m.turn_id);
   const draft = draftKey ? box.querySelector(`:scope > [data-draft="${CSS.escape(draftKey)}"]`) : null;
   // Already drawn from the REST history: a draft streamed again from held events goes.
   if (messageEl(m.id)) { draft?.remove(); return; }
