@@ -123,7 +123,6 @@ func (r *Load) Ensure(ctx context.Context, code string, names []string) (notes [
 		return nil
 	}
 	f := r.f
-	need := f.needed(code, names)
 	var missing []string
 	var why error
 	defer func() {
@@ -132,8 +131,10 @@ func (r *Load) Ensure(ctx context.Context, code string, names []string) (notes [
 		}
 	}()
 	if f.cdn == "" {
-		// Sessions load from the mirror itself: what it lacks cannot be served.
-		for _, n := range need {
+		// Sessions load the code's imports from the mirror themselves; an import that
+		// finds nothing there asks again by name (the driver's finder, through pip.go).
+		// What the mirror lacks cannot be served.
+		for _, n := range f.needed("", names) {
 			if !fileExists(filepath.Join(f.mirror, f.pkgs[n].FileName)) {
 				missing = append(missing, f.pkgs[n].Name)
 			}
@@ -141,6 +142,7 @@ func (r *Load) Ensure(ctx context.Context, code string, names []string) (notes [
 		why = errors.New("the package directory does not have them and no package source is set")
 		return nil
 	}
+	need := f.needed(code, names)
 	for i, n := range need {
 		err := f.fetch(ctx, r, f.pkgs[n])
 		if err == nil {
