@@ -9,15 +9,26 @@ import (
 // conversation's record keeps it and the API answers it: one record, so no layer
 // copies it into a shape of its own.
 type RunOutcome struct {
-	Status      string     `json:"status"`
-	Stdout      string     `json:"stdout"`
-	Stderr      string     `json:"stderr"`
-	Result      *string    `json:"result"` // repr of a trailing expression
-	Error       *RunError  `json:"error,omitempty"`
-	Artifacts   []Artifact `json:"artifacts"`
-	Displays    []Display  `json:"displays"`
+	Status    string     `json:"status"`
+	Stdout    string     `json:"stdout"`
+	Stderr    string     `json:"stderr"`
+	Result    *string    `json:"result"` // repr of a trailing expression
+	Error     *RunError  `json:"error,omitempty"`
+	Artifacts []Artifact `json:"artifacts"`
+	Displays  []Display  `json:"displays"`
+	// Order keeps the order Stdout and Stderr were written in, which each stream whole
+	// does not: the points where the output went from one stream to the other, each as
+	// the bytes of both written before it. A client cuts the streams there and lays the
+	// pieces out in turn (o1, e1, o2). At most MaxOutputOrder points: past them, the rest
+	// of each stream shows whole. Runs recorded before it was kept, and runs that wrote
+	// one stream only, have none.
+	Order       []OutputAt `json:"order,omitempty"`
 	ExecutionMS int64      `json:"execution_ms"`
 }
+
+// MaxOutputOrder bounds RunOutcome.Order: a program that alternates the streams on
+// every line keeps the order of its first thousand switches.
+const MaxOutputOrder = 1000
 
 // Statuses of a RunOutcome. The engine answers the first three; a run's record says
 // StatusFailed when the engine could not complete the run.

@@ -7,9 +7,18 @@ import (
 )
 
 // modelContext turns stored messages into the model's context: the primary agent's
-// exchange only (a child's inner steps reach the parent as its tool result), with tool
-// calls and results kept in pairs, as chat APIs require.
+// exchange only (a child's inner steps reach the parent as its tool result), each user
+// message with its current answer version only, with tool calls and results kept in
+// pairs, as chat APIs require.
 func modelContext(history []conversations.Message) []ChatMessage {
+	superseded := map[int64]bool{} // turns whose answer is not their message's current one
+	for _, m := range history {
+		if m.Role == RoleUser && m.AnswerTurnID != nil {
+			for _, v := range m.Versions {
+				superseded[v] = v != *m.AnswerTurnID
+			}
+		}
+	}
 	answered := map[string]bool{}
 	for _, m := range history {
 		if m.Role == RoleTool && len(m.AgentPath) <= 1 {
@@ -20,13 +29,14 @@ func modelContext(history []conversations.Message) []ChatMessage {
 	asked := map[string]bool{}
 	var turn int64
 	for _, m := range history {
-		if len(m.AgentPath) > 1 {
+		if len(m.AgentPath) > 1 || m.Role != RoleUser && m.TurnID != nil && superseded[*m.TurnID] {
 			continue
 		}
 		if m.TurnID != nil && *m.TurnID != turn {
 			turn = *m.TurnID
 			// A turn that opens without a user message answered the one before again
-			// (Runner.Retry): its answer replaces the earlier ones.
+			// (Runner.Retry): its answer replaces the earlier ones (of messages stored
+			// before answers had versions).
 			if m.Role != RoleUser {
 				out = untilLastUser(out)
 			}

@@ -33,6 +33,8 @@ type TurnStore interface {
 	// RetryTurn starts a turn that answers the latest user message again.
 	// A non-nil content replaces the message's text first (its author only).
 	RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string, content *string) (conversations.Turn, []conversations.Event, error)
+	// SetAnswer makes turnID the current answer version of a user message.
+	SetAnswer(ctx context.Context, convID, messageID, turnID int64) (conversations.Message, conversations.Event, error)
 	History(ctx context.Context, convID int64) ([]conversations.Message, error)
 	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
 	// The writes of a turn are fenced: they fail with conversations.ErrFenced once the
@@ -233,7 +235,8 @@ type Retried struct {
 
 // Retry answers the conversation's latest user message again, in a new turn, with the
 // tools as they are now: what a user asks for after switching on a tool the first
-// answer lacked. The earlier answer stays in the history, but no model sees it again.
+// answer lacked. The new answer is the message's current version; the earlier one stays
+// as a version to switch back to (SetAnswer), which models see only when it is current.
 // With content, its author edits the message first and the turn answers the new text
 // (edit and resend); it is checked as a new message is.
 func (r *Runner) Retry(ctx context.Context, convID, messageID int64, content *string) (Retried, error) {
@@ -260,6 +263,17 @@ func (r *Runner) Retry(ctx context.Context, convID, messageID int64, content *st
 	}
 	r.launch(ctx, &turnRun{r: r, convID: convID, turnID: turn.ID, fence: conversations.Fence{TurnID: turn.ID, Owner: owner}, retry: true}, evs)
 	return Retried{TurnID: turn.ID}, nil
+}
+
+// SetAnswer makes one of a user message's answer versions (the turn that gave it) the
+// current one, for every tab of the conversation and for the models of later turns.
+func (r *Runner) SetAnswer(ctx context.Context, convID, messageID, turnID int64) (conversations.Message, error) {
+	msg, ev, err := r.store.SetAnswer(ctx, convID, messageID, turnID)
+	if err != nil {
+		return msg, err
+	}
+	r.publish(ctx, ev)
+	return msg, nil
 }
 
 // launch publishes the events that started t and runs it in the background, for the

@@ -135,7 +135,9 @@ type StoredExecution struct {
 	RestoredFrom   *string         `json:"restored_from,omitempty"`
 	Artifacts      []FileRef       `json:"artifacts"`
 	// Displays are the run's display items as shown: text parts, and images as file ids.
-	Displays   json.RawMessage `json:"displays"`
+	Displays json.RawMessage `json:"displays"`
+	// Order is the order its output was written in (sandchat.RunOutcome.Order), when kept.
+	Order      json.RawMessage `json:"order,omitempty"`
 	CreatedAt  time.Time       `json:"created_at"`
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 }

@@ -20,7 +20,12 @@ type Message struct {
 	Content        string          `json:"content"`
 	ToolCalls      json.RawMessage `json:"tool_calls,omitempty"`
 	ToolCallID     string          `json:"tool_call_id,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
+	// A user message's answers are versions: Versions are the turns that answered it,
+	// oldest first (Regenerate and Edit each add one), and AnswerTurnID the current one,
+	// which the page shows and models see.
+	AnswerTurnID *int64    `json:"answer_turn_id,omitempty"`
+	Versions     []int64   `json:"versions,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Turn is one run of the assistant, started by a user message.
@@ -58,7 +63,7 @@ const (
 	EventTurnCompleted    = "turn.completed"
 	EventTurnFailed       = "turn.failed"
 	EventMessageCreated   = "message.created"
-	EventMessageUpdated   = "message.updated" // a user message edited and answered again
+	EventMessageUpdated   = "message.updated" // a user message edited, answered again, or its answer version switched
 	EventMessageDelta     = "message.delta"
 	EventMessageCompleted = "message.completed"
 	EventToolStarted      = "tool.started"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/conversations"
 )
@@ -14,6 +15,7 @@ import (
 type TurnService interface {
 	Start(ctx context.Context, convID int64, content string) (agents.Started, error)
 	Retry(ctx context.Context, convID, messageID int64, content *string) (agents.Retried, error)
+	SetAnswer(ctx context.Context, convID, messageID, turnID int64) (conversations.Message, error)
 	Cancel(ctx context.Context, convID, turnID int64) error
 }
 
@@ -64,6 +66,31 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 			return err
 		}
 		return c.Status(fiber.StatusAccepted).JSON(retried)
+	})
+	// Which of a user message's answer versions is current: {"turn_id": one of its versions}.
+	v1.Put("/conversations/:id/messages/:message_id/answer", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		msgID, err := paramID(c, "message_id")
+		if err != nil {
+			return err
+		}
+		var in struct {
+			TurnID int64 `json:"turn_id"`
+		}
+		if err := decode(c, &in); err != nil {
+			return err
+		}
+		if in.TurnID <= 0 {
+			return sandchat.Errorf(sandchat.EINVALID, "turn_id names the answer version to show: one of the message's versions.")
+		}
+		msg, err := s.turns.SetAnswer(c.UserContext(), id, msgID, in.TurnID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(msg)
 	})
 	v1.Get("/conversations/:id/messages", func(c *fiber.Ctx) error {
 		id, err := paramID(c, "id")

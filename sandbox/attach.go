@@ -139,6 +139,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
 		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+		if u := pk.UnservedNames(); len(u) > 0 {
+			// No import of this run may say it: the session lost them.
+			a.notes = append(a.notes, pkgs.UnservedNote(u))
+		}
 	}
 	var pip []pkgs.Wheel
 	if st != nil {

@@ -61,7 +61,11 @@ func (n *nodeProcs) boot(ctx context.Context) ([]byte, error) {
 	if len(n.cfg.Preload) > 0 && n.launch.Fetch != nil {
 		pk := n.packages(p)
 		defer pk.Done()
-		if notes := pk.Ensure(ctx, preloadCode(n.cfg.Preload), nil); len(notes) > 0 {
+		notes := pk.Ensure(ctx, preloadCode(n.cfg.Preload), nil)
+		if u := pk.UnservedNames(); len(u) > 0 {
+			notes = append(notes, "packages not served: "+strings.Join(u, ", ")+" (the log says why)")
+		}
+		if len(notes) > 0 {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}

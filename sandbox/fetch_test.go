@@ -7,11 +7,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 )
 
 // cdnFixture is a local package CDN: a lock file (in a package dir without wheels)
@@ -111,29 +116,21 @@ func TestPackageFetch(t *testing.T) {
 		}
 	})
 	t.Run("offline gives a clear message", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := "http://" + l.Addr().String() + "/pyodide/"
-		l.Close()
 		cache := readableTempDir(t)
-		e3, _ := newEngine(t, withCDN(dead, cache))
+		e3, _ := newEngine(t, withCDN(deadURL(t), cache))
 		r := run(t, e3, "offline", code)
 		if r.Status != StatusError || r.Error.Type != "ModuleNotFoundError" {
 			t.Fatalf("status %s stderr %q error %+v", r.Status, r.Stderr, r.Error)
 		}
-		// One line naming the packages and the settings that fix it, in what Python,
-		// the model and the user see; nothing of the server's paths or hosts.
-		note := "[sandbox] not available on this server: sandchat-cdn, sandchat-dep."
-		if strings.Count(r.Stderr, "\n") != 1 || !strings.HasPrefix(r.Stderr, note) || !strings.Contains(r.Stderr, "SANDCHAT_SANDBOX_PACKAGE_CDN") {
-			t.Errorf("stderr %q, want the one line %q…", r.Stderr, note)
-		}
-		if !strings.Contains(r.Error.Message, "sandchat_cdn") || !strings.Contains(r.Error.Message, "SANDCHAT_SANDBOX_PACKAGE_CDN") {
-			t.Errorf("error %q names neither the module nor the setting", r.Error.Message)
+		// One short line, once, in what Python, the model and the user see: what is
+		// missing, that this server cannot fetch packages, whom to ask. The source and
+		// the settings that fix it are the operator's (the server's log).
+		want := "No module named 'sandchat_cdn': " + pkgs.UnservedLine
+		if r.Error.Message != want || strings.Count(r.Error.Traceback, pkgs.UnservedLine) != 1 || r.Stderr != "" {
+			t.Errorf("error %q, stderr %q; want the error %q and nothing else", r.Error.Message, r.Stderr, want)
 		}
 		seen := r.Stderr + r.Error.Message + r.Error.Traceback
-		for _, leak := range []string{cdn.lockDir, cache, "127.0.0.1", "node_modules", ".whl", "http", "connect", "dial", "ENOENT"} {
+		for _, leak := range []string{cdn.lockDir, cache, "127.0.0.1", "node_modules", ".whl", "http", "connect", "dial", "ENOENT", "SANDCHAT_"} {
 			if strings.Contains(seen, leak) {
 				t.Errorf("%q shows to the user: %q", leak, seen)
 			}
@@ -174,5 +171,59 @@ func TestLoadOutsideTheTimeLimit(t *testing.T) {
 	r, err = e.Execute(context.Background(), "big", Request{Code: "while True: pass", Timeout: 300 * time.Millisecond})
 	if err != nil || r.Status != StatusTimeout {
 		t.Fatalf("code past its limit: %v %s", err, r.Status)
+	}
+}
+
+// deadURL is a package source nobody answers at: the port was free a moment ago.
+func deadURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String() + "/pyodide/"
+}
+
+// TestProvidedModules: the modules the driver provides (sandchat's micropip, the
+// IPython.display shim) need no package of the distribution, whose lock file names
+// packages for both. On a server that cannot reach its package source,
+// `from IPython.display import HTML, display` runs, draws its item, and says nothing
+// about packages: nothing was fetched, nothing loaded. The engine's list is the
+// driver's.
+func TestProvidedModules(t *testing.T) {
+	shared, _, _ := setup(t)
+	src, err := os.ReadFile(filepath.Join(shared.cfg.RuntimeDir, "driver.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^\s*_m\.provided = \(([^)]*)\)$`).FindSubmatch(src)
+	if line == nil {
+		t.Fatal("driver.py sets no _m.provided")
+	}
+	var driver []string
+	for _, m := range regexp.MustCompile(`"([^"]+)"`).FindAllSubmatch(line[1], -1) {
+		driver = append(driver, string(m[1]))
+	}
+	if !slices.Equal(driver, pkgs.Provided) {
+		t.Errorf("the driver provides %q, the engine skips %q", driver, pkgs.Provided)
+	}
+
+	e, _ := newEngine(t, func(c *Config) { c.PackageCDN, c.PackageCacheDir = deadURL(t), readableTempDir(t) })
+	for _, code := range []string{
+		"from IPython.display import HTML, display\ndisplay(HTML('<b>shim</b>'))",
+		"import IPython.display\nIPython.display.display(IPython.display.Markdown('*md*'))",
+		"import micropip\nprint(sorted(micropip.list()))",
+	} {
+		r := mustSucceed(t, e, "provided", code)
+		if r.Stderr != "" || len(r.Session.Packages) != 0 {
+			t.Errorf("%q: stderr %q, packages loaded %q; want neither", code, r.Stderr, r.Session.Packages)
+		}
+		if !strings.Contains(code, "micropip") && len(r.Displays) != 1 {
+			t.Errorf("%q: %d display items, want 1", code, len(r.Displays))
+		}
+	}
+	if n := e.fetch.Requests(); n != 0 {
+		t.Errorf("%d requests to the package source for modules the driver provides", n)
 	}
 }

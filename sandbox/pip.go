@@ -77,6 +77,21 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 	if err == nil && len(plan.Lock) > 0 {
 		// Given to the run until it ends: the Worker loads them after this answer.
 		lockNotes = s.run.Ensure(ctx, "", plan.Lock)
+		var unserved []string
+		for _, n := range plan.Lock {
+			if s.run.Unserved(n) {
+				unserved = append(unserved, n)
+			}
+		}
+		switch {
+		case len(unserved) > 0 && req.Lock:
+			// An import: Python names the module.
+			out.Error = pkgs.UnservedLine
+			return out
+		case len(unserved) > 0:
+			out.Error = strings.Join(unserved, ", ") + ": " + pkgs.UnservedLine
+			return out
+		}
 	}
 	if err == nil && len(lockNotes) > 0 {
 		err = &pkgs.Error{Msg: strings.Join(lockNotes, "; ")}

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // Check is one finding of Preflight: Err when the sandbox cannot work without a fix,
@@ -52,17 +56,33 @@ func Preflight(ctx context.Context, cfg Config) []Check {
 	} else {
 		check("pyodide", nil, v+" at "+cfg.PyodideDir)
 	}
+	// A source that does not answer: users who import a package it would serve are told
+	// to ask their administrator, who reads here (and in the server's log) what to set.
+	var down error
+	if cfg.PackageCDN != "" {
+		if err := probeSource(ctx, cfg.PackageCDN); err != nil {
+			down = fmt.Errorf("the package source %s cannot be reached (%v): set SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror)", cfg.PackageCDN, err)
+		}
+	}
 	if fileExists(filepath.Join(cfg.PackageDir, "pyodide-lock.json")) {
 		n, _ := countWheels(cfg.PackageDir)
-		source := "the others are not available (SANDCHAT_SANDBOX_PACKAGE_CDN is off)"
-		if cfg.PackageCDN != "" {
-			source = "the others are fetched from " + cfg.PackageCDN
+		switch {
+		case cfg.PackageCDN == "":
+			check("packages", nil, fmt.Sprintf("%s holds %d wheels of its lock; the others are not available (SANDCHAT_SANDBOX_PACKAGE_CDN is off)", cfg.PackageDir, n))
+		case down != nil:
+			out = append(out, Check{Name: "packages", Warn: true, Detail: fmt.Sprintf("%s holds %d wheels of its lock; the others are not available: %v", cfg.PackageDir, n, down)})
+		default:
+			check("packages", nil, fmt.Sprintf("%s holds %d wheels of its lock; the others are fetched from %s", cfg.PackageDir, n, cfg.PackageCDN))
 		}
-		check("packages", nil, fmt.Sprintf("%s holds %d wheels of its lock; %s", cfg.PackageDir, n, source))
+	} else if down != nil {
+		check("packages", down, "")
 	} else if cfg.PackageCDN != "" {
 		check("packages", nil, "from "+cfg.PackageCDN)
 	} else {
 		check("packages", errors.New("no pyodide-lock.json in the package directory and no CDN: only the standard library can be imported"), "")
+	}
+	if down != nil {
+		cfg.PackageCDN = "" // for numpy's line: what the mirror alone serves
 	}
 	if src, ok := numpySource(cfg); ok {
 		check("numpy", nil, src)
@@ -70,6 +90,30 @@ func Preflight(ctx context.Context, cfg Config) []Check {
 		out = append(out, Check{Name: "numpy", Detail: src, Warn: true})
 	}
 	return out
+}
+
+// probeSource asks the package source for its lock file, as the engine would for a
+// wheel: whether it answers at all, and with the file.
+func probeSource(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/pyodide-lock.json", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("it answered %s", resp.Status)
+	}
+	return nil
 }
 
 func allowText(a []string) string {

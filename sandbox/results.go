@@ -54,6 +54,7 @@ func lostRun(status, typ, msg string, ms int64, session SessionInfo, seen *seenO
 	res := Result{RunOutcome: sandchat.RunOutcome{Status: status, ExecutionMS: ms,
 		Error: &sandchat.RunError{Type: typ, Message: msg}}, Session: session}
 	res.Stdout, res.Stderr = seen.text()
+	res.Order = seen.order(0)
 	return res
 }
 

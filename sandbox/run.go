@@ -183,6 +183,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	res := e.shape.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
+	res.Order = out.seen.order(len(notesPrefix(notes)))
 	nameImages(&res)
 	res.ExecutionMS = ms
 	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {

@@ -1,8 +1,11 @@
 package sandbox
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandchat/sandchat"
 )
 
 // TestSeenOutput: what a run streamed is kept per stream up to the output limit, cut on a
@@ -26,5 +29,38 @@ func TestSeenOutput(t *testing.T) {
 	out, errs = s.text()
 	if out != "0123456789"+truncatedAt(10) || errs != "0123456789" {
 		t.Fatalf("stdout %q stderr %q", out, errs)
+	}
+}
+
+// TestOutputOrder: a run's Order is where its output went from one stream to the other,
+// counted in the bytes kept; the engine's notes ahead of stderr come first; a program
+// that alternates without end keeps the order of its first MaxOutputOrder switches.
+func TestOutputOrder(t *testing.T) {
+	t.Parallel()
+	s := &seenOutput{max: 1 << 20}
+	s.add("stdout", "o1\n", false)
+	s.add("stdout", "o1b\n", false)
+	s.add("stderr", "e1\n", false)
+	s.add("stdout", "o2\n", false)
+	want := []sandchat.OutputAt{{Stdout: 0, Stderr: 5}, {Stdout: 7, Stderr: 5}, {Stdout: 7, Stderr: 8}}
+	if got := s.order(5); !slices.Equal(got, want) {
+		t.Errorf("order with 5 bytes of notes ahead: %v, want %v", got, want)
+	}
+	if got, want := s.order(0), []sandchat.OutputAt{{Stdout: 7, Stderr: 0}, {Stdout: 7, Stderr: 3}}; !slices.Equal(got, want) {
+		t.Errorf("order: %v, want %v", got, want)
+	}
+	only := &seenOutput{max: 1 << 20}
+	only.add("stdout", "a", false)
+	only.add("stdout", "b", false)
+	if got := only.order(0); len(got) != 0 {
+		t.Errorf("one stream: %v, want no order", got)
+	}
+	many := &seenOutput{max: 1 << 20}
+	for range 3 * sandchat.MaxOutputOrder {
+		many.add("stdout", "o", false)
+		many.add("stderr", "e", false)
+	}
+	if got := many.order(3); len(got) != sandchat.MaxOutputOrder {
+		t.Errorf("%d points kept, want %d", len(got), sandchat.MaxOutputOrder)
 	}
 }

@@ -198,6 +198,9 @@ func completedData(run Run) map[string]any {
 		e.Message, e.Traceback = cut(e.Message), cut(e.Traceback)
 		d["error"] = e
 	}
+	if len(run.Order) > 0 {
+		d["order"] = run.Order
+	}
 	if run.Notice != "" {
 		d["notice"] = run.Notice
 	}

@@ -12,8 +12,8 @@ const offerButton = `document.querySelector("#messages > li.offer button")`
 
 // TestBrowserOnboard: a newcomer's first code, in a new chat with no agent, meets the
 // Python sandbox off. The answer says so, and right under it one click switches the
-// sandbox on (every tab gets the toast) and runs that code, whose result stays after a
-// reload. A viewer of such a conversation is told why the code did not run, with no
+// sandbox on (every tab gets the toast) and runs that code, whose answer replaces the
+// one that said the sandbox was off (answer 2 of 2) and stays after a reload. A viewer of such a conversation is told why the code did not run, with no
 // button.
 func TestBrowserOnboard(t *testing.T) {
 	e := newEnv(t)
@@ -54,12 +54,16 @@ func TestBrowserOnboard(t *testing.T) {
 		until(lastCell+`.querySelector(".cell-out").textContent === "42\n"`),
 		until(`!document.querySelector("#messages > li.offer")`),
 		until(`document.activeElement.id === "input"`),
+		// The answer that said the sandbox was off is the first version, not shown.
+		until(versionsOf("Answer 2 of 2")),
+		until(`!`+shownText+`.includes("The Python sandbox is off here")`),
 	)
 	tb.shot(t, "02-ran-1366")
-	tb.run(t, "after a reload the run is there and the offer is not",
+	tb.run(t, "after a reload the run is there, and neither the offer nor the answer it replaced",
 		chromedp.Reload(),
 		until(lastCell+`?.querySelector(".cell-out").textContent === "42\n"`),
-		until(`document.querySelectorAll("#messages .msg.assistant").length === 2`),
+		until(versionsOf("Answer 2 of 2")),
+		until(`!`+shownText+`.includes("The Python sandbox is off here")`),
 		until(`!document.querySelector("#messages > li.offer")`),
 	)
 

@@ -511,7 +511,7 @@ func TestBrowserChat(t *testing.T) {
 	t.Run("an error shows its traceback", func(t *testing.T) {
 		tab1.run(t, "divide by zero",
 			say("```python\ndef ratio(a, b):\n    return a / b\nratio(1, 0)\n```"),
-			until(lastCell+`?.querySelector(".traceback")?.textContent.includes("ZeroDivisionError")`),
+			until(lastCell+`?.querySelector(".error-box")?.textContent.includes("ZeroDivisionError: division by zero")`),
 			until(lastCell+`.querySelector(".traceback").textContent.includes("in ratio")`),
 		)
 		tab1.shot(t, "09-traceback")
@@ -540,7 +540,7 @@ func TestBrowserChat(t *testing.T) {
 			chromedp.Reload(),
 			until(`document.querySelector("#conv-title").textContent === "Sum the amounts, please:"`),
 			until(`document.querySelectorAll("#messages .cell[data-done]").length === 5`),
-			until(`[...document.querySelectorAll("#messages .traceback")].some((e) => e.textContent.includes("ZeroDivisionError"))`),
+			until(`[...document.querySelectorAll("#messages .error-box")].some((e) => e.textContent.includes("ZeroDivisionError"))`),
 			// The stopped loop still reads stopped, not timed out, and shows no traceback.
 			until(`[...document.querySelectorAll("#messages .cell")].some((c) => c.textContent.includes("spinning") && c.querySelector(".status").textContent.startsWith("stopped") && !c.querySelector(".error-box"))`),
 			until(`document.querySelector("#messages .thumb img")?.naturalWidth === 96`),

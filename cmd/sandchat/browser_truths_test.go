@@ -43,7 +43,8 @@ const copyOverlaps = `(() => {
 // TestBrowserSmallTruths: the small things a user reads off the page are true. An output
 // box follows its output, unless the reader scrolled inside it; a fast run says how
 // many milliseconds it took; the Tools chip names what is on; a long title ends in "…";
-// Enter inside an open ``` block is a new line; Copy buttons cover nothing.
+// Enter inside an open ``` block is a new line; Copy buttons cover nothing. (Output
+// order: TestBrowserStreamOrder.)
 func TestBrowserSmallTruths(t *testing.T) {
 	e := newEnv(t)
 	m := e.sandboxNode()
@@ -401,26 +402,6 @@ func TestBrowserSmallTruths(t *testing.T) {
 		)
 		if r.Maths != 1 || !r.Frac || r.Width < 5 || strings.Contains(r.Text, "$$") {
 			t.Errorf("the Latex item reads %q: want the fraction drawn", r.Text)
-		}
-	})
-
-	t.Run("stdout and stderr keep the order they were written in, told apart by colour", func(t *testing.T) {
-		code := "import sys, time\nprint('order o1', flush=True)\ntime.sleep(0.2)\nprint('order e1', file=sys.stderr, flush=True)\ntime.sleep(0.2)\nprint('order o2', flush=True)"
-		cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector(".cell-code").textContent.includes("order e1"))`
-		var r struct {
-			Text   string `json:"text"`
-			Out    string `json:"out"`
-			Err    string `json:"err"`
-			Colour bool   `json:"colour"`
-		}
-		tb.run(t, "run it",
-			say(py(code)),
-			until(cell+`?.dataset.done && !document.querySelector("#send").hidden`),
-			chromedp.Evaluate(`(() => { const c = `+cell+`, o = c.querySelector(".cell-out .stdout"), e = c.querySelector(".cell-out .stderr");
-  return { text: c.querySelector(".cell-out").innerText, out: getComputedStyle(o).color, err: getComputedStyle(e).color } })()`, &r),
-		)
-		if r.Text != "order o1\norder e1\norder o2\n" || r.Out == r.Err {
-			t.Errorf("the finished cell reads %q, stdout in %s and stderr in %s: want the order written, two colours", r.Text, r.Out, r.Err)
 		}
 	})
 }

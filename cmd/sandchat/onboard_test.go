@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -225,4 +226,105 @@ func TestEditSeenByModel(t *testing.T) {
 	if got, want := seen(reqs[2]), "user:Capital of Italy? assistant:Rome. user:Sure?"; got != want {
 		t.Fatalf("the next turn asked with %q, want %q", got, want)
 	}
+}
+
+// TestAnswerVersions: the answers to a user message are versions. An edit adds one and
+// makes it current; switching back to the first brings its text back, for every tab
+// (message.updated) and for the model of the next turn, which sees only the current
+// version. Who may switch, and when: editors, between turns, to an answer of that
+// message.
+func TestAnswerVersions(t *testing.T) {
+	t.Parallel()
+	srv := openaitest.New(t, openaitest.Reply{Text: "Paris."}, openaitest.Reply{Text: "Rome."}, openaitest.Reply{Text: "Yes, Paris."}, openaitest.Reply{Stall: true})
+	e := newEnv(t)
+	m := e.node(func(c *Config, _ *Main) {
+		c.LLM = LLMConfig{Provider: "openai", BaseURL: srv.URL, APIKey: srv.APIKey, Model: "fake-model", MaxRetries: 1}
+	})
+	alice, _ := m.user(t, "alice", false)
+	viewer, viewerID := m.user(t, "vera", false)
+	stranger, _ := m.user(t, "sam", false)
+	agent := alice.createAgent(map[string]any{"name": "Guide", "model": "fake-model"})
+	conv := alice.createConversation(agent.ID)
+	alice.must(200, "POST", fmt.Sprintf("/api/v1/conversations/%d/members", conv), map[string]any{"user_id": viewerID, "role": "viewer"}, nil)
+	if status, answer := alice.say(conv, "Capital of France?"); status != "completed" || answer != "Paris." {
+		t.Fatalf("first turn %s %q", status, answer)
+	}
+	type versioned struct {
+		ID           int64
+		TurnID       int64   `json:"turn_id"`
+		Role         string  `json:"role"`
+		Content      string  `json:"content"`
+		AnswerTurnID int64   `json:"answer_turn_id"`
+		Versions     []int64 `json:"versions"`
+	}
+	list := func() []versioned {
+		var msgs []versioned
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), nil, &msgs)
+		return msgs
+	}
+	first := list()[0]
+	if first.Role != "user" || len(first.Versions) != 1 || first.AnswerTurnID != first.Versions[0] || first.TurnID != first.Versions[0] {
+		t.Fatalf("a new message's versions: %+v", first)
+	}
+	var r struct {
+		TurnID int64 `json:"turn_id"`
+	}
+	alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/messages/%d/retry", conv, first.ID), map[string]any{"content": "Capital of Italy?"}, &r)
+	if tj := alice.finishTurn(conv, r.TurnID); tj.Status != "completed" {
+		t.Fatalf("edit %+v", tj)
+	}
+	msgs := list()
+	if msgs[0].Content != "Capital of Italy?" || !slices.Equal(msgs[0].Versions, []int64{first.TurnID, r.TurnID}) || msgs[0].AnswerTurnID != r.TurnID {
+		t.Fatalf("after the edit: %+v", msgs[0])
+	}
+	// Both answers are listed, each with its turn: a client shows the current one.
+	if len(msgs) != 3 || msgs[1].TurnID != first.TurnID || msgs[1].Content != "Paris." || msgs[2].TurnID != r.TurnID || msgs[2].Content != "Rome." {
+		t.Fatalf("messages %+v", msgs)
+	}
+
+	answer := fmt.Sprintf("/api/v1/conversations/%d/messages/%d/answer", conv, first.ID)
+	ws := alice.socket()
+	ws.subscribe(conv, nil)
+	var back versioned
+	alice.must(200, "PUT", answer, map[string]any{"turn_id": first.TurnID}, &back)
+	if back.Content != "Capital of France?" || back.AnswerTurnID != first.TurnID || len(back.Versions) != 2 {
+		t.Fatalf("switched back: %+v", back)
+	}
+	var ev struct{ Message versioned }
+	if err := json.Unmarshal(ws.expect("message.updated").Data, &ev); err != nil || ev.Message.AnswerTurnID != first.TurnID || ev.Message.Content != "Capital of France?" {
+		t.Fatalf("message.updated %+v (%v)", ev.Message, err)
+	}
+	if msgs := list(); msgs[0].AnswerTurnID != first.TurnID || msgs[0].Content != "Capital of France?" {
+		t.Fatalf("the switch is not kept: %+v", msgs[0])
+	}
+	t.Run("who may switch, and to what", func(t *testing.T) {
+		viewer.must(403, "PUT", answer, map[string]any{"turn_id": r.TurnID}, nil)
+		stranger.must(404, "PUT", answer, map[string]any{"turn_id": r.TurnID}, nil)
+		alice.must(400, "PUT", answer, map[string]any{"turn": r.TurnID}, nil)
+		alice.must(404, "PUT", answer, map[string]any{"turn_id": r.TurnID + 1000}, nil)
+		alice.must(404, "PUT", fmt.Sprintf("/api/v1/conversations/%d/messages/%d/answer", conv, msgs[1].ID), map[string]any{"turn_id": first.TurnID}, nil)
+	})
+
+	if status, answer := alice.say(conv, "Sure?"); status != "completed" || answer != "Yes, Paris." {
+		t.Fatalf("next turn %s %q", status, answer)
+	}
+	seen := func(req openaitest.Request) string {
+		var out []string
+		for _, m := range req.Messages {
+			if m.Role != "system" {
+				out = append(out, m.Role+":"+m.Content)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	reqs := srv.Requests()
+	if got, want := seen(reqs[2]), "user:Capital of France? assistant:Paris. user:Sure?"; got != want {
+		t.Fatalf("after switching back, the next turn asked with %q, want %q", got, want)
+	}
+	t.Run("not while a turn runs", func(t *testing.T) {
+		turn := alice.post(conv, "And Spain?")
+		alice.must(409, "PUT", answer, map[string]any{"turn_id": r.TurnID}, nil)
+		alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", conv, turn), nil, nil)
+		alice.finishTurn(conv, turn)
+	})
 }

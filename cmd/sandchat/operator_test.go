@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -40,6 +41,22 @@ func TestDoctorAndExec(t *testing.T) {
 	r, err := execCode(ctx, cfg, e.rdb, "print('out')\n6 * 7", execOptions{}, &so, &se)
 	if err != nil || r.Status != sandbox.StatusSuccess || so.String() != "out\n42\n" {
 		t.Fatalf("exec: %v %s stdout %q stderr %q", err, r.Status, so.String(), se.String())
+	}
+
+	// A package source that does not answer: the sandbox works, and the operator reads
+	// what to set (users are only told to ask them).
+	offline := cfg
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offline.PackageCDN = "http://" + l.Addr().String() + "/pyodide/"
+	l.Close()
+	offline.PackageCacheDir = readableDir(t)
+	out.Reset()
+	if err := doctor(ctx, offline, e.rdb, &out); err != nil || !strings.Contains(out.String(), "! packages") ||
+		!strings.Contains(out.String(), "cannot be reached") || !strings.Contains(out.String(), "SANDCHAT_SANDBOX_PACKAGE_CDN") {
+		t.Errorf("doctor with an unreachable package source: %v\n%s", err, out.String())
 	}
 
 	bad := cfg

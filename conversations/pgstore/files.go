@@ -49,6 +49,12 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 	if r.Result != nil {
 		result = []byte(*r.Result)
 	}
+	var order []byte
+	if len(r.Order) > 0 {
+		if order, err = json.Marshal(r.Order[:min(len(r.Order), sandchat.MaxOutputOrder)]); err != nil {
+			return nil, "", err
+		}
+	}
 	uid := nullID(sandchat.UserIDFromContext(ctx))
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr, ex.Quota)
@@ -57,9 +63,9 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		}
 		notKept = strings.TrimPrefix(stderr, r.Stderr)
 		tag, err := tx.Exec(ctx, `update executions set status = $2, stdout = $3, stderr = $4, result = $5, error = $6,
-			execution_ms = $7, session_version = $8, restored_from = $9, finished_at = now()
+			execution_ms = $7, session_version = $8, restored_from = $9, output_order = $10, finished_at = now()
 			where id = $1 and status = 'pending'`,
-			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, ex.SessionVersion, nullText(ex.RestoredFrom))
+			id, status, []byte(r.Stdout), []byte(stderr), result, errJSON, r.ExecutionMS, ex.SessionVersion, nullText(ex.RestoredFrom), order)
 		if err != nil {
 			return pgdb.PgError(err, "execution")
 		}
@@ -212,9 +218,9 @@ func (s *Store) Execution(ctx context.Context, convID, id int64) (conversations.
 	var code, stdout, stderr, result []byte
 	var errJSON []byte
 	err := s.db.QueryRow(ctx, `select id, conversation_id, turn_id, agent_id, status, code, stdout, stderr, result, error, execution_ms,
-		session_version, restored_from, coalesce(displays, '[]'), created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
+		session_version, restored_from, coalesce(displays, '[]'), output_order, created_at, finished_at from executions where id = $1 and conversation_id = $2`, id, convID).
 		Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &e.Status, &code, &stdout, &stderr, &result, &errJSON, &e.ExecutionMS,
-			&e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt)
+			&e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.Order, &e.CreatedAt, &e.FinishedAt)
 	if err != nil {
 		return e, pgdb.PgError(err, "Execution")
 	}
@@ -451,7 +457,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]conversations.S
 	}
 	rows, err := s.db.Query(ctx, `select * from (select e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
 			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, coalesce(e.displays, '[]'),
-			e.created_at, e.finished_at,
+			e.output_order, e.created_at, e.finished_at,
 			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
 				from files f where f.execution_id = e.id), '[]')
 		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
@@ -463,7 +469,7 @@ func (s *Store) Executions(ctx context.Context, convID int64) ([]conversations.S
 		// Code and output are stored as the bytes the program wrote (NUL included).
 		var code, stdout, stderr, result, errJSON, files []byte
 		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
-			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.CreatedAt, &e.FinishedAt, &files)
+			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.Order, &e.CreatedAt, &e.FinishedAt, &files)
 		if err != nil {
 			return e, err
 		}

@@ -16,13 +16,13 @@ import (
 	"github.com/sandchat/sandchat/migrations/pgdb"
 )
 
-const msgColumns = `id, conversation_id, turn_id, role, user_id, agent_id, agent_path, content, tool_calls, tool_call_id, created_at`
+const msgColumns = `id, conversation_id, turn_id, role, user_id, agent_id, agent_path, content, tool_calls, tool_call_id, answer_turn_id, created_at`
 
 func scanMessage(r pgx.Row) (conversations.Message, error) {
 	var m conversations.Message
 	var toolCallID *string
 	var calls []byte
-	err := r.Scan(&m.ID, &m.ConversationID, &m.TurnID, &m.Role, &m.UserID, &m.AgentID, &m.AgentPath, &m.Content, &calls, &toolCallID, &m.CreatedAt)
+	err := r.Scan(&m.ID, &m.ConversationID, &m.TurnID, &m.Role, &m.UserID, &m.AgentID, &m.AgentPath, &m.Content, &calls, &toolCallID, &m.AnswerTurnID, &m.CreatedAt)
 	if calls != nil {
 		m.ToolCalls = calls
 	}
@@ -82,11 +82,16 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 		if turn, err = insertTurn(ctx, tx, convID, nodeID, owner); err != nil {
 			return err
 		}
-		msg, err = scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, user_id, content)
-			values ($1, $2, 'user', $3, $4) returning `+msgColumns, convID, turn.ID, sandchat.UserIDFromContext(ctx), content))
+		msg, err = scanMessage(tx.QueryRow(ctx, `insert into messages (conversation_id, turn_id, role, user_id, content, answer_turn_id)
+			values ($1, $2, 'user', $3, $4, $2) returning `+msgColumns, convID, turn.ID, sandchat.UserIDFromContext(ctx), content))
 		if err != nil {
 			return err
 		}
+		// The turn is the message's first answer.
+		if _, err := tx.Exec(ctx, `update turns set message_id = $2, prompt = $3 where id = $1`, turn.ID, msg.ID, content); err != nil {
+			return err
+		}
+		msg.Versions = []int64{turn.ID}
 		// A conversation nobody named is named after its first message.
 		if _, err := tx.Exec(ctx, `update conversations set title = $2 where id = $1 and title = ''`, convID, conversations.TitleFrom(content)); err != nil {
 			return err
@@ -106,7 +111,8 @@ func (s *Store) StartTurn(ctx context.Context, convID int64, nodeID, owner, cont
 // again, with its turn.started event: no message is added. Only the latest message can
 // be answered again (409 for an earlier one), with edit access, and not while a turn runs.
 // A non-nil content first replaces the message's text, which only its author may do
-// (403), with a message.updated event: the turn, and every later one, sees the new text.
+// (403): the turn, and every later one, sees the new text. The turn is the message's
+// new answer version, current from now on (message.updated says so, with the text).
 func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, owner string, content *string) (conversations.Turn, []conversations.Event, error) {
 	var turn conversations.Turn
 	var evs []conversations.Event
@@ -138,41 +144,117 @@ func (s *Store) RetryTurn(ctx context.Context, convID, messageID int64, nodeID, 
 		if err != nil {
 			return err
 		}
-		evs = []conversations.Event{started}
-		if content == nil {
-			return nil
+		if content != nil {
+			if err := editMessage(ctx, tx, convID, messageID, *content); err != nil {
+				return err
+			}
 		}
-		updated, err := editMessage(ctx, tx, convID, messageID, *content)
+		msg, err := scanMessage(tx.QueryRow(ctx, `update messages set answer_turn_id = $3
+			where conversation_id = $1 and id = $2 returning `+msgColumns, convID, messageID, turn.ID))
 		if err != nil {
+			return pgdb.PgError(err, "message")
+		}
+		if _, err := tx.Exec(ctx, `update turns set message_id = $2, prompt = $3 where id = $1`, turn.ID, messageID, msg.Content); err != nil {
 			return err
 		}
-		evs = append(evs, updated)
-		return nil
+		if msg.Versions, err = messageVersions(ctx, tx, messageID); err != nil {
+			return err
+		}
+		updated, err := AppendEvent(ctx, tx, convID, conversations.EventMessageUpdated, nil, eventData(map[string]any{"message": msg}))
+		evs = []conversations.Event{started, updated}
+		return err
 	})
 	return turn, evs, err
 }
 
-// editMessage replaces the text of a user message by its author, with its event.
-func editMessage(ctx context.Context, tx pgx.Tx, convID, messageID int64, content string) (conversations.Event, error) {
-	msg, err := scanMessage(tx.QueryRow(ctx, `update messages set content = $3
-		where conversation_id = $1 and id = $2 and role = 'user' and user_id = $4 returning `+msgColumns,
-		convID, messageID, content, sandchat.UserIDFromContext(ctx)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return conversations.Event{}, sandchat.Errorf(sandchat.EFORBIDDEN, "Only its author can edit a message; ask for it to be answered again instead.")
-	} else if err != nil {
-		return conversations.Event{}, pgdb.PgError(err, "message")
+// editMessage replaces the text of a user message by its author.
+func editMessage(ctx context.Context, tx pgx.Tx, convID, messageID int64, content string) error {
+	tag, err := tx.Exec(ctx, `update messages set content = $3 where conversation_id = $1 and id = $2 and role = 'user' and user_id = $4`,
+		convID, messageID, content, sandchat.UserIDFromContext(ctx))
+	if err != nil {
+		return pgdb.PgError(err, "message")
 	}
-	return AppendEvent(ctx, tx, convID, conversations.EventMessageUpdated, nil, eventData(map[string]any{"message": msg}))
+	if tag.RowsAffected() == 0 {
+		return sandchat.Errorf(sandchat.EFORBIDDEN, "Only its author can edit a message; ask for it to be answered again instead.")
+	}
+	return nil
 }
 
-// History returns the conversation's messages, oldest first. The turn loop calls it on
-// behalf of a user already authorized.
+// messageVersions are the turns that answered a user message, oldest first.
+func messageVersions(ctx context.Context, q pgdb.Querier, messageID int64) ([]int64, error) {
+	rows, err := q.Query(ctx, `select id from turns where message_id = $1 order by id`, messageID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// SetAnswer makes one of a user message's answer versions (turnID) the current one: the
+// one the page shows and models see from the next turn on; the message's text becomes
+// the text that version answered. It needs edit access, and no turn running in the
+// conversation (409): the running one was asked with the versions as they were. The
+// message, with its versions, comes with a message.updated event.
+func (s *Store) SetAnswer(ctx context.Context, convID, messageID, turnID int64) (conversations.Message, conversations.Event, error) {
+	var msg conversations.Message
+	var ev conversations.Event
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := findConversation(ctx, tx, convID, sandchat.Editors...); err != nil {
+			return err
+		}
+		var running bool
+		if err := tx.QueryRow(ctx, `select exists (select 1 from turns where conversation_id = $1 and status = 'running')`, convID).Scan(&running); err != nil {
+			return err
+		}
+		if running {
+			return sandchat.Errorf(sandchat.ECONFLICT, "The assistant is still answering in this conversation; switch versions once the turn ends.")
+		}
+		var err error
+		msg, err = scanMessage(tx.QueryRow(ctx, `update messages m set answer_turn_id = t.id, content = coalesce(t.prompt, m.content)
+			from turns t where m.conversation_id = $1 and m.id = $2 and m.role = 'user' and t.id = $3 and t.message_id = m.id
+			returning m.id, m.conversation_id, m.turn_id, m.role, m.user_id, m.agent_id, m.agent_path, m.content, m.tool_calls,
+			m.tool_call_id, m.answer_turn_id, m.created_at`, convID, messageID, turnID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return sandchat.Errorf(sandchat.ENOTFOUND, "Turn %d is not an answer of message %d in this conversation.", turnID, messageID)
+		} else if err != nil {
+			return pgdb.PgError(err, "message")
+		}
+		if msg.Versions, err = messageVersions(ctx, tx, messageID); err != nil {
+			return err
+		}
+		ev, err = AppendEvent(ctx, tx, convID, conversations.EventMessageUpdated, nil, eventData(map[string]any{"message": msg}))
+		return err
+	})
+	return msg, ev, err
+}
+
+// History returns the conversation's messages, oldest first, every answer version
+// included (a user message lists them, and names the current one). The turn loop calls
+// it on behalf of a user already authorized.
 func (s *Store) History(ctx context.Context, convID int64) ([]conversations.Message, error) {
 	rows, err := s.db.Query(ctx, `select `+msgColumns+` from messages where conversation_id = $1 order by id`, convID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.Message, error) { return scanMessage(r) })
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.Message, error) { return scanMessage(r) })
+	if err != nil {
+		return nil, err
+	}
+	rows, err = s.db.Query(ctx, `select message_id, id from turns where conversation_id = $1 and message_id is not null order by id`, convID)
+	if err != nil {
+		return nil, err
+	}
+	versions := map[int64][]int64{}
+	var msgID, turnID int64
+	if _, err := pgx.ForEachRow(rows, []any{&msgID, &turnID}, func() error {
+		versions[msgID] = append(versions[msgID], turnID)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for i := range msgs {
+		msgs[i].Versions = versions[msgs[i].ID]
+	}
+	return msgs, nil
 }
 
 // Messages lists a conversation's messages for a viewer.

@@ -29,7 +29,8 @@ def _install():
         strip(e.__context__, seen)
 
     def hint(e):
-        if isinstance(e, ModuleNotFoundError) and e.name and "." not in e.name:
+        # Not for an import the distribution's finder answered: it said why already.
+        if isinstance(e, ModuleNotFoundError) and e.name and "." not in e.name and not getattr(e, "_sandchat_said", False):
             return (" (the sandbox has the Python standard library and the packages of its"
                     " Pyodide package mirror; pure-Python packages can be installed with"
                     " await micropip.install('name'))")
@@ -387,6 +388,10 @@ def _install():
 
     from pyodide.ffi import can_run_sync, run_sync
 
+    def said(e):
+        e._sandchat_said = True
+        return e
+
     class DistributionFinder(importlib.abc.MetaPathFinder):
         # Last on sys.meta_path: asked only when no other finder has the module. If a
         # package of the Pyodide distribution provides it, the engine serves it (within
@@ -402,10 +407,10 @@ def _install():
                 # Plain code cannot wait for a download: say what loads it.
                 pkg = str(js.sandchatImportable(name))
                 if pkg:
-                    raise ModuleNotFoundError(
+                    raise said(ModuleNotFoundError(
                         f"No module named {name!r} yet: it is in the package {pkg!r}, which loads when "
                         f"the code imports it with a statement (import {name}) or in a cell that awaits "
-                        f"(for example after `await asyncio.sleep(0)`)", name=name)
+                        f"(for example after `await asyncio.sleep(0)`)", name=name))
                 return None
             self.inflight.add(name)
             try:
@@ -416,13 +421,16 @@ def _install():
                 return None
             answer = _pjson.loads(answer)
             if answer.get("error"):
-                raise ModuleNotFoundError(f"No module named {name!r}: {answer['error']}", name=name)
+                raise said(ModuleNotFoundError(f"No module named {name!r}: {answer['error']}", name=name))
             forget_listings()
             return importlib.machinery.PathFinder.find_spec(name)
 
     sys.meta_path.append(DistributionFinder())
 
     builtins.display = display
+    # The top-level modules this driver provides: Pyodide's own packages of these names
+    # are never loaded for them (worker.ts, forgetProvided), nor fetched (pkgs.Provided).
+    _m.provided = ("micropip", "IPython")
     _m.display = display
     _m.run = run
     _m.run_async = run_async

@@ -137,12 +137,27 @@ const idleInterrupt = new Uint8Array(new SharedArrayBuffer(2));
   }
 };
 
-// forgetMicropip keeps Pyodide from loading its own micropip for `import micropip`:
-// sessions have sandchat's.
-function forgetMicropip() {
+// forgetProvided keeps Pyodide from loading a package of its distribution for a module
+// the driver provides (driver.py, `provided`): sandchat's micropip, the IPython.display
+// shim. `from IPython.display import HTML` then loads nothing, as the engine fetches
+// nothing for it (pkgs.Provided).
+function forgetProvided() {
+  let names: string[] = ["micropip"];
   try {
-    py._api._import_name_to_package_name?.delete?.("micropip");
-  } catch { /* an older layout */ }
+    const mod = py.pyimport("_sandchat");
+    try {
+      const p = mod.provided;
+      names = typeof p?.toJs === "function" ? p.toJs() : names;
+      p?.destroy?.();
+    } finally {
+      mod.destroy();
+    }
+  } catch { /* at boot, before the driver is installed */ }
+  for (const n of names) {
+    try {
+      py._api._import_name_to_package_name?.delete?.(String(n));
+    } catch { /* an older layout */ }
+  }
 }
 let files = new Map<string, string>(); // path -> "mtime:size" of the working dir after the last run
 
@@ -685,7 +700,7 @@ async function load(m: any, snapshot?: Uint8Array) {
   delete opts._loadSnapshot;
   if (loaded._api?.config) delete loaded._api.config._loadSnapshot;
   py = loaded;
-  forgetMicropip();
+  forgetProvided();
   return loaded;
 }
 
@@ -696,7 +711,9 @@ const sinks = { stdout: discard, stderr: discard };
 let outLimit = 1 << 20;
 let runId = 0;
 
-function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }) {
+// makeSink is one stream of a run's output. before runs ahead of each write: it sends
+// what the other stream holds back, so the chunks go out in the order they were written.
+function makeSink(stream: string, state: { bytes: number; text: string; truncated: boolean }, before: () => void) {
   const dec = new TextDecoder();
   let pending = "";
   let last = -Infinity;
@@ -704,15 +721,15 @@ function makeSink(stream: string, state: { bytes: number; text: string; truncate
   // The chunk that reaches the limit says so: the engine marks the output it kept from
   // the stream as cut, as the run's reply does, should the reply never come.
   const flush = () => {
-    if (pending || (state.truncated && !cutSent)) {
-      post({ op: "out", run: runId, stream, chunk: pending, truncated: state.truncated });
-      cutSent = state.truncated;
-    }
+    if (!pending && !(state.truncated && !cutSent)) return;
+    post({ op: "out", run: runId, stream, chunk: pending, truncated: state.truncated });
+    cutSent = state.truncated;
     pending = "";
     last = performance.now();
   };
   const write = (buf: Uint8Array) => {
     if (state.truncated) return buf.length;
+    before();
     let b = buf;
     if (state.bytes + b.length > outLimit) {
       b = b.subarray(0, Math.max(0, outLimit - state.bytes));
@@ -757,7 +774,8 @@ async function run(m: any) {
   const tmpBefore = new Map<string, string>();
   try { walk("/tmp", tmpBefore); } catch { /* no /tmp */ }
   const out = { bytes: 0, text: "", truncated: false }, err = { bytes: 0, text: "", truncated: false };
-  const so = makeSink("stdout", out), se = makeSink("stderr", err);
+  const so: { write: (b: Uint8Array) => number; flush: () => void } = makeSink("stdout", out, () => se.flush());
+  const se: { write: (b: Uint8Array) => number; flush: () => void } = makeSink("stderr", err, () => so.flush());
   sinks.stdout = so.write;
   sinks.stderr = se.write;
   Object.assign(displays, { active: true, count: 0, bytes: 0, dropped: 0, max: m.maxDisplays ?? 0, maxBytes: m.maxDisplayBytes ?? 0 });
@@ -808,13 +826,10 @@ async function run(m: any) {
     py.setInterruptBuffer(idleInterrupt);
   }
   if (error?.type === "ModuleNotFoundError" && loadErrors.length) {
-    // The load's own errors name server paths and hosts: they go to the server's log;
-    // Python, the model and the user get what the module is and what fixes it.
+    // The load's own errors name server paths and hosts: they go to the process's log.
+    // What the user reads comes from the engine, through the import that failed
+    // (driver.py, DistributionFinder).
     console.error(`package load failed: ${loadErrors.join("; ").slice(0, 2000)}`);
-    const why = " It is part of Pyodide's distribution, which this server cannot serve: an operator sets " +
-      "SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror).";
-    error.message += why;
-    error.traceback = error.traceback.trimEnd() + why + "\n";
   }
   lap("python");
   so.flush();
@@ -932,6 +947,7 @@ self.onmessage = async ({ data: m }: MessageEvent) => {
         py = await load(m);
         if (typeof m.driver !== "string" || !m.driver) throw new Error("boot without the driver");
         py.runPython(m.driver, { filename: "<sandchat>" });
+        forgetProvided();
         // /data is importable from the base on, so a fresh session's first run need not
         // touch the import system (see mountData).
         py.runPython(`__import__("sys").path.append("/data")`, { filename: "<sandchat>" });

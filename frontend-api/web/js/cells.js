@@ -40,7 +40,7 @@ export function ensureCell(callID, code, path, turnID) {
   // written by then): the order the run's record keeps no trace of (layOut).
   cell.streamed = { stdout: "", stderr: "", last: "" };
   cell.switches = [];
-  containerFor(path).append(cell);
+  containerFor(path, turnID).append(cell);
   return cell;
 }
 
@@ -111,9 +111,10 @@ function outSpan(stream, text) {
 }
 
 // layOut draws a finished run's output and items in the order they came: each item
-// says how much of stdout and stderr was written before it. Runs recorded before items
-// said so show their output first, as they always did. Where this page saw the whole
-// output stream, stdout and stderr also keep the order they were written in.
+// says how much of stdout and stderr was written before it, and the run's order where
+// the output went from one stream to the other. Runs recorded before items said so show
+// their output first, as they always did; runs recorded before the order was kept keep
+// it where this page saw the whole output stream.
 function layOut(cell, out, items) {
   for (const u of cell.displayURLs) URL.revokeObjectURL(u);
   cell.displayURLs = [];
@@ -134,7 +135,8 @@ function layOut(cell, out, items) {
     }
   };
   const seen = cell.streamed;
-  const switches = seen && seen.stdout === (out.stdout || "") && seen.stderr === (out.stderr || "") ? cell.switches : [];
+  const switches = Array.isArray(out.order) ? out.order :
+    seen && seen.stdout === (out.stdout || "") && seen.stderr === (out.stderr || "") ? cell.switches : [];
   const written = (at) => Number(at.stdout) + Number(at.stderr);
   let next = 0;
   const text = (at) => {
@@ -166,7 +168,7 @@ export function finishCell(callID, r) {
   if (cell && Array.isArray(r.displays)) {
     // A later record of a finished run (the tool message of a turn) may carry its items
     // without its output: what the cell shows of it stays.
-    if (!cell.dataset.done || r.stdout || r.stderr || !cell.output) cell.output = { stdout: r.stdout || "", stderr: r.stderr || "" };
+    if (!cell.dataset.done || r.stdout || r.stderr || !cell.output) cell.output = { stdout: r.stdout || "", stderr: r.stderr || "", order: r.order };
     layOut(cell, cell.output, r.displays);
     // An event leaves out items too large for it; the stored run has them.
     if (r.execution_id && r.displays.some((d) => d.truncated)) guard(() => fullDisplays(cell, r.execution_id));
@@ -184,18 +186,14 @@ export function finishCell(callID, r) {
   cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? (restored ? "stopped · state restored" : "stopped") : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order. Without the
   // run's items (a tool message), those that streamed stay, after it.
-  if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
+  if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr, order: r.order }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
   offerShowAll(cell, r, (run) => layOut(cell, run, Array.isArray(run.displays) ? run.displays : [...cell.streamEl.querySelectorAll(":scope > .display")]));
   const res = cell.querySelector(".cell-result");
   res.replaceChildren();
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
   if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
   if (restored) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
-  if (!stopped && err && (err.traceback || err.message || err.type)) {
-    res.append(el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } },
-      el("strong", { textContent: `${err.type || "Error"}: ${err.message || ""}` }),
-      err.traceback ? el("pre", { className: "traceback", textContent: err.traceback }) : null));
-  }
+  if (!stopped && err && (err.traceback || err.message || err.type)) res.append(errorBox(err));
   // An image shown as a display item is a file too; it is not shown again as an artifact.
   const shown = new Set((r.displays || []).map((d) => d.image?.file_id).filter(Boolean));
   const arts = (r.artifacts || []).filter((a) => !shown.has(a.id));
@@ -203,6 +201,21 @@ export function finishCell(callID, r) {
   const others = arts.filter((a) => !IMAGE_TYPES.includes(a.content_type));
   if (images.length) res.append(el("div", { className: "thumbs" }, images.map(thumbnail)));
   if (others.length) res.append(el("ul", { className: "chips" }, others.map((f) => el("li", {}, downloadChip(f)))));
+}
+
+// errorBox says what a run raised, once. A traceback ends with the error's own line:
+// that line is drawn strong under the frames (always in view, however long they are),
+// not also above them.
+function errorBox(err) {
+  const head = err.message ? `${err.type || "Error"}: ${err.message}` : err.type || "Error";
+  let tb = (err.traceback || "").replace(/\n+$/, "");
+  const strong = el("strong", { className: "error-line", textContent: head });
+  const box = el("div", { className: "error-box", attrs: { role: "group", "aria-label": "Error" } });
+  if (tb === head || tb.endsWith("\n" + head)) {
+    tb = tb.slice(0, tb.length - head.length).replace(/\n+$/, "");
+    box.append(tb ? el("pre", { className: "traceback", textContent: tb }) : null, strong);
+  } else box.append(strong, tb ? el("pre", { className: "traceback", textContent: tb }) : null);
+  return box;
 }
 
 async function fullDisplays(cell, executionID) {

@@ -4,7 +4,7 @@ import { state } from "/js/state.js";
 import { $, el, toast } from "/js/dom.js";
 import { api } from "/js/api.js";
 import { send, subscribe, touchConversationList } from "/js/socket.js";
-import { renderHistory, addUserMessage, applyEvent, setRunning, showTurnEnd, scrollToEnd } from "/js/messages.js";
+import { renderHistory, addUserMessage, applyEvent, setRunning, showTurnEnd, showVersions, scrollToEnd } from "/js/messages.js";
 import { endOpenCells } from "/js/cells.js";
 import { releaseBlobs, renderFiles, closeFiles } from "/js/files.js";
 import { renderTools, showToolsState, closePopup } from "/js/tools.js";
@@ -118,8 +118,11 @@ export async function loadConversation() {
       api("GET", `/conversations/${conv.id}/internal-tools`),
       api("GET", `/conversations/${conv.id}/files`).catch(() => []),
     ]);
-    const last = [...msgs].reverse().find((m) => m.turn_id);
-    const turn = last ? await api("GET", `/conversations/${conv.id}/turns/${last.turn_id}`) : null;
+    // The turn that answers the latest message as shown: its current version (a retry
+    // that has written nothing yet is one), else the last turn that wrote.
+    const asked = [...msgs].reverse().find((m) => m.role === "user");
+    const lastTurn = asked?.answer_turn_id ?? [...msgs].reverse().find((m) => m.turn_id)?.turn_id;
+    const turn = lastTurn ? await api("GET", `/conversations/${conv.id}/turns/${lastTurn}`) : null;
     if (!current()) return;
     renderTools(tools);
     renderFiles(files);
@@ -133,7 +136,8 @@ export async function loadConversation() {
     setRunning(null);
     let running = null;
     if (turn?.status === "running") running = turn.id;
-    else if (turn && turn.status !== "completed") showTurnEnd(turn.status, turn.error);
+    else if (turn && turn.status !== "completed") showTurnEnd(turn.status, turn.error, turn.id);
+    showVersions(); // the note of a turn whose answer is not the current version
     endOpenCells("did not finish", running);
     setRunning(running);
     if (replay) {

@@ -2,7 +2,7 @@
 import { marked } from "/vendor/marked-15.0.12.esm.js";
 import { $, el, sanitize, drawMath, mathBox } from "/js/dom.js";
 import { guard } from "/js/api.js";
-import { fileURL, openViewer } from "/js/files.js";
+import { imageFrom, openViewer } from "/js/files.js";
 
 // HTML that only shows as meant with its scripts or styles (charts, styled tables) is
 // drawn in a frame of its own; other HTML is sanitized and drawn in the page.
@@ -109,8 +109,7 @@ function displayImage(img) {
   }
   const i = el("img", { className: "display-image", alt: img.name, width: w, height: h, dataset: { file: String(img.file_id) } });
   drawAt(i, img);
-  const url = fileURL(img.file_id);
-  url.then((u) => { i.src = u; }, () => { i.alt = `${img.name} (unavailable)`; });
+  const url = imageFrom(i, img.file_id, () => { i.alt = `${img.name} (unavailable)`; });
   const f = { id: img.file_id, name: img.name, size: img.size };
   return el("div", { className: "display-figure" }, i, imageActions(img.name, () => openViewer(f), url));
 }

@@ -78,7 +78,7 @@ export function el(tag, props = {}, ...children) {
   for (const [k, v] of Object.entries(props)) {
     if (v === undefined || v === null) continue;
     if (k === "attrs") for (const [a, av] of Object.entries(v)) { if (av !== undefined && av !== null && av !== false) e.setAttribute(a, av === true ? "" : String(av)); }
-    else if (k === "dataset") Object.assign(e.dataset, v);
+    else if (k === "dataset") { for (const [d, dv] of Object.entries(v)) if (dv !== undefined && dv !== null) e.dataset[d] = String(dv); }
     else if (k.startsWith("on") && typeof v === "function") e.addEventListener(k.slice(2), v);
     else e[k] = v;
   }

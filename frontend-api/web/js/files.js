@@ -31,6 +31,15 @@ export function fileURL(id) {
   return state.blobs.get(id);
 }
 
+// imageFrom gives img the file's URL once it is fetched, unless the URLs were released
+// meanwhile (another conversation opened, the page redrawn): a released URL only fails
+// to load. It returns the URL's promise.
+export function imageFrom(img, id, unavailable) {
+  const p = fileURL(id);
+  p.then((u) => { if (state.blobs.get(id) === p) img.src = u; }, unavailable);
+  return p;
+}
+
 export function releaseBlobs() {
   for (const p of state.blobs.values()) p.then((u) => URL.revokeObjectURL(u), () => {});
   state.blobs.clear();
@@ -40,7 +49,7 @@ export function releaseBlobs() {
 export function thumbnail(f) {
   const img = el("img", { alt: f.name });
   const button = el("button", { type: "button", className: "thumb", title: `${f.name} — open full size`, attrs: { "aria-label": `Open ${f.name} full size` } }, img);
-  fileURL(f.id).then((u) => { img.src = u; }, () => { img.alt = `${f.name} (unavailable)`; });
+  imageFrom(img, f.id, () => { img.alt = `${f.name} (unavailable)`; });
   button.onclick = () => guard(() => openViewer(f));
   return el("figure", {}, button, el("figcaption", {}, downloadChip(f)));
 }

@@ -8,6 +8,7 @@ import { updateOffer } from "/js/offer.js";
 import { updateMessageActions, messageUpdated } from "/js/resend.js";
 import { isFollowing, follow } from "/js/follow.js";
 import { dataResult } from "/js/preview.js";
+import { setVersions, showVersion } from "/js/versions.js";
 
 // Where a message of an agent path goes: the top list for the primary agent, the body
 // of the latest handoff block for a child (nested as deep as the path).
@@ -15,22 +16,26 @@ const containers = new Map();
 
 function pathKey(path) { return (path || []).join("/"); }
 
-export function containerFor(path) {
+export function containerFor(path, turnID) {
   if (!path || path.length <= 1) return $("messages");
   const key = pathKey(path);
   let c = containers.get(key);
-  if (!c || !c.isConnected) c = handoffBlock(path, null).body;
+  if (!c || !c.isConnected) c = handoffBlock(path, null, turnID).body;
   return c;
 }
 
-function handoffBlock(path, task) {
+// turnOf is what an answer's element carries of its turn (versions.js shows or hides it
+// with its version): the one given, else the running turn's.
+function turnOf(turnID) { return turnID ?? state.turn ?? undefined; }
+
+function handoffBlock(path, task, turnID) {
   const key = pathKey(path);
-  const parent = containerFor(path.slice(0, -1));
+  const parent = containerFor(path.slice(0, -1), turnID);
   const child = path[path.length - 1];
   const status = el("span", { className: "status running", textContent: "working…" });
   const body = el("ol", { className: "handoff-body" });
   const details = el("details", { open: true }, el("summary", {}, el("span", { className: "who", textContent: `↳ ${child}` }), " ", status), task ? el("p", { className: "task", textContent: task }) : null, body);
-  const block = el("li", { className: "handoff", dataset: { path: key } }, details);
+  const block = el("li", { className: "handoff", dataset: { path: key, turn: turnOf(turnID) } }, details);
   block.statusEl = status;
   parent.append(block);
   containers.set(key, body);
@@ -73,7 +78,11 @@ export function renderHistory(msgs, runs) {
     } else if (m.role === "tool") addToolResult(m, calls.get(m.tool_call_id));
   }
   if (!msgs.length) $("messages").append(el("li", { className: "empty", textContent: "Say hello, or send Python in a ```python block." }));
+  showVersions();
 }
+
+// showVersions shows, under each user message, its current answer version only.
+export function showVersions() { $("messages").querySelectorAll(":scope > li.msg.user").forEach(showVersion); }
 
 function parseCalls(m) {
   let calls = m.tool_calls;
@@ -94,6 +103,7 @@ export function addUserMessage(m) {
     el("div", { className: "who", textContent: m.user_id === state.me?.id ? "You" : "User" }), markdown(m.content));
   li.raw = m.content; // what Edit starts from
   $("messages").append(li);
+  setVersions(li, m);
 }
 
 export function whoOf(path) { return (path && path.length ? path[path.length - 1] : "assistant"); }
@@ -101,36 +111,38 @@ export function whoOf(path) { return (path && path.length ? path[path.length - 1
 // An assistant message: its text (when any), then a code cell per sandbox call and a
 // nested block per handoff. A streamed draft of the same step is replaced.
 function addAssistantMessage(m, draftKey) {
-  const box = containerFor(m.agent_path);
+  const box = containerFor(m.agent_path, m.turn_id);
   const draft = draftKey ? box.querySelector(`:scope > [data-draft="${CSS.escape(draftKey)}"]`) : null;
   // Already drawn from the REST history: a draft streamed again from held events goes.
   if (messageEl(m.id)) { draft?.remove(); return; }
   let li = null;
   if (m.content) {
-    li = el("li", { className: "msg assistant", dataset: { msg: String(m.id) } },
+    li = el("li", { className: "msg assistant", dataset: { msg: String(m.id), turn: turnOf(m.turn_id) } },
       el("div", { className: "who", textContent: whoOf(m.agent_path) }), markdown(m.content));
   }
   if (draft) { if (li) draft.replaceWith(li); else draft.remove(); } else if (li) box.append(li);
   if (!li) box.append(el("li", { hidden: true, dataset: { msg: String(m.id) } }));
   for (const c of parseCalls(m)) {
     if (c.name === "pyodide_sandbox") ensureCell(c.id, c.arguments.code, m.agent_path, m.turn_id);
-    else if (c.name === "delegate") ensureHandoff([...(m.agent_path || []), c.arguments.agent], c.arguments.task);
+    else if (c.name === "delegate") ensureHandoff([...(m.agent_path || []), c.arguments.agent], c.arguments.task, m.turn_id);
   }
 }
 
-function ensureHandoff(path, task) {
+function ensureHandoff(path, task, turnID) {
   const key = pathKey(path);
   const existing = containers.get(key);
   // A second handoff to the same child is a new block.
   if (existing?.isConnected && existing.block && !existing.block.dataset.done) return existing;
-  return handoffBlock(path, task).body;
+  return handoffBlock(path, task, turnID).body;
 }
 
 function addToolResult(m, call) {
   let r;
   try { r = JSON.parse(m.content); } catch { r = { status: "", message: m.content }; }
   if (call?.name === "describe_file" || call?.name === "preview_rows" || (r.file !== undefined && r.summary !== undefined)) {
-    dataResult(containerFor(m.agent_path), m, r, call);
+    dataResult(containerFor(m.agent_path, m.turn_id), m, r, call);
+    const drawn = $("messages").querySelector(`:scope > [data-result="${m.id}"]`);
+    if (drawn && m.turn_id) drawn.dataset.turn = String(m.turn_id);
     return;
   }
   if (call?.name === "delegate" || r.agent) {
@@ -142,7 +154,7 @@ function addToolResult(m, call) {
   }
   const cell = cellEl(m.tool_call_id);
   if (cell && cell.dataset.done) return;
-  if (!cell) ensureCell(m.tool_call_id, call?.arguments?.code || "", m.agent_path);
+  if (!cell) ensureCell(m.tool_call_id, call?.arguments?.code || "", m.agent_path, m.turn_id);
   finishCell(m.tool_call_id, {
     status: r.status, stdout: r.stdout || "", stderr: r.stderr || "", result: r.result,
     error: r.error || (r.status === "refused" ? { type: "Refused", message: r.message } : null), artifacts: [],
@@ -165,7 +177,7 @@ export function applyEvent(ev) {
       else if (d.message?.role === "tool") addToolResult(d.message, findCall(d.message.tool_call_id));
       break;
     case "message.updated": if (d.message?.role === "user") messageUpdated(d.message); break;
-    case "message.delta": streamDraft(`${d.turn_id}:${pathKey(ev.agent_path)}:${d.step}`, ev.agent_path, d.text); break;
+    case "message.delta": streamDraft(`${d.turn_id}:${pathKey(ev.agent_path)}:${d.step}`, ev.agent_path, d.text, d.turn_id); break;
     case "message.completed":
       if (d.message) addAssistantMessage(d.message, `${d.message.turn_id}:${pathKey(d.message.agent_path)}:${draftStep(d.message)}`);
       break;
@@ -174,7 +186,7 @@ export function applyEvent(ev) {
       break;
     }
     case "tool.output": {
-      const cell = cellEl(d.tool_call_id) || ensureCell(d.tool_call_id, "", ev.agent_path);
+      const cell = cellEl(d.tool_call_id) || ensureCell(d.tool_call_id, "", ev.agent_path, turnOf(d.turn_id));
       appendOutput(cell, d.text, d.stream);
       break;
     }
@@ -195,7 +207,7 @@ export function applyEvent(ev) {
       break;
     }
     case "agent.handoff":
-      if (d.status === "started") ensureHandoff(ev.agent_path, d.task);
+      if (d.status === "started") ensureHandoff(ev.agent_path, d.task, d.turn_id);
       else {
         setHandoffStatus(ev.agent_path, d.status);
         const body = containers.get(pathKey(ev.agent_path));
@@ -207,7 +219,7 @@ export function applyEvent(ev) {
       $("messages").querySelectorAll("[data-draft]").forEach((e) => e.classList.remove("streaming"));
       endOpenCells(d.status === "cancelled" ? "stopped" : "interrupted");
       setRunning(null);
-      if (ev.type === "turn.failed") showTurnEnd(d.status, d.error);
+      if (ev.type === "turn.failed") showTurnEnd(d.status, d.error, d.turn_id);
       break;
   }
   if (near) scrollToEnd();
@@ -218,13 +230,13 @@ export function applyEvent(ev) {
 const draftSteps = new Map();
 function draftStep(m) { return draftSteps.get(`${m.turn_id}:${pathKey(m.agent_path)}`) ?? 0; }
 
-function streamDraft(key, path, text) {
+function streamDraft(key, path, text, turnID) {
   const [turn, p, step] = key.split(":");
   draftSteps.set(`${turn}:${p}`, Number(step));
-  const box = containerFor(path);
+  const box = containerFor(path, turnID);
   let li = box.querySelector(`:scope > [data-draft="${CSS.escape(key)}"]`);
   if (!li) {
-    li = el("li", { className: "msg assistant streaming", dataset: { draft: key } },
+    li = el("li", { className: "msg assistant streaming", dataset: { draft: key, turn: turnOf(turnID) } },
       el("div", { className: "who", textContent: whoOf(path) }), el("div", { className: "md" }));
     li.raw = "";
     box.append(li);
@@ -255,9 +267,9 @@ export function setRunning(turnID) {
   updateMessageActions();
 }
 
-export function showTurnEnd(status, error) {
+export function showTurnEnd(status, error, turnID) {
   const text = status === "cancelled" ? "Stopped." : `The turn failed: ${error || status}`;
-  $("messages").append(el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), attrs: { role: "note" }, textContent: text }));
+  $("messages").append(el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), dataset: { turn: turnOf(turnID) }, attrs: { role: "note" }, textContent: text }));
 }
 
 // Whether the reader follows the newest output (js/follow.js).

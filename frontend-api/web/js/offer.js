@@ -24,7 +24,7 @@ export function updateOffer() {
   const user = users[users.length - 1];
   if (!user) return;
   const after = [];
-  for (let n = user.nextElementSibling; n; n = n.nextElementSibling) after.push(n);
+  for (let n = user.nextElementSibling; n; n = n.nextElementSibling) if (!n.hidden) after.push(n);
   const cells = after.filter((n) => n.matches(".cell"));
   // Answered, and nothing ran: the message's Python, or a call the model made anyway,
   // met the sandbox off.

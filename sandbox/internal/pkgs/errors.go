@@ -51,13 +51,19 @@ func unserved(err error) bool {
 	return errors.As(err, &se) || errors.As(err, &he)
 }
 
-// unservedNote is the one line a run shows for the packages its source could not
-// serve: no host, no error chain (the server's log has them), and the settings that
-// fix it.
-func unservedNote(names []string) string {
-	return fmt.Sprintf("[sandbox] not available on this server: %s. The package source cannot be reached; an operator sets "+
-		"SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror).", strings.Join(names, ", "))
+// UnservedLine is what a user is told of a package this server could not serve:
+// short, and theirs. The operator's side (the source, its error, the settings that fix
+// it) goes to the server's log (Load.Ensure) and to `sandchat doctor`.
+const UnservedLine = "this server cannot fetch packages; ask its administrator"
+
+// UnservedNote is the line a run's stderr shows for packages it could not be given
+// where no failed import says so (a restored session's, say).
+func UnservedNote(names []string) string {
+	return fmt.Sprintf("[sandbox] %s: %s", strings.Join(names, ", "), UnservedLine)
 }
+
+// unservedFix is what the operator is told to set.
+const unservedFix = "set SANDCHAT_SANDBOX_PACKAGE_CDN (official, or a mirror's URL) or SANDCHAT_SANDBOX_PACKAGE_DIR (a local mirror)"
 
 func shortNetErr(err error) string {
 	s := err.Error()

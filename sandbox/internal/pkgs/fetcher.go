@@ -25,12 +25,19 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// Provided are the top-level modules every session has from its driver
+// (runtime/driver.py, `provided`): sandchat's own micropip, which installs through the
+// engine, and IPython, whose display module the driver shims. No package of the
+// distribution is fetched for them: `from IPython.display import HTML` needs nothing.
+var Provided = []string{"micropip", "IPython"}
 
 // MaxWheelBytes bounds one download: the largest Pyodide packages are tens of MB.
 const MaxWheelBytes = 512 << 20
@@ -163,8 +170,8 @@ func New(cfg Settings, log *slog.Logger) (*Fetcher, error) {
 		}
 		f.pkgs[Normalize(key)] = p
 		for _, imp := range p.Imports {
-			if imp == "micropip" {
-				continue // sessions get sandchat's own micropip, which installs through the engine
+			if slices.Contains(Provided, imp) {
+				continue
 			}
 			f.imports[imp] = Normalize(key)
 		}
@@ -235,6 +242,9 @@ func (f *Fetcher) fetch(ctx context.Context, r *Load, p lockPackage) error {
 	}
 	data, err := os.ReadFile(filepath.Join(f.mirror, p.FileName))
 	if err != nil {
+		if r.gaveUp() {
+			return &sourceError{"the package source did not answer earlier in this load"}
+		}
 		if err := r.fetched(); err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 )
 
@@ -86,7 +88,7 @@ func (v *View) HostDir() string {
 
 // Begin opens a load for view v.
 func (f *Fetcher) Begin(v *View) *Load {
-	return &Load{f: f, v: v, linked: map[string]bool{}}
+	return &Load{f: f, v: v, linked: map[string]bool{}, unserved: map[string]bool{}}
 }
 
 // Load is what one load took from the cache: pinned there, linked into the view.
@@ -101,34 +103,63 @@ type Load struct {
 	indexLeft int // index documents the install in flight may still ask for
 	pinned    []string
 	linked    map[string]bool
-	Progress  func(name string) // told of each package downloaded for the load, if set
+	// unserved are the packages the load could not be given (Ensure); unreachable: the
+	// source did not answer, and is not asked again in this load; told: the operator
+	// was told (the log).
+	unserved    map[string]bool
+	unreachable bool
+	told        bool
+	Progress    func(name string) // told of each package downloaded for the load, if set
 }
 
 // Ensure puts the packages the code's imports and names need into the cache and the
-// view; it returns one note per package that could not be served, for the run's stderr.
+// view. Those the server cannot serve (not in its mirror, and its source off,
+// unreachable or without them) become the load's Unserved: the operator is told why in
+// the server's log, once per load; the user is told by the import that fails
+// (UnservedLine). It returns one note per refusal a user can act on (a bound, a
+// checksum), for the run's stderr.
 func (r *Load) Ensure(ctx context.Context, code string, names []string) (notes []string) {
-	if r == nil || r.f.cdn == "" {
+	if r == nil {
 		return nil
 	}
-	f := r.v.f
-	need := f.needed(code, names)
+	f := r.f
 	var missing []string
+	var why error
 	defer func() {
 		if len(missing) > 0 {
-			notes = append(notes, unservedNote(missing))
+			r.unserve(missing, why)
 		}
 	}()
+	if f.cdn == "" {
+		// Sessions load the code's imports from the mirror themselves; an import that
+		// finds nothing there asks again by name (the driver's finder, through pip.go).
+		// What the mirror lacks cannot be served.
+		for _, n := range f.needed("", names) {
+			if !fileExists(filepath.Join(f.mirror, f.pkgs[n].FileName)) {
+				missing = append(missing, f.pkgs[n].Name)
+			}
+		}
+		why = errors.New("the package directory does not have them and no package source is set")
+		return nil
+	}
+	need := f.needed(code, names)
 	for i, n := range need {
 		err := f.fetch(ctx, r, f.pkgs[n])
 		if err == nil {
 			continue
 		}
 		if unserved(err) {
-			f.log.Warn("package not served", "package", f.pkgs[n].Name, "err", err)
 			missing = append(missing, f.pkgs[n].Name)
+			if why == nil {
+				why = err
+			}
 			var se *sourceError
 			if errors.As(err, &se) {
-				// Unreachable: the others would wait for it too.
+				// Unreachable: the others would wait for it too, and so would the rest
+				// of the load (an import the code makes later asks again).
+				r.mu.Lock()
+				r.unreachable = true
+				r.mu.Unlock()
 				for _, rest := range need[i+1:] {
 					missing = append(missing, f.pkgs[rest].Name)
 				}
@@ -143,6 +174,61 @@ func (r *Load) Ensure(ctx context.Context, code string, names []string) (notes [
 		}
 	}
 	return notes
+}
+
+// unserve records packages the load could not be given, and tells the operator why and
+// what fixes it, once per load.
+func (r *Load) unserve(names []string, why error) {
+	r.mu.Lock()
+	var fresh []string
+	for _, n := range names {
+		if !r.unserved[n] {
+			r.unserved[n] = true
+			fresh = append(fresh, n)
+		}
+	}
+	told := r.told
+	r.told = true
+	r.mu.Unlock()
+	if len(fresh) > 0 && !told {
+		r.f.log.Warn("packages not served to a session: "+unservedFix, "packages", strings.Join(fresh, ", "), "err", why)
+	}
+}
+
+// Unserved tells whether the load could not be given package name (as the lock file
+// names it).
+func (r *Load) Unserved(name string) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unserved[name]
+}
+
+// gaveUp tells whether the load found the package source unreachable already.
+func (r *Load) gaveUp() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unreachable
+}
+
+// UnservedNames are the packages the load could not be given, sorted.
+func (r *Load) UnservedNames() []string {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.unserved))
+	for n := range r.unserved {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // fetched asks to download one more file (a wheel or an index document) for the load.
