@@ -1,5 +1,6 @@
 // Package sandchat holds the vocabulary every other package shares: the application
-// error type with its codes, the acting user carried in a context, and the role rules
+// error type with its codes, the acting user carried in a context, the services that
+// sign users in (API tokens; login links and browser sessions), and the role rules
 // of owners and members. It imports no driver: the Postgres side of those rules lives
 // in migrations/pgdb, beside the schema.
 package sandchat

@@ -1,4 +1,5 @@
-// Package pgstore keeps users, API tokens and agents in Postgres.
+// Package pgstore keeps users, API tokens, browser sign-ins (login links and sessions)
+// and agents in Postgres.
 package pgstore
 
 import (
@@ -97,12 +98,4 @@ func (s *Users) Authenticate(ctx context.Context, token string) (*sandchat.User,
 		}
 	}
 	return u, nil
-}
-
-// FindUserByName returns the oldest user with that name.
-func (s *Users) FindUserByName(ctx context.Context, name string) (*sandchat.User, error) {
-	u := &sandchat.User{}
-	err := s.db.QueryRow(ctx, `select id, name, admin, created_at from users where name = $1 order by id limit 1`, name).
-		Scan(&u.ID, &u.Name, &u.Admin, &u.CreatedAt)
-	return u, pgdb.PgError(err, "User")
 }
