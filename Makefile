@@ -13,7 +13,8 @@ services:
 build:
 	$(GO) build -o bin/sandchat ./cmd/sandchat
 
-## run: the server with its defaults on http://127.0.0.1:8080, printing an admin token.
+## run: the server with its defaults on http://127.0.0.1:8080, printing a one-time sign-in link
+## for the admin and an admin API token.
 run: services build
 	@mkdir -p .sandchat
 	./bin/sandchat serve --admin-token-file .sandchat/admin-token

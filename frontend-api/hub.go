@@ -107,6 +107,7 @@ func (h *Hub) deliver(name string, payload []byte) {
 		Seq            int64  `json:"seq"`
 		Data           struct {
 			ConversationID int64 `json:"conversation_id"`
+			SessionID      int64 `json:"session_id"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
@@ -123,6 +124,14 @@ func (h *Hub) deliver(name string, payload []byte) {
 	if head.Type == EventAccessRevoked && c.convID == 0 {
 		for cl := range c.clients {
 			cl.enqueue(outItem{op: opRevoke, conv: head.Data.ConversationID})
+		}
+		return
+	}
+	if head.Type == EventSessionEnded && c.convID == 0 {
+		for cl := range c.clients {
+			if cl.session != 0 && cl.session == head.Data.SessionID {
+				cl.shutdown(closeSignedOut, "signed out")
+			}
 		}
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,9 +37,18 @@ type Check struct {
 
 // Config is what the HTTP layer needs from the process configuration.
 type Config struct {
-	// AllowedOrigins are the browser origins allowed to open WebSockets; requests with
-	// no Origin header (non-browser clients) are allowed, since they carry a token.
+	// AllowedOrigins are the browser origins allowed to open WebSockets and to act with a
+	// browser session; requests with no Origin header (non-browser clients) are allowed
+	// to use a token.
 	AllowedOrigins []string
+	// PublicURL is where browsers reach the server (https://chat.example.com), for the
+	// login links admins make and the session cookie's Secure flag; "" takes the
+	// request's own address.
+	PublicURL string
+	// LoginLinkTTL is how long a login link works; SessionTTL how long the browser
+	// session it starts lasts.
+	LoginLinkTTL   time.Duration
+	SessionTTL     time.Duration
 	RequestTimeout time.Duration
 	// ExecutionTimeout bounds a direct sandbox run: above the engine's largest timeout.
 	ExecutionTimeout time.Duration
@@ -84,6 +94,8 @@ type Deps struct {
 	Config        Config
 	Log           *slog.Logger
 	Users         sandchat.UserService
+	Sessions      sandchat.SessionService
+	Logins        LoginLimiter // optional: without it sign-ins are not counted
 	Agents        agents.Service
 	Conversations conversations.Service
 	Tools         ToolSettings
@@ -107,6 +119,8 @@ type Server struct {
 	metrics *metrics
 
 	users         sandchat.UserService
+	sessions      sandchat.SessionService
+	logins        LoginLimiter
 	agents        agents.Service
 	conversations conversations.Service
 	tools         ToolSettings
@@ -141,7 +155,7 @@ const headerTimeout = 5 * time.Second
 func New(d Deps) (*Server, error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"Log": d.Log != nil, "Users": d.Users != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
+		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
 		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
 		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
 	} {
@@ -163,9 +177,15 @@ func New(d Deps) (*Server, error) {
 	if cfg.BodyLimit == 0 {
 		cfg.BodyLimit = 16 << 20
 	}
+	if cfg.LoginLinkTTL == 0 {
+		cfg.LoginLinkTTL = DefaultLoginLinkTTL
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
 	s := &Server{
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
-		users: d.Users, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
+		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
 		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
 	}
@@ -202,10 +222,15 @@ func (s *Server) routes() {
 	app.Get("/readyz", s.readyz)
 	app.Get("/metrics", s.metrics.handler())
 	s.webRoutes()
+	// Before the group: they sign in, or say whether the cookie does.
+	app.Post("/api/v1/auth/login", s.login)
+	app.Get("/api/v1/auth/session", s.session)
 
 	v1 := app.Group("/api/v1", s.authenticate)
+	v1.Post("/auth/logout", s.logout)
 	v1.Get("/me", s.me)
 	v1.Post("/users", s.createUser)
+	v1.Post("/users/:id/login-link", s.createLoginLink)
 	v1.Get("/internal-tools", s.listInternalTools)
 
 	v1.Post("/agents", s.createAgent)
@@ -252,10 +277,14 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 }
 
 // Serve answers on ln until Shutdown. With no allowed origins configured, the
-// server's own address is allowed (known only now when it listens on port 0).
+// server's own address is allowed (known only now when it listens on port 0), and its
+// public address.
 func (s *Server) Serve(ln net.Listener) error {
 	if len(s.cfg.AllowedOrigins) == 0 {
 		s.cfg.AllowedOrigins = DefaultOrigins(ln.Addr().String())
+		if o := originOf(s.cfg.PublicURL); o != "" && !slices.Contains(s.cfg.AllowedOrigins, o) {
+			s.cfg.AllowedOrigins = append(s.cfg.AllowedOrigins, o)
+		}
 	}
 	return s.app.Listener(ln)
 }
@@ -268,6 +297,15 @@ func DefaultOrigins(addr string) []string {
 		out = append(out, "http://localhost:"+port, "http://127.0.0.1:"+port)
 	}
 	return out
+}
+
+// originOf is the origin of an absolute URL (scheme://host[:port]), or "".
+func originOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // Shutdown stops accepting, tells WebSocket clients to reconnect elsewhere and waits

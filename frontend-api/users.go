@@ -12,7 +12,8 @@ func codeOf(err error) string { return sandchat.ErrorCode(err) }
 
 // authenticate puts the token's user into the request context. WebSockets and file
 // downloads may carry the token as ?access_token=, since browsers set no headers on a
-// socket, an <img> or a plain link.
+// socket, an <img> or a plain link. Without a token, a browser session's cookie signs
+// the request in (authenticateSession).
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	token := ""
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
@@ -25,8 +26,13 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		token = c.Query("access_token")
 	}
 	if token == "" {
+		if secret := sessionCookie(c); secret != "" {
+			return s.authenticateSession(c, secret)
+		}
+	}
+	if token == "" {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat"`)
-		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "An API token is required: Authorization: Bearer <token>.")
+		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Sign in first: an API token (Authorization: Bearer <token>) or a browser session is required.")
 	}
 	ctx := c.UserContext()
 	u, err := s.users.Authenticate(ctx, token)

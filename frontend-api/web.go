@@ -82,6 +82,8 @@ func (s *Server) webRoutes() {
 		return c.Send(body)
 	}
 	s.app.Get("/", func(c *fiber.Ctx) error { return send(c, "index.html") })
+	// A login link's page: the same client, which exchanges the link's fragment.
+	s.app.Get("/login", func(c *fiber.Ctx) error { return send(c, "index.html") })
 	s.app.Get("/app.js", func(c *fiber.Ctx) error { return send(c, "app.js") })
 	s.app.Get("/app.css", func(c *fiber.Ctx) error { return send(c, "app.css") })
 	s.app.Get("/frame.html", func(c *fiber.Ctx) error { return send(c, "frame.html") })

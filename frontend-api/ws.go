@@ -87,11 +87,14 @@ type outItem struct {
 // client is one socket: the reader runs in the handler's goroutine, the writer in its
 // own, and everything the writer sends goes through queue.
 type client struct {
-	hub    *Hub
-	conn   *websocket.Conn
-	user   *sandchat.User
-	ctx    context.Context
-	cancel context.CancelFunc
+	hub  *Hub
+	conn *websocket.Conn
+	user *sandchat.User
+	// session is the browser session that opened the socket (0: an API token); its
+	// sign-out closes the socket.
+	session int64
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
 	queue  []outItem
@@ -227,7 +230,8 @@ func (s *Server) websocket() fiber.Handler {
 		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
 		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
-		cl := &client{hub: h, user: user, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		session, _ := c.Locals(localSession).(int64)
+		cl := &client{hub: h, user: user, session: session, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
 		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {

@@ -34,6 +34,43 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("stdout %q", out)
 		}
 	})
+	t.Run("user create and user login-link print one-time login links", func(t *testing.T) {
+		e := &testEnv{t: t, databaseURL: dbURL}
+		e.rdb, e.redisPrefix = testenv.Redis(t)
+		m := e.node()
+		base := "http://" + m.Addr()
+		name := "lena-" + randomName()
+		out, errOut, err := cli("user", "create", "--name", name, "--database-url", dbURL, "--public-url", base)
+		if err != nil || !regexp.MustCompile(`^sct_[A-Za-z0-9_-]{43}\n$`).MatchString(out) {
+			t.Fatalf("stdout %q, %v: want the token alone", out, err)
+		}
+		created := regexp.MustCompile(`open (` + regexp.QuoteMeta(base) + `/login#t=scl_[A-Za-z0-9_-]{43})\n`).FindStringSubmatch(errOut)
+		if created == nil || !strings.Contains(errOut, "sandchat user login-link --name "+name) {
+			t.Fatalf("stderr %q: want a login link to %s and how to make another", errOut, base)
+		}
+		out, _, err = cli("user", "login-link", "--name", name, "--database-url", dbURL, "--public-url", base+"/")
+		if err != nil || !regexp.MustCompile(`^`+regexp.QuoteMeta(base)+`/login#t=scl_[A-Za-z0-9_-]{43}\n$`).MatchString(out) {
+			t.Fatalf("login-link stdout %q, %v: want the link alone", out, err)
+		}
+		for _, link := range []string{created[1], strings.TrimSpace(out)} {
+			if resp, raw, _ := exchange(t, base, link, nil); resp.StatusCode != 200 {
+				t.Fatalf("exchange %s: %d %s", link, resp.StatusCode, raw)
+			}
+		}
+		// Names are not unique: a name two users share needs --id.
+		if _, _, err := cli("user", "create", "--name", name, "--database-url", dbURL); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := cli("user", "login-link", "--name", name, "--database-url", dbURL); err == nil || !strings.Contains(err.Error(), "2 users are named") {
+			t.Fatalf("ambiguous name: %v", err)
+		}
+		if _, _, err := cli("user", "login-link", "--name", "nobody-"+randomName(), "--database-url", dbURL); err == nil || !strings.Contains(err.Error(), "no user is named") {
+			t.Fatalf("unknown name: %v", err)
+		}
+		if out, _, err := cli("user", "login-link", "--id", "1", "--database-url", dbURL); err != nil || !strings.Contains(out, "/login#t=scl_") {
+			t.Fatalf("by id: %q %v", out, err)
+		}
+	})
 	t.Run("user create needs a name", func(t *testing.T) {
 		if _, _, err := cli("user", "create", "--database-url", dbURL); err == nil {
 			t.Fatal("no error")
@@ -49,7 +86,7 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("a second migrate moved the version: %q", out)
 		}
 	})
-	for _, cmd := range [][]string{{"--help"}, {"serve", "--help"}, {"migrate", "--help"}, {"user", "create", "--help"}} {
+	for _, cmd := range [][]string{{"--help"}, {"serve", "--help"}, {"migrate", "--help"}, {"user", "create", "--help"}, {"user", "login-link", "--help"}} {
 		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
 			out, errOut, err := cli(cmd...)
 			if err != nil && !errors.Is(err, flag.ErrHelp) {
@@ -97,6 +134,24 @@ func TestCLI(t *testing.T) {
 		})
 	}
 
+	t.Run("serve with an admin token file prints a login link that signs the admin in", func(t *testing.T) {
+		e := &testEnv{t: t, databaseURL: dbURL}
+		e.rdb, e.redisPrefix = testenv.Redis(t)
+		m := e.node()
+		var out bytes.Buffer
+		if err := m.printSignIn(ctx, filepath.Join(t.TempDir(), "token"), &out); err != nil {
+			t.Fatal(err)
+		}
+		base := "http://" + m.Addr()
+		link := regexp.MustCompile(`Sign in: open (` + regexp.QuoteMeta(base) + `/login#t=scl_[A-Za-z0-9_-]{43})\n`).FindStringSubmatch(out.String())
+		if link == nil || !regexp.MustCompile(`API token of admin: sct_`).MatchString(out.String()) {
+			t.Fatalf("serve printed %q: want a login link and the API token", out.String())
+		}
+		resp, raw, _ := exchange(t, base, link[1], nil)
+		if resp.StatusCode != 200 || !strings.Contains(string(raw), `"admin":true`) {
+			t.Fatalf("exchange: %d %s", resp.StatusCode, raw)
+		}
+	})
 	t.Run("admin token file survives restarts", func(t *testing.T) {
 		e := &testEnv{t: t, databaseURL: dbURL}
 		e.rdb, e.redisPrefix = testenv.Redis(t)

@@ -29,8 +29,18 @@ type Config struct {
 	LogLevel        string
 	LogFormat       string
 	// AdminTokenFile, when set, makes serve print a working admin token at start: the
-	// one in the file if it still authenticates, else a new admin's, written there.
+	// one in the file if it still authenticates, else a new admin's, written there; and
+	// a login link for that admin.
 	AdminTokenFile string
+	// PublicURL is where browsers reach the server; login links start with it. Empty:
+	// http:// and the listen address.
+	PublicURL string
+	// LoginLinkTTL is how long a login link works (once); SessionTTL how long the
+	// browser session it starts lasts.
+	LoginLinkTTL time.Duration
+	SessionTTL   time.Duration
+	// RateLogins bounds sign-in attempts per client address per minute; 0: unlimited.
+	RateLogins int
 	// WSQueueBytes bounds what may wait to be written to one WebSocket (queued, or unsent
 	// in the kernel); a client that falls further behind is disconnected and reconnects
 	// with since.
@@ -115,6 +125,19 @@ var storeSettings = []setting{
 			}
 			return nil
 		}},
+	// The user commands print login links too.
+	{env: "PUBLIC_URL", help: "where browsers reach the server (https://chat.example.com), the start of login links; default http:// and the listen address",
+		into: text(func(c *Config) *string { return &c.PublicURL }), check: func(c *Config) error {
+			if c.PublicURL == "" {
+				return nil
+			}
+			if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+				return fmt.Errorf("%q is not a URL like https://chat.example.com (scheme and host, no path)", c.PublicURL)
+			}
+			return nil
+		}},
+	{env: "LOGIN_LINK_TTL", def: "15m", help: "how long a login link works (it works once)",
+		into: durationIn(time.Minute, 7*24*time.Hour, func(c *Config) *time.Duration { return &c.LoginLinkTTL })},
 	{env: "LOG_LEVEL", def: "info", help: "debug, info, warn or error",
 		into: text(func(c *Config) *string { return &c.LogLevel }), check: func(c *Config) error {
 			return oneOf(c.LogLevel, "debug", "info", "warn", "error")
@@ -136,7 +159,7 @@ var serveSettings = []setting{
 			}
 			return nil
 		}},
-	{env: "ALLOWED_ORIGINS", help: "comma-separated browser origins allowed to open WebSockets; default: the server's own", serve: true,
+	{env: "ALLOWED_ORIGINS", help: "comma-separated browser origins allowed to open WebSockets and act with a browser session; default: the server's own and SANDCHAT_PUBLIC_URL's", serve: true,
 		into: commaList(func(c *Config) *[]string { return &c.AllowedOrigins }), check: func(c *Config) error {
 			for _, o := range c.AllowedOrigins {
 				if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
@@ -164,6 +187,10 @@ var serveSettings = []setting{
 		}},
 	{env: "RATE_MESSAGES", def: "30", help: "messages one user may send per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateMessages }), check: func(c *Config) error { return unlimitedOrPositive(c.RateMessages) }},
+	{env: "SESSION_TTL", def: "720h", help: "how long a browser stays signed in after opening a login link", serve: true,
+		into: durationIn(5*time.Minute, 365*24*time.Hour, func(c *Config) *time.Duration { return &c.SessionTTL })},
+	{env: "RATE_LOGINS", def: "10", help: "sign-in attempts (login links exchanged) one client address may make per minute; 0: unlimited", serve: true,
+		into: wholeNumber(func(c *Config) *int { return &c.RateLogins }), check: func(c *Config) error { return unlimitedOrPositive(c.RateLogins) }},
 	{env: "RATE_EXECUTIONS", def: "120", help: "sandbox runs one user may start per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateExecutions }), check: func(c *Config) error { return unlimitedOrPositive(c.RateExecutions) }},
 	{env: "CONVERSATION_QUOTA", def: "256MiB", help: "what one conversation may store: uploads, files from runs and Python session state together", serve: true,

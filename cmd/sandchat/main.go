@@ -41,7 +41,10 @@ Usage:
   sandchat [serve] [flags]            run the server (the default)
   sandchat migrate [flags]            apply database migrations and exit
   sandchat user create --name N [--admin]
-                                      create a user; prints its API token, alone, on stdout
+                                      create a user; prints its API token, alone, on stdout,
+                                      and a one-time login link for a browser on stderr
+  sandchat user login-link (--name N | --id ID)
+                                      print a new one-time login link for a user
   sandchat doctor                     check the Python sandbox (Deno, Pyodide, Redis, a real run)
   sandchat exec [--session K] [code]  run Python through the sandbox engine (code or stdin)
   sandchat bench [-n N]               measure the sandbox engine (see docs/sandbox.md)
@@ -76,11 +79,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "migrate":
 		return runMigrate(ctx, args, stdout, stderr)
 	case "user":
-		if len(args) == 0 || args[0] != "create" {
-			fmt.Fprint(stderr, "Usage: sandchat user create --name N [--admin]\n")
-			return errors.New("unknown user subcommand")
+		switch {
+		case len(args) > 0 && args[0] == "create":
+			return runUserCreate(ctx, args[1:], stdout, stderr)
+		case len(args) > 0 && args[0] == "login-link":
+			return runLoginLink(ctx, args[1:], stdout, stderr)
 		}
-		return runUserCreate(ctx, args[1:], stdout, stderr)
+		fmt.Fprint(stderr, "Usage: sandchat user create --name N [--admin]\n       sandchat user login-link (--name N | --id ID)\n")
+		return errors.New("unknown user subcommand")
 	case "doctor":
 		return runDoctor(ctx, args, stdout, stderr)
 	case "exec":
@@ -124,12 +130,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if cfg.AdminTokenFile != "" {
-		token, err := m.adminToken(ctx, cfg.AdminTokenFile)
-		if err != nil {
+		if err := m.printSignIn(ctx, cfg.AdminTokenFile, stdout); err != nil {
 			m.Close()
 			return err
 		}
-		fmt.Fprintf(stdout, "sandchat listening on http://%s\nadmin token: %s\n", m.Addr(), token)
 	}
 	<-ctx.Done()
 	return m.Close()
@@ -158,7 +162,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runUserCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
-	fs := newFlagSet("user create --name N [--admin]", "Creates a user and prints its API token, alone, on stdout. The token is shown once.", stderr)
+	fs := newFlagSet("user create --name N [--admin]", "Creates a user and prints its API token, alone, on stdout (shown once), and on stderr a one-time login link\n"+
+		"that signs the user in from a browser (SANDCHAT_PUBLIC_URL is where it points).", stderr)
 	finish := cfg.bind(fs)
 	name := fs.String("name", "", "the user's name (required)")
 	admin := fs.Bool("admin", false, "make the user an admin (can create users)")
@@ -177,12 +182,110 @@ func runUserCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer db.Close()
-	_, token, err := agentstore.NewUsers(db).CreateUser(ctx, *name, *admin)
+	users := agentstore.NewUsers(db)
+	u, token, err := users.CreateUser(ctx, *name, *admin)
 	if err != nil {
 		return errors.New(sandchat.ErrorMessage(err))
 	}
 	fmt.Fprintln(stdout, token)
+	link, expires, err := loginLink(ctx, users, u.ID, cfg.LoginLinkTTL, linkBase(cfg.PublicURL, cfg.Addr))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "Sign %s in from a browser: open %s\n  (one use, until %s; `sandchat user login-link %s` makes another)\n",
+		u.Name, link, expires.Local().Format("15:04 MST"), userFlag(ctx, users, u))
 	return nil
+}
+
+func runLoginLink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
+	fs := newFlagSet("user login-link (--name N | --id ID)", "Prints, alone on stdout, a new one-time login link that signs the user in from a browser\n"+
+		"(SANDCHAT_PUBLIC_URL is where it points; SANDCHAT_LOGIN_LINK_TTL how long it works).", stderr)
+	finish := cfg.bind(fs)
+	name := fs.String("name", "", "the user's name")
+	id := fs.Int64("id", 0, "the user's id (when several users share a name)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	if (strings.TrimSpace(*name) == "") == (*id == 0) {
+		fs.Usage()
+		return errors.New("give --name or --id")
+	}
+	db, err := openDB(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	users := agentstore.NewUsers(db)
+	if *id == 0 {
+		found, err := users.FindUsersByName(ctx, strings.TrimSpace(*name))
+		if err != nil {
+			return errors.New(sandchat.ErrorMessage(err))
+		}
+		switch len(found) {
+		case 0:
+			return fmt.Errorf("no user is named %q (`sandchat user create --name %s` makes one)", *name, *name)
+		case 1:
+			*id = found[0].ID
+		default:
+			ids := make([]string, len(found))
+			for i, u := range found {
+				ids[i] = fmt.Sprint(u.ID)
+			}
+			return fmt.Errorf("%d users are named %q (ids %s): say which with --id", len(found), *name, strings.Join(ids, ", "))
+		}
+	}
+	link, expires, err := loginLink(ctx, users, *id, cfg.LoginLinkTTL, linkBase(cfg.PublicURL, cfg.Addr))
+	if err != nil {
+		return errors.New(sandchat.ErrorMessage(err))
+	}
+	fmt.Fprintln(stdout, link)
+	fmt.Fprintf(stderr, "(one use, until %s)\n", expires.Local().Format("15:04 MST"))
+	return nil
+}
+
+// userFlag names u for `sandchat user login-link`: by name, or by id when the name is
+// not the user's alone.
+func userFlag(ctx context.Context, users *agentstore.Users, u *sandchat.User) string {
+	if same, err := users.FindUsersByName(ctx, u.Name); err == nil && len(same) == 1 && !strings.ContainsAny(u.Name, " '\"$`\\") {
+		return "--name " + u.Name
+	}
+	return fmt.Sprintf("--id %d", u.ID)
+}
+
+// loginLink makes a one-time login link for the user, pointing at base.
+func loginLink(ctx context.Context, sessions sandchat.SessionService, userID int64, ttl time.Duration, base string) (string, time.Time, error) {
+	if ttl == 0 {
+		ttl = frontendapi.DefaultLoginLinkTTL
+	}
+	secret, expires, err := sessions.CreateLoginLink(ctx, userID, ttl)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return frontendapi.LoginURL(base, secret), expires, nil
+}
+
+// linkBase is where a browser reaches the server: the public URL when set, else the
+// listen address (the one in SANDCHAT_ADDR for the commands that do not listen), with
+// a wildcard host read as this machine.
+func linkBase(publicURL, addr string) string {
+	if publicURL != "" {
+		return publicURL
+	}
+	if addr == "" {
+		addr = os.Getenv("SANDCHAT_ADDR")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = "127.0.0.1", "8080"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
@@ -328,7 +431,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
 	bus := redisbus.New(m.Redis, cfg.RedisPrefix)
 	m.Limiter = redisbus.NewLimiter(m.Redis, cfg.RedisPrefix, map[string]int{
-		"messages": cfg.RateMessages, "executions": cfg.RateExecutions,
+		"messages": cfg.RateMessages, "executions": cfg.RateExecutions, "logins": cfg.RateLogins,
 	})
 	if cfg.LLM.APIKey != "" {
 		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
@@ -353,8 +456,9 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	}
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
 	m.HTTP, err = frontendapi.New(frontendapi.Deps{
-		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins}, Log: m.Log,
-		Users: m.Users, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
+		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins, PublicURL: cfg.PublicURL,
+			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL}, Log: m.Log,
+		Users: m.Users, Sessions: m.Users, Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
 		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables,
 	})
@@ -456,6 +560,11 @@ func (m *Main) pruneEvents(ctx context.Context) {
 			} else if n > 0 {
 				m.Log.Info("pruned events", "count", n)
 			}
+			if n, err := m.Users.PruneSessions(ctx); err != nil {
+				m.Log.Warn("prune login links and sessions", "err", err)
+			} else if n > 0 {
+				m.Log.Info("pruned expired login links and sessions", "count", n)
+			}
 		}
 	}
 }
@@ -537,6 +646,29 @@ func (m *Main) close() error {
 	}
 	m.Log.Info("sandchat stopped")
 	return errors.Join(errs...)
+}
+
+// printSignIn writes where the server listens and how to sign in as its admin: a
+// one-time login link for a browser and the API token kept in tokenFile.
+func (m *Main) printSignIn(ctx context.Context, tokenFile string, w io.Writer) error {
+	token, err := m.adminToken(ctx, tokenFile)
+	if err != nil {
+		return err
+	}
+	admin, err := m.Users.Authenticate(ctx, token)
+	if err != nil {
+		return err
+	}
+	base := linkBase(m.Config.PublicURL, m.Addr())
+	link, expires, err := loginLink(ctx, m.Users, admin.ID, m.Config.LoginLinkTTL, base)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "sandchat listening on %s\n\n", linkBase("", m.Addr()))
+	fmt.Fprintf(w, "Sign in: open %s\n  (one use, until %s; `sandchat user login-link %s` makes another)\n\n",
+		link, expires.Local().Format("15:04 MST"), userFlag(ctx, m.Users, admin))
+	fmt.Fprintf(w, "API token of %s: %s\n  (kept in %s)\n", admin.Name, token, tokenFile)
+	return nil
 }
 
 // adminToken returns the token kept in path if it still works, else creates an admin

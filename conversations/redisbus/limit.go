@@ -27,14 +27,23 @@ func NewLimiter(rdb redis.UniversalClient, prefix string, perMinute map[string]i
 // Allow counts one action of the user in ctx, or refuses it with EBUSY and the seconds
 // until the window turns.
 func (l *Limiter) Allow(ctx context.Context, action string) error {
-	limit := l.limits[action]
 	uid := sandchat.UserIDFromContext(ctx)
-	if limit <= 0 || uid == 0 {
+	if uid == 0 {
+		return nil
+	}
+	return l.AllowKey(ctx, action, strconv.FormatInt(uid, 10))
+}
+
+// AllowKey counts one action of whoever key names (a client address, for actions
+// taken before anyone is signed in), or refuses it as Allow does.
+func (l *Limiter) AllowKey(ctx context.Context, action, who string) error {
+	limit := l.limits[action]
+	if limit <= 0 || who == "" {
 		return nil
 	}
 	now := l.now()
 	window := now.Unix() / 60
-	key := l.prefix + "rate:" + action + ":" + strconv.FormatInt(uid, 10) + ":" + strconv.FormatInt(window, 10)
+	key := l.prefix + "rate:" + action + ":" + who + ":" + strconv.FormatInt(window, 10)
 	pipe := l.rdb.TxPipeline()
 	incr := pipe.Incr(ctx, key)
 	pipe.Expire(ctx, key, 2*time.Minute)
