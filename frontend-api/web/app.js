@@ -5,7 +5,7 @@
 import { state } from "/js/state.js";
 import { $, toast } from "/js/dom.js";
 import { api, guard, UNAUTHORIZED } from "/js/api.js";
-import { signOut, show, signIn, route, setMenu } from "/js/session.js";
+import { signOut, logOut, signIn, start, exchange, linkSecret, route, setMenu } from "/js/session.js";
 import { convTitle, enterSends, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
 import { openPopup, closePopup } from "/js/tools.js";
@@ -19,14 +19,17 @@ function bind() {
   startToasts();
   $("login").onsubmit = (e) => {
     e.preventDefault();
-    state.token = $("token").value.trim();
+    const text = $("token").value.trim();
     $("login-error").textContent = "";
+    // A pasted login link (or its secret) is exchanged as if it had been opened.
+    const secret = linkSecret(text);
+    if (!secret) state.token = text;
     guard(async () => {
-      await signIn();
+      await (secret ? exchange(secret) : signIn());
       $("token").value = "";
     });
   };
-  $("logout").onclick = () => { state.me = null; signOut(); };
+  $("logout").onclick = () => guard(logOut);
   $("menu").onclick = () => setMenu(!document.body.classList.contains("menu-open"));
   window.addEventListener("hashchange", () => guard(route));
 
@@ -149,7 +152,7 @@ function bind() {
   };
   window.addEventListener("beforeunload", (e) => { if (isDirty()) e.preventDefault(); });
 
-  if (state.token) guard(signIn); else show("login");
+  guard(start);
 }
 
 bind();

@@ -2,7 +2,7 @@
 // and the Files panel.
 import { state } from "/js/state.js";
 import { $, el, toast } from "/js/dom.js";
-import { APIError, api, guard } from "/js/api.js";
+import { APIError, api, authHeaders, guard } from "/js/api.js";
 import { previewButton } from "/js/preview.js";
 
 // formatSize writes a size in the unit it reads best in: 66 B, 1.5 KiB, 2 MiB.
@@ -14,14 +14,15 @@ function formatSize(n) {
 // about prefixes a message with the file it is about, unless it already names it.
 function about(name, message) { return message.includes(name) ? message : `${name}: ${message}`; }
 
-// Files are fetched with the token in a header and shown from blob: URLs, so no token
-// ever sits in an address, a history entry or a log.
+// Files are fetched with the page's credentials (a token in a header, or the session
+// cookie) and shown from blob: URLs, so no token ever sits in an address, a history
+// entry or a log.
 // One fetch per file however many elements show it; the URLs live until the list is
 // redrawn (releaseBlobs).
 export function fileURL(id) {
   if (!state.blobs.has(id)) {
     const p = (async () => {
-      const res = await fetch(`/api/v1/files/${id}`, { headers: { Authorization: "Bearer " + state.token } });
+      const res = await fetch(`/api/v1/files/${id}`, { headers: authHeaders() });
       if (!res.ok) throw new Error(res.status === 404 ? "That file no longer exists." : `Download failed (${res.status}).`);
       return URL.createObjectURL(await res.blob());
     })();
@@ -83,7 +84,7 @@ export function renderFiles(files) {
 // undo it goes, or when the page is left: a slip of the × costs nothing. Until then it
 // is drawn nowhere, however often the list is fetched again.
 const UNDO_MS = 6000;
-const removing = new Map(); // file id → { f, token, toast, timer }
+const removing = new Map(); // file id → { f, headers, toast, timer }
 
 function kept() { return (state.files || []).filter((f) => !removing.has(f.id)); }
 
@@ -92,8 +93,9 @@ function removeUpload(f) {
   const next = row?.nextElementSibling?.querySelector(".chip-remove") || row?.previousElementSibling?.querySelector(".chip-remove");
   const undo = el("button", { type: "button", className: "toast-action", textContent: "Undo", attrs: { "aria-label": `Undo deleting ${f.name}` }, onclick: () => restore(f.id) });
   const t = el("div", { className: "toast success" }, `Deleted ${f.name}`, " ", undo);
-  // The token of who removed it: the delete is theirs even if they sign out meanwhile.
-  removing.set(f.id, { f, token: state.token, toast: t, timer: setTimeout(() => purge(f.id), UNDO_MS) });
+  // The credentials of who removed it: the delete is theirs even if they sign out
+  // meanwhile (with a token; a session ended by signing out deletes nothing more).
+  removing.set(f.id, { f, headers: authHeaders("DELETE"), toast: t, timer: setTimeout(() => purge(f.id), UNDO_MS) });
   $("toasts").append(t);
   renderFiles(state.files);
   (next || $("input")).focus();
@@ -118,7 +120,7 @@ function purge(id, leaving = false) {
   r.toast.remove();
   removing.delete(id);
   state.files = (state.files || []).filter((x) => x.id !== id);
-  const sent = fetch(`/api/v1/files/${id}`, { method: "DELETE", headers: { Authorization: "Bearer " + r.token }, keepalive: leaving });
+  const sent = fetch(`/api/v1/files/${id}`, { method: "DELETE", headers: r.headers, keepalive: leaving });
   if (leaving) return;
   sent.then(async (res) => {
     if (res.ok || res.status === 404) return;

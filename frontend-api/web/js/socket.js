@@ -1,14 +1,20 @@
 // The tab's one WebSocket: reconnects, subscriptions, events to where they belong.
 import { state } from "/js/state.js";
 import { toast } from "/js/dom.js";
-import { guard } from "/js/api.js";
+import { guard, unauthorized } from "/js/api.js";
 import { convTitle, loadConversations, loadConversation } from "/js/chat.js";
 import { applyEvent } from "/js/messages.js";
 import { agentToolsChanged } from "/js/tools.js";
 
+// SIGNED_OUT is the close code of a socket whose browser session ended.
+const SIGNED_OUT = 4001;
+
 export function connect() {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
-  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/ws?access_token=${encodeURIComponent(state.token)}`);
+  // A browser session's cookie goes with the socket by itself; a pasted token in the
+  // address, since a socket carries no header.
+  const query = state.token ? `?access_token=${encodeURIComponent(state.token)}` : "";
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/ws${query}`);
   state.ws = ws;
   ws.onopen = () => {
     state.retry = 0;
@@ -19,11 +25,12 @@ export function connect() {
     try { ev = JSON.parse(m.data); } catch { return; }
     onEvent(ev);
   };
-  ws.onclose = () => {
+  ws.onclose = (e) => {
     if (state.ws !== ws) return;
     state.ws = null;
+    if (e.code === SIGNED_OUT) return unauthorized("You signed out of this browser session (in another tab, or it was ended).");
     const delay = Math.min(10000, 500 * 2 ** state.retry++);
-    setTimeout(() => { if (!state.ws && state.token) connect(); }, delay);
+    setTimeout(() => { if (!state.ws && state.me) connect(); }, delay);
   };
 }
 

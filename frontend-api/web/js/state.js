@@ -1,7 +1,9 @@
 // What the page knows: the one shared state of the client.
 
 export const state = {
-  token: localStorage.getItem("sandchat.token") || "",
+  token: localStorage.getItem("sandchat.token") || "", // a pasted API token; none with a browser session
+  csrf: "", // the browser session's CSRF token, sent on what changes something
+
   me: null,
   catalogue: [],
   agents: [],
