@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -32,7 +33,20 @@ func webModules(t *testing.T) map[string]string {
 	return mods
 }
 
-var importRE = regexp.MustCompile(`(?m)^import [^;]*? from "/js/([a-z]+)\.js";`)
+// importRE finds a module's imports of the client's own modules: static (import … from,
+// export … from, a bare import) and dynamic (import("/js/x.js")).
+var importRE = regexp.MustCompile(`(?m)(?:^(?:import|export)\b[^;]*?\bfrom\s*|^import\s*|\bimport\(\s*)"/js/([a-z]+)\.js"`)
+
+// imports lists the client's modules that src imports, each once, in order.
+func imports(src string) []string {
+	var out []string
+	for _, m := range importRE.FindAllStringSubmatch(src, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
 
 // TestWebModulesBottom: the modules at the bottom of the web client (state, api, dom)
 // import no view, so a view can use them without a cycle through itself (STYLE 18);
@@ -45,9 +59,100 @@ func TestWebModulesBottom(t *testing.T) {
 		if !ok {
 			t.Fatalf("no module %s.js", name)
 		}
-		for _, m := range importRE.FindAllStringSubmatch(src, -1) {
-			if !slices.Contains(bottom, m[1]) {
-				t.Errorf("%s.js imports the view %s.js", name, m[1])
+		for _, imp := range imports(src) {
+			if !slices.Contains(bottom, imp) {
+				t.Errorf("%s.js imports the view %s.js", name, imp)
+			}
+		}
+	}
+}
+
+// TestWebModulesNoCycle: the web client's imports run one way. A module that needs to
+// tell one above it something reports by an event or a callback, which app.js (the
+// entry, which nothing imports) wires: no chain of imports comes back to where it
+// started, so every module can be read, and loaded, before the ones that use it.
+func TestWebModulesNoCycle(t *testing.T) {
+	mods := webModules(t)
+	graph := map[string][]string{}
+	for name, src := range mods {
+		for _, imp := range imports(src) {
+			if _, ok := mods[imp]; !ok {
+				t.Errorf("%s.js imports /js/%s.js, which does not exist", name, imp)
+				continue
+			}
+			graph[name] = append(graph[name], imp)
+		}
+	}
+	if len(graph["app"]) < 10 {
+		t.Fatalf("found only %d imports in app.js: %v", len(graph["app"]), graph["app"])
+	}
+	for _, cycle := range importCycles(graph) {
+		t.Errorf("import cycle: %s", strings.Join(cycle, " → "))
+	}
+	for name := range mods {
+		if name != "app" && slices.Contains(graph[name], "app") {
+			t.Errorf("%s.js imports app.js, the entry", name)
+		}
+	}
+}
+
+// importCycles returns one cycle through each import that closes one (a depth-first
+// walk's back edges), each as the modules along it, the first repeated at the end.
+func importCycles(graph map[string][]string) [][]string {
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	mark := map[string]int{}
+	var path []string
+	var cycles [][]string
+	var walk func(string)
+	walk = func(n string) {
+		mark[n] = onPath
+		path = append(path, n)
+		for _, m := range graph[n] {
+			switch mark[m] {
+			case unseen:
+				walk(m)
+			case onPath:
+				i := slices.Index(path, m)
+				cycles = append(cycles, append(slices.Clone(path[i:]), m))
+			}
+		}
+		path = path[:len(path)-1]
+		mark[n] = done
+	}
+	names := slices.Sorted(maps.Keys(graph))
+	for _, n := range names {
+		if mark[n] == unseen {
+			walk(n)
+		}
+	}
+	return cycles
+}
+
+// TestWebModulesImportsResolve: every name a module imports from another of the client's
+// modules is one that module exports. With no build step, a wrong name is otherwise
+// found only by a browser, which then runs none of the page.
+func TestWebModulesImportsResolve(t *testing.T) {
+	mods := webModules(t)
+	namedRE := regexp.MustCompile(`(?m)^import \{([^}]*)\} from "/js/([a-z]+)\.js";`)
+	for name, src := range mods {
+		for _, m := range namedRE.FindAllStringSubmatch(src, -1) {
+			target, ok := mods[m[2]]
+			if !ok {
+				continue // TestWebModulesNoCycle names it
+			}
+			for _, imported := range strings.Split(m[1], ",") {
+				imported = strings.TrimSpace(strings.Split(strings.TrimSpace(imported), " as ")[0])
+				if imported == "" {
+					continue
+				}
+				exportRE := regexp.MustCompile(`(?m)^export (?:async )?(?:function\*? |const |let |class )` + regexp.QuoteMeta(imported) + `(?:[^\w$]|$)`)
+				if !exportRE.MatchString(target) {
+					t.Errorf("%s.js imports %s from %s.js, which does not export it", name, imported, m[2])
+				}
 			}
 		}
 	}
@@ -62,13 +167,13 @@ func TestWebEventNames(t *testing.T) {
 	mods := webModules(t)
 	handledRE := regexp.MustCompile(`(?:case |ev\.type === )"([a-z_]+(?:\.[a-z_]+)?)"`)
 	handled := map[string]bool{}
-	for _, name := range []string{"messages", "socket"} {
+	for _, name := range []string{"messages", "live"} {
 		for _, m := range handledRE.FindAllStringSubmatch(mods[name], -1) {
 			handled[m[1]] = true
 		}
 	}
 	if len(handled) < 10 {
-		t.Fatalf("found only %d handled events in messages.js and socket.js: %v", len(handled), handled)
+		t.Fatalf("found only %d handled events in messages.js and live.js: %v", len(handled), handled)
 	}
 	for name := range handled {
 		if !sent[name] {

@@ -1,22 +1,32 @@
 // The sandchat web client: conversations with live code cells, the input toolbar with
 // its Internal tools popup, agents' Configuration page, and toasts — on the v1 API and
 // one WebSocket per tab. Plain ES modules, no build step: this entry binds the page's
-// controls to the modules under /js and starts.
+// controls to the modules under /js, wires what the modules report upward (by events
+// and callbacks: no module imports one above it, and none imports this one) and starts.
 import { state } from "/js/state.js";
-import { $, toast } from "/js/dom.js";
+import { $, toast, enterSends } from "/js/dom.js";
 import { api, guard, UNAUTHORIZED } from "/js/api.js";
+import { TURN_CHANGED } from "/js/turn.js";
+import { VERSION_PICKED } from "/js/versions.js";
+import { updateOffer } from "/js/offer.js";
+import { updateMessageActions, messageUpdated } from "/js/resend.js";
 import { signOut, logOut, signIn, start, exchange, linkSecret, route, setMenu } from "/js/session.js";
-import { convTitle, enterSends, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
+import { convTitle, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
 import { openPopup, closePopup } from "/js/tools.js";
 import { loadAgents, renderAgentForm, renderAgentTools, isDirty, markDirty, saveAgent } from "/js/agents.js";
 import { startFollowing } from "/js/follow.js";
 import { startToasts } from "/js/toasts.js";
+import { startLive } from "/js/live.js";
 
 function bind() {
   addEventListener(UNAUTHORIZED, (e) => signOut(e.detail));
+  // A turn starting or ending changes what is offered under the latest message.
+  addEventListener(TURN_CHANGED, () => { updateOffer(); updateMessageActions(); });
+  addEventListener(VERSION_PICKED, (e) => messageUpdated(e.detail));
   startFollowing();
   startToasts();
+  startLive();
   $("login").onsubmit = (e) => {
     e.preventDefault();
     const text = $("token").value.trim();

@@ -5,8 +5,6 @@ import { APIError, api, guard } from "/js/api.js";
 import { renderConversationList, renderHeader } from "/js/chat.js";
 import { toolSwitch } from "/js/tools.js";
 
-export function agentName(id) { return state.agents.find((a) => a.id === id)?.name; }
-
 export async function loadAgents() {
   state.agents = await api("GET", "/agents");
   renderAgentList();

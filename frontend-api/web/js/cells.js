@@ -2,7 +2,7 @@
 import { state } from "/js/state.js";
 import { $, el, codeBlock, copyButton } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
-import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/messages.js";
+import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/thread.js";
 import { thumbnail, downloadChip } from "/js/files.js";
 import { displayEl, keptFrame } from "/js/displays.js";
 import { clipOutput, offerShowAll } from "/js/outputs.js";

@@ -1,19 +1,19 @@
 // Conversations: the list, opening and closing one, its header, loading its picture,
 // and sending a message.
 import { state } from "/js/state.js";
-import { $, el, toast } from "/js/dom.js";
-import { api } from "/js/api.js";
-import { send, subscribe, touchConversationList } from "/js/socket.js";
-import { renderHistory, addUserMessage, applyEvent, setRunning, showTurnEnd, showVersions, scrollToEnd } from "/js/messages.js";
+import { $, el, toast, enterSends } from "/js/dom.js";
+import { api, guard } from "/js/api.js";
+import { send, subscribe } from "/js/socket.js";
+import { scrollToEnd } from "/js/thread.js";
+import { setRunning, showTurnEnd } from "/js/turn.js";
+import { renderHistory, addUserMessage, applyEvent, showVersions } from "/js/messages.js";
 import { endOpenCells } from "/js/cells.js";
 import { releaseBlobs, renderFiles, closeFiles } from "/js/files.js";
 import { renderTools, showToolsState, closePopup } from "/js/tools.js";
-import { agentName } from "/js/agents.js";
 
 export function convTitle(c) { return c.title || "New chat"; }
 
-// On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
-export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }
+function agentName(id) { return state.agents.find((a) => a.id === id)?.name; }
 
 // With a ``` block left open, Enter is a new line of its code. Any ``` counts, not only
 // one that starts a line: "@helper ```python" opens one too.
@@ -176,4 +176,12 @@ export async function sendMessage() {
     scrollToEnd();
     if (!state.conv.title) touchConversationList();
   } finally { $("send").disabled = false; }
+}
+
+// touchConversationList reads the list again soon: titles and order change as turns
+// end, and several changes close together cost one read.
+let listTimer;
+export function touchConversationList() {
+  clearTimeout(listTimer);
+  listTimer = setTimeout(() => guard(loadConversations), 300);
 }

@@ -179,3 +179,6 @@ export function codeBlock(code) {
   hljs.highlightElement(c);
   return el("div", { className: "code-wrap" }, el("pre", { className: "code" }, c), copyButton("Copy code", () => code));
 }
+
+// On a touch screen Enter is a new line, as its keyboard shows it, and Send sends.
+export function enterSends() { return !matchMedia("(pointer: coarse)").matches; }

@@ -1,51 +1,17 @@
 // The message list: history, handoff blocks, and the live events that draw into it.
 import { state } from "/js/state.js";
 import { $, el, markdown } from "/js/dom.js";
+import { containerFor, handoffBlock, handoffBody, forgetContainers, pathKey, turnOf, whoOf, nearBottom, scrollToEnd } from "/js/thread.js";
+import { setRunning, showTurnEnd } from "/js/turn.js";
 import { cellEl, ensureCell, appendOutput, finishCell, endOpenCells, addDisplay } from "/js/cells.js";
 import { releaseBlobs, touchFiles } from "/js/files.js";
 import { renderTools } from "/js/tools.js";
-import { updateOffer } from "/js/offer.js";
-import { updateMessageActions, messageUpdated } from "/js/resend.js";
-import { isFollowing, follow } from "/js/follow.js";
+import { messageUpdated } from "/js/resend.js";
 import { dataResult } from "/js/preview.js";
 import { setVersions, showVersion } from "/js/versions.js";
 
-// Where a message of an agent path goes: the top list for the primary agent, the body
-// of the latest handoff block for a child (nested as deep as the path).
-const containers = new Map();
-
-function pathKey(path) { return (path || []).join("/"); }
-
-export function containerFor(path, turnID) {
-  if (!path || path.length <= 1) return $("messages");
-  const key = pathKey(path);
-  let c = containers.get(key);
-  if (!c || !c.isConnected) c = handoffBlock(path, null, turnID).body;
-  return c;
-}
-
-// turnOf is what an answer's element carries of its turn (versions.js shows or hides it
-// with its version): the one given, else the running turn's.
-function turnOf(turnID) { return turnID ?? state.turn ?? undefined; }
-
-function handoffBlock(path, task, turnID) {
-  const key = pathKey(path);
-  const parent = containerFor(path.slice(0, -1), turnID);
-  const child = path[path.length - 1];
-  const status = el("span", { className: "status running", textContent: "working…" });
-  const body = el("ol", { className: "handoff-body" });
-  const details = el("details", { open: true }, el("summary", {}, el("span", { className: "who", textContent: `↳ ${child}` }), " ", status), task ? el("p", { className: "task", textContent: task }) : null, body);
-  const block = el("li", { className: "handoff", dataset: { path: key, turn: turnOf(turnID) } }, details);
-  block.statusEl = status;
-  parent.append(block);
-  containers.set(key, body);
-  body.block = block;
-  return { block, body };
-}
-
 function setHandoffStatus(path, status) {
-  const body = containers.get(pathKey(path));
-  const s = body?.block?.statusEl;
+  const s = handoffBody(path)?.block?.statusEl;
   if (!s) return;
   s.className = "status " + (status === "completed" ? "ok" : status === "failed" ? "failed" : "running");
   s.textContent = status === "completed" ? "done" : status === "failed" ? "failed" : "working…";
@@ -53,7 +19,7 @@ function setHandoffStatus(path, status) {
 
 export function renderHistory(msgs, runs) {
   releaseBlobs();
-  containers.clear();
+  forgetContainers();
   $("messages").replaceChildren();
   // A run belongs to a sandbox call of the same turn with the same code, in order.
   const unused = [...runs];
@@ -106,8 +72,6 @@ export function addUserMessage(m) {
   setVersions(li, m);
 }
 
-export function whoOf(path) { return (path && path.length ? path[path.length - 1] : "assistant"); }
-
 // An assistant message: its text (when any), then a code cell per sandbox call and a
 // nested block per handoff. A streamed draft of the same step is replaced.
 function addAssistantMessage(m, draftKey) {
@@ -129,8 +93,7 @@ function addAssistantMessage(m, draftKey) {
 }
 
 function ensureHandoff(path, task, turnID) {
-  const key = pathKey(path);
-  const existing = containers.get(key);
+  const existing = handoffBody(path);
   // A second handoff to the same child is a new block.
   if (existing?.isConnected && existing.block && !existing.block.dataset.done) return existing;
   return handoffBlock(path, task, turnID).body;
@@ -148,7 +111,7 @@ function addToolResult(m, call) {
   if (call?.name === "delegate" || r.agent) {
     const path = [...(m.agent_path || []), r.agent || call?.arguments?.agent];
     setHandoffStatus(path, r.status);
-    const body = containers.get(pathKey(path));
+    const body = handoffBody(path);
     if (body?.block) body.block.dataset.done = "1";
     return;
   }
@@ -210,7 +173,7 @@ export function applyEvent(ev) {
       if (d.status === "started") ensureHandoff(ev.agent_path, d.task, d.turn_id);
       else {
         setHandoffStatus(ev.agent_path, d.status);
-        const body = containers.get(pathKey(ev.agent_path));
+        const body = handoffBody(ev.agent_path);
         if (body?.block) body.block.dataset.done = "1";
       }
       break;
@@ -249,32 +212,3 @@ function findCall(callID) {
   // Calls are only needed to tell handoff results from cells; cells carry data-call.
   return cellEl(callID) ? { name: "pyodide_sandbox" } : null;
 }
-
-export function setRunning(turnID) {
-  // Stop goes away with the turn: the focus it had goes back to the message box.
-  const stopFocused = document.activeElement === $("stop") || (document.activeElement === document.body && state.turn && state.stopping === state.turn);
-  state.turn = turnID;
-  $("stop").hidden = !turnID;
-  $("send").hidden = !!turnID;
-  $("chat").setAttribute("aria-busy", turnID ? "true" : "false");
-  $("turn-status").textContent = turnID ? "The assistant is working…" : ""; // for screen readers
-  const ind = $("messages").querySelector(":scope > .thinking");
-  if (turnID && !ind) $("messages").append(el("li", { className: "thinking", attrs: { "aria-label": "The assistant is working" } }, el("span"), el("span"), el("span")));
-  if (!turnID) ind?.remove();
-  else if (ind) $("messages").append(ind); // keep it last
-  if (!turnID && stopFocused && !$("input").disabled) $("input").focus();
-  updateOffer();
-  updateMessageActions();
-}
-
-export function showTurnEnd(status, error, turnID) {
-  const text = status === "cancelled" ? "Stopped." : `The turn failed: ${error || status}`;
-  $("messages").append(el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), dataset: { turn: turnOf(turnID) }, attrs: { role: "note" }, textContent: text }));
-}
-
-// Whether the reader follows the newest output (js/follow.js).
-export function nearBottom() { return isFollowing(); }
-
-// Callers decide: they scroll only when the reader was at the end before the change,
-// so someone who scrolled up to read is left where they are.
-export function scrollToEnd() { follow(); }

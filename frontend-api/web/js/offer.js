@@ -4,7 +4,7 @@
 import { state } from "/js/state.js";
 import { $, el } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
-import { setRunning } from "/js/messages.js";
+import { setRunning } from "/js/turn.js";
 
 const SANDBOX = "pyodide_sandbox";
 
@@ -13,7 +13,8 @@ let tools = null;
 export function offerTools(list) { tools = list; updateOffer(); }
 
 // updateOffer draws the offer, or takes it away, from what the page shows: it is drawn
-// again whenever a turn starts or ends and whenever the conversation's tools change.
+// again whenever a turn starts or ends (app.js calls it on turn.js's TURN_CHANGED) and
+// whenever the conversation's tools change.
 export function updateOffer() {
   const list = $("messages");
   list.querySelector(":scope > li.offer")?.remove();

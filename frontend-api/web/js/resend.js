@@ -4,16 +4,16 @@
 // endpoint), whose answer is a new version of the message's: it replaces the earlier
 // one in place, which stays a version to switch back to (js/versions.js).
 import { state } from "/js/state.js";
-import { $, el, markdown } from "/js/dom.js";
+import { $, el, markdown, enterSends } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
-import { setRunning, scrollToEnd } from "/js/messages.js";
-import { enterSends } from "/js/chat.js";
+import { scrollToEnd } from "/js/thread.js";
+import { setRunning } from "/js/turn.js";
 import { updateOffer } from "/js/offer.js";
 import { setVersions, drawVersions, tools } from "/js/versions.js";
 
 // updateMessageActions draws Regenerate and Edit, or takes them away, and the version
 // switchers as a running turn allows, from what the page shows: it is called whenever a
-// turn starts or ends (setRunning) and a version is switched.
+// turn starts or ends (app.js, on turn.js's TURN_CHANGED) and a version is switched.
 export function updateMessageActions() {
   const list = $("messages");
   list.querySelector(":scope > li.msg-actions")?.remove();

@@ -1,13 +1,16 @@
-// The tab's one WebSocket: reconnects, subscriptions, events to where they belong.
+// The tab's one WebSocket: it connects, reconnects and resubscribes the open
+// conversation. Every frame goes to the one handler registered with onFrame (live.js
+// routes them to the views): this module imports no view.
 import { state } from "/js/state.js";
-import { toast } from "/js/dom.js";
-import { guard, unauthorized } from "/js/api.js";
-import { convTitle, loadConversations, loadConversation } from "/js/chat.js";
-import { applyEvent } from "/js/messages.js";
-import { agentToolsChanged } from "/js/tools.js";
+import { unauthorized } from "/js/api.js";
 
 // SIGNED_OUT is the close code of a socket whose browser session ended.
 const SIGNED_OUT = 4001;
+
+let handler = () => {};
+
+// onFrame sets what receives every frame the server sends, parsed.
+export function onFrame(fn) { handler = fn; }
 
 export function connect() {
   if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
@@ -23,7 +26,7 @@ export function connect() {
   ws.onmessage = (m) => {
     let ev;
     try { ev = JSON.parse(m.data); } catch { return; }
-    onEvent(ev);
+    handler(ev);
   };
   ws.onclose = (e) => {
     if (state.ws !== ws) return;
@@ -45,48 +48,4 @@ export function subscribe(convID, since) {
   const f = { type: "subscribe", conversation_id: convID };
   if (since !== undefined && since !== null) f.since = since;
   return send(f);
-}
-
-function onEvent(ev) {
-  if (ev.type === "toast") return onToast(ev.data || {});
-  if (ev.type === "error") return toast(ev.data?.message || ev.data?.detail || "Connection error", "error");
-  if (ev.type === "internal_tools.updated" && !ev.conversation_id && ev.data?.agent_id) return guard(() => agentToolsChanged(ev.data.agent_id));
-  if (ev.type === "internal_tools.updated" || ev.type === "turn.completed" || ev.type === "turn.failed") touchConversationList();
-  if (!state.conv || ev.conversation_id !== state.conv.id) return;
-  if (ev.type === "subscribed") {
-    // A subscription without since delivers what happens from the moment the server
-    // takes it, which may be well after it was sent: the picture is fetched once it has
-    // answered. One with since that could not be replayed is fetched again too.
-    const replayed = state.replaySince !== null;
-    state.resuming = false;
-    state.replaySince = null;
-    if (!ev.data?.recovered || (!state.seq && !replayed)) guard(loadConversation);
-    return;
-  }
-  if (state.resuming) return; // the subscription that replays a running turn brings it again
-  if (state.loading) { state.pending.push(ev); return; }
-  applyEvent(ev);
-}
-
-function onToast(d) {
-  let msg = d.message || "";
-  if (d.conversation_id && d.conversation_id !== state.conv?.id) {
-    const known = state.convs.find((c) => c.id === d.conversation_id);
-    const title = d.conversation_title || (known ? convTitle(known) : `conversation ${d.conversation_id}`);
-    msg += ` (in “${title}”)`;
-  }
-  toast(msg, d.level || "success", toolChange(d));
-}
-
-// toolChange is the second line of a toggle's toast: the tool and its new state.
-function toolChange(d) {
-  if (!d.tool_name) return "";
-  const from = { agent: " (from the agent)", default: " (the deployment default)", policy: " (deployment policy)" }[d.source] || "";
-  return `${d.tool_name}: ${d.enabled ? "on" : "off"}${from}`;
-}
-
-let listTimer;
-export function touchConversationList() {
-  clearTimeout(listTimer);
-  listTimer = setTimeout(() => guard(loadConversations), 300);
 }

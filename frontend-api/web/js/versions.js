@@ -6,7 +6,10 @@
 import { state } from "/js/state.js";
 import { el } from "/js/dom.js";
 import { api, guard } from "/js/api.js";
-import { messageUpdated } from "/js/resend.js";
+
+// VERSION_PICKED tells, with the message as the server answered (detail), that the user
+// switched its answer here: the page redraws it as for message.updated (app.js).
+export const VERSION_PICKED = "sandchat:version-picked";
 
 // setVersions takes a user message's versions and current answer from a message as the
 // server sends it (a message without them leaves them as they were) and shows them.
@@ -75,6 +78,6 @@ function pick(li, step) {
   guard(async () => {
     const m = await api("PUT", `/conversations/${conv.id}/messages/${li.dataset.msg}/answer`, { turn_id: Number(turn) });
     // Its message.updated may have come first, or come after: it is the same picture.
-    if (state.conv?.id === conv.id) messageUpdated(m);
+    if (state.conv?.id === conv.id) dispatchEvent(new CustomEvent(VERSION_PICKED, { detail: m }));
   });
 }
