@@ -44,11 +44,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 		return c.Status(fiber.StatusAccepted).JSON(started)
 	})
 	v1.Post("/conversations/:id/messages/:message_id/retry", func(c *fiber.Ctx) error {
-		id, err := paramID(c, "id")
-		if err != nil {
-			return err
-		}
-		msgID, err := paramID(c, "message_id")
+		id, msgID, err := messageParams(c)
 		if err != nil {
 			return err
 		}
@@ -69,11 +65,7 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 	})
 	// Which of a user message's answer versions is current: {"turn_id": one of its versions}.
 	v1.Put("/conversations/:id/messages/:message_id/answer", func(c *fiber.Ctx) error {
-		id, err := paramID(c, "id")
-		if err != nil {
-			return err
-		}
-		msgID, err := paramID(c, "message_id")
+		id, msgID, err := messageParams(c)
 		if err != nil {
 			return err
 		}
@@ -132,4 +124,13 @@ func turnIDs(c *fiber.Ctx) (convID, turnID int64, err error) {
 	}
 	turnID, err = paramID(c, "turn_id")
 	return convID, turnID, err
+}
+
+// messageParams are the conversation's and the message's ids of a …/messages/:message_id route.
+func messageParams(c *fiber.Ctx) (convID, msgID int64, err error) {
+	if convID, err = paramID(c, "id"); err != nil {
+		return 0, 0, err
+	}
+	msgID, err = paramID(c, "message_id")
+	return convID, msgID, err
 }
