@@ -24,7 +24,8 @@
 //   - lease.go: one run of a session at a time across nodes, and this node's queue per
 //     session; attach.go: brings a session back into a process (from the live set, the
 //     store's heap, or by replaying its cells; history.go: the runs on record outside
-//     the engine, for a session the store lost).
+//     the engine, for a session the store lost); recover.go: a session whose run's
+//     interpreter failed comes back, reset when its saved state cannot run.
 //   - run.go: a run; results.go: what it returns and streams, shaped within the
 //     limits (output markers, artifacts); preload.go: a request's preload; runoutput.go:
 //     where a run's output and display items go as they come (display.go: the items); pip.go:

@@ -101,6 +101,7 @@ func (s *Store) Version(ctx context.Context, session string) (int64, error) {
 // resetScript forgets a session's state, and leaves the version it had reached as the
 // floor of the next one's (save.go): versions never repeat across a reset, so a warm
 // copy from before it, on any node, can neither be taken for the session nor save.
+// ARGV[2] "1" leaves the session marked seen, as the save does.
 var resetScript = redis.NewScript(`
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 local floor = tonumber(redis.call('GET', KEYS[6]) or '0')
@@ -108,6 +109,9 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if v > floor then floor = v end
 if floor > 0 then
   if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[6], floor, 'PX', ARGV[1]) else redis.call('SET', KEYS[6], floor) end
+end
+if ARGV[2] == '1' then
+  if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[5], '1', 'PX', ARGV[1]) else redis.call('SET', KEYS[5], '1') end
 end
 return floor
 `)
@@ -251,10 +255,16 @@ func (s *Store) Forget(ctx context.Context, session string) error {
 	return nil
 }
 
-// Reset forgets the session's state, files and log, in both tiers.
-func (s *Store) Reset(ctx context.Context, session string) error {
+// Reset forgets the session's state, files and log, in both tiers. seen keeps the mark
+// of a session that had a state (its next run starts over and says so), as the engine's
+// reset of a state that cannot run does; a user's reset starts as a new session.
+func (s *Store) Reset(ctx context.Context, session string, seen bool) error {
 	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen"), s.key(session, "floor")}
-	if err := resetScript.Run(ctx, s.rdb, keys, (s.ttl * 7).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	mark := "0"
+	if seen {
+		mark = "1"
+	}
+	if err := resetScript.Run(ctx, s.rdb, keys, (s.ttl * 7).Milliseconds(), mark).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fail(ctx, err)
 	}
 	if s.cold != nil {
