@@ -161,11 +161,8 @@ func (s *Store) Load(ctx context.Context, session string, withCells bool) (*stat
 		}
 	}
 	if len(d) > 0 {
-		raw, err := s.zdec.DecodeAll(d, nil)
-		if err != nil {
-			return nil, fmt.Errorf("decompress session state: %w", err)
-		}
-		st.Delta = raw
+		// Compressed as it was saved: the engine decompresses it as it sends it.
+		st.Delta = d
 	}
 	for k, v := range fs.Val() {
 		st.Files[k] = []byte(v)

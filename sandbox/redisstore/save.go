@@ -120,10 +120,7 @@ return {nv, total, 0}
 // when the state would pass r.Cap, or keep more than the hot bound in Redis even with
 // the heap and every changed file in the cold tier.
 func (s *Store) Save(ctx context.Context, session string, r state.Save) (int64, int64, error) {
-	var delta []byte
-	if r.Delta != nil {
-		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
-	}
+	delta := r.Delta
 	v, total, err := s.save(ctx, session, r, delta, false)
 	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
 		// Small items filled the hot bound: everything this save changes goes cold.
@@ -292,10 +289,7 @@ return {tonumber(ARGV[2]), total, 0}
 // state.ErrFenced when the lease or the version moved on, *state.Full when the heap
 // does not fit the cap or the hot bound.
 func (s *Store) Checkpoint(ctx context.Context, session string, c state.Checkpoint) (int64, error) {
-	var delta []byte
-	if c.Delta != nil {
-		delta = s.zenc.EncodeAll(c.Delta, make([]byte, 0, len(c.Delta)/8))
-	}
+	delta := c.Delta
 	total, err := s.checkpoint(ctx, session, c, delta, false)
 	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
 		total, err = s.checkpoint(ctx, session, c, delta, true)

@@ -54,7 +54,7 @@ func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, 
 	done := make(chan RunEnd, 1)
 	sent := make(chan struct{})
 	go func() {
-		f, err := p.call(hard, msg, o, func() { close(sent) })
+		f, err := p.call(hard, msg, o, func() { close(sent) }, nil)
 		done <- RunEnd{Frame: f, Err: err}
 	}()
 	timer := time.NewTimer(lim.Load)
