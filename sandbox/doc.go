@@ -32,7 +32,8 @@
 //     micropip's requests; pkgview.go: a process's window on the package cache;
 //     available.go: the packages an import can load.
 //   - durable.go: logs the run and answers for the session's saved state and reset;
-//     checkpoint.go: heaps saved off the runs' path; forget.go: a session deleted for
+//     checkpoint.go: heaps saved off the runs' path; heapstream.go: a heap's way between
+//     a process and the store, XOR-ed and compressed as it streams; forget.go: a session deleted for
 //     good with its conversation.
 //   - store.go: the Store the engine consumes (redisstore: state, leases and base
 //     snapshots in Redis, the hot copy, bounded per session; pgcold: the cold tier for
