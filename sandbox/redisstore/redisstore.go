@@ -193,17 +193,18 @@ func (s *Store) Cells(ctx context.Context, session string) ([]string, error) {
 }
 
 // Bytes is what the sessions' states hold as stored, in both tiers: their heaps
-// (compressed), files and replay logs, the total a cap applies to; one pipeline for all.
+// (compressed), files, replay logs and package lists, the total a cap applies to; one
+// pipeline for all.
 func (s *Store) Bytes(ctx context.Context, sessions ...string) (int64, error) {
 	if len(sessions) == 0 {
 		return 0, nil
 	}
 	pipe := s.rdb.Pipeline()
-	lens := make([]*redis.IntCmd, 0, 2*len(sessions))
+	lens := make([]*redis.IntCmd, 0, 4*len(sessions))
 	counts := make([]*redis.SliceCmd, 0, len(sessions))
 	for _, session := range sessions {
 		k := s.key(session, "state")
-		lens = append(lens, pipe.HStrLen(ctx, k, "delta"), pipe.HStrLen(ctx, k, "header"))
+		lens = append(lens, pipe.HStrLen(ctx, k, "delta"), pipe.HStrLen(ctx, k, "header"), pipe.HStrLen(ctx, k, "packages"), pipe.HStrLen(ctx, k, "pip"))
 		counts = append(counts, pipe.HMGet(ctx, k, "fbytes", "cbytes", "cfbytes", "deltasize"))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
