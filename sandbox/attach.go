@@ -173,6 +173,11 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",
 				len(at.Cells), e.cfg.RestoreTimeout)
 		}
+		if pe := (*proc.Error)(nil); errors.As(err, &pe) && st != nil {
+			// The saved state itself does not come back (a process that died or a restore
+			// that ran out of time may be the node's doing, and are tried again).
+			return nil, &brokenState{version: st.Version, why: pe.Msg}
+		}
 		return nil, procErr(err, p)
 	}
 	var r proc.AttachReply

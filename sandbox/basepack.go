@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -169,34 +168,4 @@ func (c *baseFiles) name(snap []byte) (string, error) {
 	}
 	c.kept = c.kept[:min(len(c.kept), keptBaseFiles)]
 	return name, nil
-}
-
-// xorBase turns a heap delta between the forms the process and the store keep: the
-// process sends and takes the changed heap blocks as they are, the store keeps them
-// XOR-ed with the base's (mostly zeros, so they compress well). The same XOR goes both
-// ways. Layout (runtime/worker.ts, diffHeap): u32 heap length, u32 block count, u32
-// block size, u32 block indexes, the blocks; little-endian. A delta that does not hold
-// together is returned as it is: the restore that reads it fails.
-func xorBase(base, delta []byte) []byte {
-	if len(delta) < 12 || len(base) < 8 {
-		return delta
-	}
-	le := binary.LittleEndian
-	count, size := int64(le.Uint32(delta[4:])), int64(le.Uint32(delta[8:]))
-	ho := int64(le.Uint32(base[4:]))
-	if size == 0 || ho > int64(len(base)) || 12+count*(4+size) != int64(len(delta)) {
-		return delta
-	}
-	heap := base[ho:]
-	out := slices.Clone(delta)
-	blocks := out[12+4*count:]
-	for k := range count {
-		start := int64(le.Uint32(out[12+4*k:])) * size
-		if start >= int64(len(heap)) {
-			continue
-		}
-		b := blocks[k*size : (k+1)*size]
-		subtle.XORBytes(b, b, heap[start:min(start+size, int64(len(heap)))])
-	}
-	return out
 }

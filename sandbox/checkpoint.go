@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,7 +155,10 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 func (c *checkpoints) save(ctx context.Context, lv *live, token string, version, stateCap int64) error {
 	p := lv.process()
 	capOf := c.cfg.stateCap(stateCap)
-	f, err := p.Call(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil)
+	// The heap is compressed as it arrives (heapstream.go): the server never holds it
+	// whole, and keeps at most the state limit of it.
+	in := &heapIn{base: p.Base(), limit: capOf}
+	f, err := p.CallStream(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil, in.receive)
 	if err != nil {
 		return err
 	}
@@ -163,13 +167,17 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version,
 		p.Kill("protocol: unreadable checkpoint reply")
 		return err
 	}
-	if err := r.Check(f); err != nil {
+	if (r.Header == nil) != (r.Delta == nil) || in.err != nil {
 		p.Kill("protocol: checkpoint reply refused")
-		return fmt.Errorf("checkpoint reply: %w", err)
+		return fmt.Errorf("checkpoint reply: %w", cmp.Or(in.err, errors.New("snapshot header without delta")))
 	}
-	// The process sends the changed blocks as they are; the store keeps them XOR-ed
-	// with the base (mostly zeros, so they compress well).
-	mode, header, delta := modeSnapshot, f.Bytes(r.Header), xorBase(p.Base(), f.Bytes(r.Delta))
+	if in.over {
+		return fmt.Errorf("%w: the heap's delta compresses to more than the session's %.1f MiB state limit", errHeapTooLarge, float64(capOf)/(1<<20))
+	}
+	mode, header, delta := modeSnapshot, in.header, in.delta
+	if r.Header == nil {
+		header, delta = nil, nil
+	}
 	if r.TooLarge {
 		// Not now: the log keeps the session, and a later checkpoint (after the user
 		// frees memory) may fit.

@@ -24,14 +24,16 @@
 //   - lease.go: one run of a session at a time across nodes, and this node's queue per
 //     session; attach.go: brings a session back into a process (from the live set, the
 //     store's heap, or by replaying its cells; history.go: the runs on record outside
-//     the engine, for a session the store lost).
+//     the engine, for a session the store lost); recover.go: a session whose run's
+//     interpreter failed comes back, reset when its saved state cannot run.
 //   - run.go: a run; results.go: what it returns and streams, shaped within the
 //     limits (output markers, artifacts); preload.go: a request's preload; runoutput.go:
 //     where a run's output and display items go as they come (display.go: the items); pip.go:
 //     micropip's requests; pkgview.go: a process's window on the package cache;
 //     available.go: the packages an import can load.
 //   - durable.go: logs the run and answers for the session's saved state and reset;
-//     checkpoint.go: heaps saved off the runs' path; forget.go: a session deleted for
+//     checkpoint.go: heaps saved off the runs' path; heapstream.go: a heap's way between
+//     a process and the store, XOR-ed and compressed as it streams; forget.go: a session deleted for
 //     good with its conversation.
 //   - store.go: the Store the engine consumes (redisstore: state, leases and base
 //     snapshots in Redis, the hot copy, bounded per session; pgcold: the cold tier for

@@ -108,8 +108,13 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 		if err != nil {
 			// The log alone cannot bring this run back; a later checkpoint may still.
 			e.log.WarnContext(ctx, "checkpoint after a failed run", "session", key, "err", err)
+			why := sandchat.ErrorMessage(err)
+			if errors.Is(err, errHeapTooLarge) {
+				// The state limit is the user's to know: what holds it and by how much.
+				why = err.Error()
+			}
 			res.Stderr += "[sandbox] this run's state holds changes no saved cell has (an earlier run failed or was not saved), and could not be saved yet (" +
-				sandchat.ErrorMessage(err) + "): until it is, it lives only while the session stays warm\n"
+				why + "): until it is, it lives only while the session stays warm\n"
 		}
 		res.Session.Mode = lv.info().Mode // a heap that cannot be saved turns the session to replay
 	}
@@ -151,7 +156,7 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
 	}
 	return e.leases.with(ctx, key, func(context.Context, string) error {
-		if err := e.st.Reset(ctx, key); err != nil {
+		if err := e.st.Reset(ctx, key, false); err != nil {
 			return err
 		}
 		if lv := e.sess.take(key); lv != nil {

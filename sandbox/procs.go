@@ -112,7 +112,12 @@ func (n *nodeProcs) restoreProc(wait, ctx context.Context, st *state.State) (*pr
 	var o proc.Blobs
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RestoreTimeout)
 	defer cancel()
-	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: o.Add(xorBase(p.Base(), st.Delta))}, &o); err != nil {
+	delta, err := deltaBlob(&o, p.Base(), st.Delta)
+	if err != nil {
+		p.Close("restore failed")
+		return nil, &proc.Error{Msg: err.Error()}
+	}
+	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: delta}, &o); err != nil {
 		p.Close("restore failed")
 		if errors.Is(err, proc.ErrGone) {
 			// The heap itself took the process down (over the memory cap, say).

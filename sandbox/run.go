@@ -109,17 +109,34 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 func (e *Engine) DataVersions(key string) map[string]string { return e.sess.dataVersions(key) }
 
 func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (Result, error) {
-	a, err := e.attach(ctx, key, req)
+	a, err := e.attachOrReset(ctx, key, req)
 	if err != nil {
 		return Result{}, err
 	}
+	res, failed, err := e.runIn(ctx, key, token, req, a)
+	if failed != nil {
+		return e.afterFailure(ctx, key, token, req, a, res, failed, err)
+	}
+	return res, err
+}
+
+// interpreterFailed is a run whose interpreter failed (its process died, or the Worker
+// gave up) rather than answer: the session went back to its saved state.
+type interpreterFailed struct {
+	started bool // the process said the code started: the code may be what failed
+	why     string
+}
+
+// runIn runs req in the session a brought back. A run whose interpreter failed comes
+// back as a Result that says so, with failed set.
+func (e *Engine) runIn(ctx context.Context, key, token string, req Request, a *attached) (Result, *interpreterFailed, error) {
 	lv, info, notes := a.lv, a.info, a.notes
 	p := lv.process()
 	defer e.res.release(lv)
 	var o proc.Blobs
 	data, versions, err := lv.dataFor(req.Data, &o)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	// What the run loads from the package cache is its own until it ends.
 	pk := e.procs.packages(p)
@@ -138,7 +155,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	out, hooks := e.shape.hooks(req, e.pip.server(ctx, lv, pk))
 	session := func() SessionInfo {
 		s := lv.info()
-		s.RestoredFrom, s.Expired = info.RestoredFrom, info.Expired
+		s.RestoredFrom, s.Expired, s.ResetFrom = info.RestoredFrom, info.Expired, info.ResetFrom
 		return s
 	}
 	start := time.Now()
@@ -153,7 +170,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 		lost := session()
 		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
 			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-			e.cfg.Grace, lost.Version), time.Since(start).Milliseconds(), lost, out.seen), ctxErr
+			e.cfg.Grace, lost.Version), time.Since(start).Milliseconds(), lost, out.seen), nil, ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.Err != nil {
@@ -164,14 +181,14 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 			lost := session()
 			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
 				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lost.Version),
-				ms, lost, out.seen), ctxErr
+				ms, lost, out.seen), &interpreterFailed{started: rep.Started, why: p.Reason()}, ctxErr
 		case errors.As(rep.Err, &pe):
 			// What the code printed before its interpreter failed was streamed as it came,
 			// and is kept as for a process that died.
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
-				ms, session(), out.seen), ctxErr
+				ms, session(), out.seen), &interpreterFailed{started: rep.Started, why: pe.Msg}, ctxErr
 		}
-		return Result{}, rep.Err
+		return Result{}, nil, rep.Err
 	}
 	var r proc.RunReply
 	if err := json.Unmarshal(rep.Frame.JSON, &r); err == nil {
@@ -179,7 +196,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	}
 	if err != nil {
 		e.sess.drop(key, lv, "protocol: run reply refused")
-		return Result{}, fmt.Errorf("sandbox reply: %w", err)
+		return Result{}, nil, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.shape.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
@@ -197,7 +214,7 @@ func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) 
 	res.Session.Live = true
 	if res.Status != StatusSuccess {
 		// Not saved: the session keeps it warm, tainted (live.ran).
-		return res, ctxErr
+		return res, nil, ctxErr
 	}
-	return res, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
+	return res, nil, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
 }

@@ -27,7 +27,8 @@ type sessionStore interface {
 	Bytes(ctx context.Context, sessions ...string) (int64, error)
 	Save(ctx context.Context, session string, r state.Save) (version, total int64, err error)
 	Checkpoint(ctx context.Context, session string, c state.Checkpoint) (total int64, err error)
-	Reset(ctx context.Context, session string) error
+	// Reset forgets the session's state; seen keeps it marked as one that had a state.
+	Reset(ctx context.Context, session string, seen bool) error
 	// Forget deletes the session for good, in every tier; no run that began before it
 	// can save it back.
 	Forget(ctx context.Context, session string) error

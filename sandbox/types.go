@@ -93,6 +93,9 @@ type SessionInfo struct {
 	Files        []string  `json:"files,omitempty"`
 	Live         bool      `json:"live"`
 	UpdatedAt    time.Time `json:"updated_at,omitzero"`
+	// ResetFrom, for a run's Result, is the version of a saved state that could not run
+	// once restored: the engine reset the session, and that state is lost (recover.go).
+	ResetFrom int64 `json:"reset_from,omitempty"`
 	// StateBytes is what the saved state holds (after the run, for a run's Result, saved
 	// or not).
 	StateBytes int64 `json:"state_bytes,omitempty"`

@@ -243,6 +243,8 @@ func compactRun(run Run) string {
 		r.Message = run.Notice
 	}
 	switch {
+	case run.Session.ResetFrom > 0:
+		r.Session = "The session's saved state could not run and the session was reset: earlier variables, files and installed packages are lost; re-run earlier setup if needed."
 	case run.Session.RestoredFrom == "replay":
 		r.Session = "The session's saved state was lost and was rebuilt by replaying its earlier successful runs."
 	case run.Session.Expired:

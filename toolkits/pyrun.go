@@ -149,6 +149,13 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 			req.ConversationID, id)}
 	}
 	res, err := r.res, r.err
+	if res.Session.ResetFrom > 0 {
+		// The engine reset a session whose saved state could not run: a replay of the
+		// history must never bring that state back.
+		if rerr := s.Store.RecordReset(wctx, req.ConversationID, key, id); rerr != nil {
+			s.log().ErrorContext(ctx, "record the engine's reset of a session", "session", key, "err", rerr)
+		}
+	}
 	ex = s.underQuota(&res, ex, quota)
 	if err != nil && res.Status == sandbox.StatusSuccess && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The code ended as it was being stopped, and its state was saved: it succeeded,

@@ -45,8 +45,9 @@ type ExecutionStore interface {
 	// after an error is safe. Artifacts past ex.Quota are not kept, and notKept (also in
 	// the record's stderr) says which.
 	FinishExecution(ctx context.Context, id int64, ex conversations.Execution, failure string) (files []conversations.FileRef, notKept string, err error)
-	// RecordReset notes a reset of the session.
-	RecordReset(ctx context.Context, convID int64, key string) error
+	// RecordReset notes a reset of the session, after the runs recorded so far or, with
+	// before, after those recorded before that run.
+	RecordReset(ctx context.Context, convID int64, key string, before int64) error
 	// DataFiles returns the conversation's uploads, for /data, with the bytes of those
 	// whose version is not the one have names.
 	DataFiles(ctx context.Context, convID int64, have map[string]string) ([]conversations.DataFile, error)
@@ -182,7 +183,7 @@ func (s *Sandbox) Reset(ctx context.Context, convID int64) error {
 		return err
 	}
 	key := s.SessionKey(convID, ts.Conversation.AgentID)
-	if err := s.Store.RecordReset(ctx, convID, key); err != nil {
+	if err := s.Store.RecordReset(ctx, convID, key, 0); err != nil {
 		return err
 	}
 	return s.Engine.Reset(ctx, key)

@@ -200,11 +200,13 @@ func (s *Store) SessionRuns(ctx context.Context, key string) ([]sandchat.Session
 	})
 }
 
-// RecordReset notes that a session was reset, so replay never goes past it.
-func (s *Store) RecordReset(ctx context.Context, convID int64, key string) error {
+// RecordReset notes that a session was reset, so replay never goes past it: after the
+// runs recorded so far, or only those before the run before (not 0), which ran in the
+// session that came after the reset (the engine's reset of a state that cannot run).
+func (s *Store) RecordReset(ctx context.Context, convID int64, key string, before int64) error {
 	_, err := s.db.Exec(ctx, `insert into sandbox_resets (conversation_id, session_key, after_execution_id, user_id)
-		values ($1, $2, coalesce((select max(id) from executions where conversation_id = $1 and session_key = $2), 0), $3)`,
-		convID, key, nullID(sandchat.UserIDFromContext(ctx)))
+		values ($1, $2, coalesce((select max(id) from executions where conversation_id = $1 and session_key = $2 and ($4 = 0 or id < $4)), 0), $3)`,
+		convID, key, nullID(sandchat.UserIDFromContext(ctx)), before)
 	return pgdb.PgError(err, "session reset")
 }
 

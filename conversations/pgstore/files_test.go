@@ -292,3 +292,49 @@ func TestFilesDataVersions(t *testing.T) {
 		t.Fatalf("after replacing a.txt: %+v", after)
 	}
 }
+
+// TestFilesResetBeforeARun: a reset recorded before a run (the engine reset the session
+// that run found broken) keeps that run, and those after it, for replay; a user's reset
+// keeps none of the runs so far.
+func TestFilesResetBeforeARun(t *testing.T) {
+	b := setupFiles(t)
+	ctx := b.alice
+	ran := func(code string) int64 {
+		ex := conversations.Execution{ConversationID: b.conv, SessionKey: "conv", Code: code}
+		id, err := b.store.BeginExecution(ctx, ex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex.Outcome = sandchat.RunOutcome{Status: "success"}
+		if _, _, err := b.store.FinishExecution(ctx, id, ex, ""); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	codes := func() string {
+		runs, err := b.store.SessionRuns(ctx, "conv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.Code)
+		}
+		return strings.Join(out, " ")
+	}
+	ran("a")
+	id := ran("b")
+	ran("c")
+	if err := b.store.RecordReset(ctx, b.conv, "conv", id); err != nil {
+		t.Fatal(err)
+	}
+	if got := codes(); got != "b c" {
+		t.Fatalf("after a reset before b: %q", got)
+	}
+	if err := b.store.RecordReset(ctx, b.conv, "conv", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := codes(); got != "" {
+		t.Fatalf("after a user's reset: %q", got)
+	}
+}

@@ -101,6 +101,7 @@ func (s *Store) Version(ctx context.Context, session string) (int64, error) {
 // resetScript forgets a session's state, and leaves the version it had reached as the
 // floor of the next one's (save.go): versions never repeat across a reset, so a warm
 // copy from before it, on any node, can neither be taken for the session nor save.
+// ARGV[2] "1" leaves the session marked seen, as the save does.
 var resetScript = redis.NewScript(`
 local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 local floor = tonumber(redis.call('GET', KEYS[6]) or '0')
@@ -108,6 +109,9 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 if v > floor then floor = v end
 if floor > 0 then
   if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[6], floor, 'PX', ARGV[1]) else redis.call('SET', KEYS[6], floor) end
+end
+if ARGV[2] == '1' then
+  if tonumber(ARGV[1]) > 0 then redis.call('SET', KEYS[5], '1', 'PX', ARGV[1]) else redis.call('SET', KEYS[5], '1') end
 end
 return floor
 `)
@@ -157,11 +161,8 @@ func (s *Store) Load(ctx context.Context, session string, withCells bool) (*stat
 		}
 	}
 	if len(d) > 0 {
-		raw, err := s.zdec.DecodeAll(d, nil)
-		if err != nil {
-			return nil, fmt.Errorf("decompress session state: %w", err)
-		}
-		st.Delta = raw
+		// Compressed as it was saved: the engine decompresses it as it sends it.
+		st.Delta = d
 	}
 	for k, v := range fs.Val() {
 		st.Files[k] = []byte(v)
@@ -192,17 +193,18 @@ func (s *Store) Cells(ctx context.Context, session string) ([]string, error) {
 }
 
 // Bytes is what the sessions' states hold as stored, in both tiers: their heaps
-// (compressed), files and replay logs, the total a cap applies to; one pipeline for all.
+// (compressed), files, replay logs and package lists, the total a cap applies to; one
+// pipeline for all.
 func (s *Store) Bytes(ctx context.Context, sessions ...string) (int64, error) {
 	if len(sessions) == 0 {
 		return 0, nil
 	}
 	pipe := s.rdb.Pipeline()
-	lens := make([]*redis.IntCmd, 0, 2*len(sessions))
+	lens := make([]*redis.IntCmd, 0, 4*len(sessions))
 	counts := make([]*redis.SliceCmd, 0, len(sessions))
 	for _, session := range sessions {
 		k := s.key(session, "state")
-		lens = append(lens, pipe.HStrLen(ctx, k, "delta"), pipe.HStrLen(ctx, k, "header"))
+		lens = append(lens, pipe.HStrLen(ctx, k, "delta"), pipe.HStrLen(ctx, k, "header"), pipe.HStrLen(ctx, k, "packages"), pipe.HStrLen(ctx, k, "pip"))
 		counts = append(counts, pipe.HMGet(ctx, k, "fbytes", "cbytes", "cfbytes", "deltasize"))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -251,10 +253,16 @@ func (s *Store) Forget(ctx context.Context, session string) error {
 	return nil
 }
 
-// Reset forgets the session's state, files and log, in both tiers.
-func (s *Store) Reset(ctx context.Context, session string) error {
+// Reset forgets the session's state, files and log, in both tiers. seen keeps the mark
+// of a session that had a state (its next run starts over and says so), as the engine's
+// reset of a state that cannot run does; a user's reset starts as a new session.
+func (s *Store) Reset(ctx context.Context, session string, seen bool) error {
 	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "cold"), s.key(session, "seen"), s.key(session, "floor")}
-	if err := resetScript.Run(ctx, s.rdb, keys, (s.ttl * 7).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	mark := "0"
+	if seen {
+		mark = "1"
+	}
+	if err := resetScript.Run(ctx, s.rdb, keys, (s.ttl * 7).Milliseconds(), mark).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fail(ctx, err)
 	}
 	if s.cold != nil {

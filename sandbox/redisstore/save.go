@@ -22,7 +22,8 @@ import (
 // stored version is the one its run started from: a stale node can never overwrite a
 // newer state (fencing). It keeps the session's total (heap, files, replay log, hot and
 // cold) under the cap and what stays in Redis under the hot bound, refusing the whole
-// save rather than keeping part of it. Files are either in the files hash (hot) or named
+// save rather than keeping part of it; asked first with nothing written (dry), it says
+// whether the save fits, so a cold blob is written only for a save that fits. Files are either in the files hash (hot) or named
 // in the cold hash as "hash size". A save asked again with the same token after it went
 // through (its answer lost to a timeout) is answered again: saves are idempotent.
 var saveScript = redis.NewScript(`
@@ -41,7 +42,8 @@ if v ~= tonumber(ARGV[2]) then
   -- This very save, applied before its answer was lost (asked again after a timeout):
   -- the token that wrote it says so, and it is answered again, not refused.
   if v == nv and redis.call('HGET', state, 'savedby') == ARGV[1] then
-    local t = redis.call('HSTRLEN', state, 'header') + redis.call('HSTRLEN', state, 'delta')
+    local t = 0
+    for _, f in ipairs({'header', 'delta', 'packages', 'pip'}) do t = t + redis.call('HSTRLEN', state, f) end
     for _, f in ipairs({'fbytes', 'cbytes', 'cfbytes', 'deltasize'}) do t = t + tonumber(redis.call('HGET', state, f) or '0') end
     return {v, t, 0}
   end
@@ -55,6 +57,12 @@ if fixedcold < 0 then fixedcold = tonumber(redis.call('HGET', state, 'deltasize'
 local i = 9
 local fields = i
 local nf = tonumber(ARGV[i]); i = i + 1 + 2 * nf
+-- The package lists are kept, so they count.
+local meta = 0
+for k = 0, nf - 1 do
+  local f = ARGV[fields + 1 + 2 * k]
+  if f == 'packages' or f == 'pip' then meta = meta + #ARGV[fields + 2 + 2 * k] end
+end
 local clear = ARGV[i] == '1'; i = i + 1
 local fbytes, cbytes, cfbytes = 0, 0, 0
 if not clear then
@@ -88,10 +96,11 @@ for k = 0, nd - 1 do forget(ARGV[i + k]) end
 i = i + nd
 local ncell = tonumber(ARGV[i]); i = i + 1
 for k = 0, ncell - 1 do cbytes = cbytes + #ARGV[i + k] end
-local hot = fbytes + cbytes + fixedhot
+local hot = fbytes + cbytes + fixedhot + meta
 local total = hot + cfbytes + fixedcold
 if total > cap then return {-3, total, 0} end
 if hot > hotcap then return {-4, hot, 0} end
+if ARGV[i + ncell] == '1' then return {0, total, 0} end -- asked whether it fits, before the cold tier is written
 if clear then redis.call('DEL', files, cells, cold) end
 for k = 0, nf - 1 do redis.call('HSET', state, ARGV[fields + 1 + 2 * k], ARGV[fields + 2 + 2 * k]) end
 for k = 0, nc - 1 do
@@ -120,10 +129,7 @@ return {nv, total, 0}
 // when the state would pass r.Cap, or keep more than the hot bound in Redis even with
 // the heap and every changed file in the cold tier.
 func (s *Store) Save(ctx context.Context, session string, r state.Save) (int64, int64, error) {
-	var delta []byte
-	if r.Delta != nil {
-		delta = s.zenc.EncodeAll(r.Delta, make([]byte, 0, len(r.Delta)/8))
-	}
+	delta := r.Delta
 	v, total, err := s.save(ctx, session, r, delta, false)
 	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
 		// Small items filled the hot bound: everything this save changes goes cold.
@@ -140,16 +146,12 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	}
 	fields := []any{"base", r.Base, "build", r.Build, "mode", r.Mode, "packages", string(pk), "pip", pip, "updated", time.Now().UnixMilli()}
 	fixedHot, fixedCold := len(delta)+len(r.Header), 0
-	put := false
+	var blobs coldBlobs
 	switch {
 	case !r.KeepHeap:
-		ref, err := s.spill(ctx, session, delta, coldHeapBytes, allCold)
-		if err != nil {
-			return 0, 0, err
-		}
-		if ref != "" {
+		if ref := blobs.spill(s, delta, coldHeapBytes, allCold); ref != "" {
 			fields = append(fields, "header", r.Header, "delta", "", "deltaref", ref, "deltasize", len(delta), "heapv", r.From+1, "hcells", -1)
-			fixedHot, fixedCold, put = len(r.Header), len(delta), true
+			fixedHot, fixedCold = len(r.Header), len(delta)
 		} else {
 			fields = append(fields, "header", r.Header, "delta", delta, "deltaref", "", "deltasize", 0, "heapv", r.From+1, "hcells", -1)
 		}
@@ -169,14 +171,10 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	args = append(args, map[bool]string{true: "1", false: "0"}[r.Fresh])
 	var hot, cold []any
 	for name, data := range r.Changed {
-		ref, err := s.spill(ctx, session, data, coldFileBytes, allCold)
-		if err != nil {
-			return 0, 0, err
-		}
-		if ref == "" {
+		if ref := blobs.spill(s, data, coldFileBytes, allCold); ref == "" {
 			hot = append(hot, name, data)
 		} else {
-			cold, put = append(cold, name, ref, len(data)), true
+			cold = append(cold, name, ref, len(data))
 		}
 	}
 	args = append(args, len(hot)/2)
@@ -192,12 +190,35 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 		args = append(args, c)
 	}
 	keys := []string{s.key(session, "state"), s.key(session, "files"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "seen"), s.key(session, "cold"), s.key(session, "floor"), s.key(session, "gone")}
-	res, err := saveScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return 0, 0, fail(ctx, err)
+	run := func(dry bool) ([]int64, error) {
+		res, err := saveScript.Run(ctx, s.rdb, keys, append(args, map[bool]string{true: "1", false: "0"}[dry])...).Int64Slice()
+		if err != nil {
+			return nil, fail(ctx, err)
+		}
+		if len(res) != 3 {
+			return nil, fmt.Errorf("save: unexpected reply %v", res)
+		}
+		return res, nil
 	}
-	if len(res) != 3 {
-		return 0, 0, fmt.Errorf("save: unexpected reply %v", res)
+	res := []int64{0, 0, 0}
+	var err error
+	if len(blobs) > 0 {
+		// The cold tier is written only for a save that fits: the cap holds there too,
+		// at every moment, not only after the refused save's blobs are swept.
+		if res, err = run(true); err != nil {
+			return 0, 0, err
+		}
+		if res[0] == 0 {
+			if err := blobs.put(ctx, s, session); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	put := len(blobs) > 0
+	if res[0] == 0 {
+		if res, err = run(false); err != nil {
+			return 0, 0, err
+		}
 	}
 	switch {
 	case res[0] == -3:
@@ -205,8 +226,8 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	case res[0] == -4:
 		return 0, res[1], &state.Full{Total: res[1], Cap: hotCap, Hot: true}
 	case res[0] == -5:
-		// A run that began before its session was deleted: what it put in the cold tier
-		// goes too, and no run holds the session any more to race with.
+		// A run that began before its session was deleted: what it may have put in the
+		// cold tier goes too, and no run holds the session any more to race with.
 		if put {
 			_ = s.cold.Keep(context.WithoutCancel(ctx), s.coldName(session), nil)
 		}
@@ -220,18 +241,35 @@ func (s *Store) save(ctx context.Context, session string, r state.Save, delta []
 	return res[0], res[1], nil
 }
 
-// spill puts data in the cold tier when there is one and data is at least min bytes
-// (or any size, with all); it returns the blob's name, or "" when data stays hot.
-func (s *Store) spill(ctx context.Context, session string, data []byte, min int, all bool) (string, error) {
+// coldBlobs are what one save puts in the cold tier, named before they are written.
+type coldBlobs []struct {
+	hash string
+	data []byte
+}
+
+// spill names data as a blob of the cold tier when there is one and data is at least
+// min bytes (or any size, with all), for put to write; "" when data stays hot.
+func (b *coldBlobs) spill(s *Store, data []byte, min int, all bool) string {
 	if s.cold == nil || len(data) == 0 || (len(data) < min && !all) {
-		return "", nil
+		return ""
 	}
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:])
-	if err := s.cold.Put(ctx, s.coldName(session), hash, data); err != nil {
-		return "", err
+	*b = append(*b, struct {
+		hash string
+		data []byte
+	}{hash, data})
+	return hash
+}
+
+// put writes the blobs.
+func (b coldBlobs) put(ctx context.Context, s *Store, session string) error {
+	for _, x := range b {
+		if err := s.cold.Put(ctx, s.coldName(session), x.hash, x.data); err != nil {
+			return err
+		}
 	}
-	return hash, nil
+	return nil
 }
 
 func (s *Store) coldGet(ctx context.Context, session, hash string) ([]byte, error) {
@@ -276,10 +314,11 @@ local hadcold = redis.call('HLEN', cold) > 0 or (redis.call('HGET', state, 'delt
 local fbytes = tonumber(redis.call('HGET', state, 'fbytes') or '0')
 local cbytes = tonumber(redis.call('HGET', state, 'cbytes') or '0')
 local cfbytes = tonumber(redis.call('HGET', state, 'cfbytes') or '0')
-local hot = fbytes + cbytes + #ARGV[3] + #ARGV[4]
+local hot = fbytes + cbytes + #ARGV[3] + #ARGV[4] + redis.call('HSTRLEN', state, 'packages') + redis.call('HSTRLEN', state, 'pip')
 local total = hot + cfbytes + tonumber(ARGV[11])
 if total > tonumber(ARGV[8]) then return {-3, total, 0} end
 if hot > tonumber(ARGV[9]) then return {-4, hot, 0} end
+if ARGV[12] == '1' then return {0, total, 0} end -- asked whether it fits, before the cold tier is written
 local hcells = redis.call('LLEN', cells)
 if ARGV[7] ~= 'snapshot' then hcells = 0 end
 redis.call('HSET', state, 'header', ARGV[3], 'delta', ARGV[4], 'base', ARGV[5], 'build', ARGV[6], 'mode', ARGV[7],
@@ -292,10 +331,7 @@ return {tonumber(ARGV[2]), total, 0}
 // state.ErrFenced when the lease or the version moved on, *state.Full when the heap
 // does not fit the cap or the hot bound.
 func (s *Store) Checkpoint(ctx context.Context, session string, c state.Checkpoint) (int64, error) {
-	var delta []byte
-	if c.Delta != nil {
-		delta = s.zenc.EncodeAll(c.Delta, make([]byte, 0, len(c.Delta)/8))
-	}
+	delta := c.Delta
 	total, err := s.checkpoint(ctx, session, c, delta, false)
 	if full := (*state.Full)(nil); errors.As(err, &full) && full.Hot {
 		total, err = s.checkpoint(ctx, session, c, delta, true)
@@ -304,10 +340,8 @@ func (s *Store) Checkpoint(ctx context.Context, session string, c state.Checkpoi
 }
 
 func (s *Store) checkpoint(ctx context.Context, session string, c state.Checkpoint, delta []byte, allCold bool) (int64, error) {
-	ref, err := s.spill(ctx, session, delta, coldHeapBytes, allCold)
-	if err != nil {
-		return 0, err
-	}
+	var blobs coldBlobs
+	ref := blobs.spill(s, delta, coldHeapBytes, allCold)
 	hotDelta, coldSize := delta, 0
 	if ref != "" {
 		hotDelta, coldSize = nil, len(delta)
@@ -317,12 +351,34 @@ func (s *Store) checkpoint(ctx context.Context, session string, c state.Checkpoi
 		hotCap = s.hot
 	}
 	keys := []string{s.key(session, "state"), s.key(session, "cells"), s.key(session, "lease"), s.key(session, "cold"), s.key(session, "gone")}
-	res, err := checkpointScript.Run(ctx, s.rdb, keys, c.Token, c.Version, c.Header, hotDelta, c.Base, c.Build, c.Mode, c.Cap, hotCap, ref, coldSize).Int64Slice()
-	if err != nil {
-		return 0, fail(ctx, err)
+	run := func(dry bool) ([]int64, error) {
+		res, err := checkpointScript.Run(ctx, s.rdb, keys, c.Token, c.Version, c.Header, hotDelta, c.Base, c.Build, c.Mode, c.Cap, hotCap, ref, coldSize,
+			map[bool]string{true: "1", false: "0"}[dry]).Int64Slice()
+		if err != nil {
+			return nil, fail(ctx, err)
+		}
+		if len(res) != 3 {
+			return nil, fmt.Errorf("checkpoint: unexpected reply %v", res)
+		}
+		return res, nil
 	}
-	if len(res) != 3 {
-		return 0, fmt.Errorf("checkpoint: unexpected reply %v", res)
+	res := []int64{0, 0, 0}
+	var err error
+	if ref != "" {
+		// The heap goes cold only once it is known to fit (see Save).
+		if res, err = run(true); err != nil {
+			return 0, err
+		}
+		if res[0] == 0 {
+			if err := blobs.put(ctx, s, session); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if res[0] == 0 {
+		if res, err = run(false); err != nil {
+			return 0, err
+		}
 	}
 	switch {
 	case res[0] == -3:

@@ -82,15 +82,69 @@ function warmUp(cfg: RuntimeConfig, basePath: string): Promise<void> {
   }).finally(() => w.terminate());
 }
 
-// compileWasm compiles Pyodide's wasm once for every Worker of this process. V8 keeps a
-// copy of the bytes with the module: the ones read here are freed at once (detached),
-// not left for a collection this mostly idle isolate would seldom make.
-async function compileWasm(path: string): Promise<WebAssembly.Module> {
+// compileWasm compiles Pyodide's wasm once for every Worker of this process, its memory
+// capped at the session's (capMemory). V8 keeps a copy of the bytes with the module: the
+// ones read here are freed at once (detached), not left for a collection this mostly idle
+// isolate would seldom make.
+async function compileWasm(path: string, memory: number): Promise<WebAssembly.Module> {
   const bytes = await Deno.readFile(path);
   wasmSize = bytes.byteLength;
-  const mod = await WebAssembly.compile(bytes);
+  const capped = capMemory(bytes, Math.floor(memory / 65536));
+  const mod = await WebAssembly.compile(capped);
   bytes.buffer.transfer(0);
+  capped.buffer.transfer(0);
   return mod;
+}
+
+// capMemory returns the module with its memory's declared maximum lowered to pages. The
+// interpreter's memory is the module's own, and Python can reach it (it is on Pyodide's
+// module object, and in whatever grows it): past a maximum V8 itself refuses to grow it,
+// by Memory.grow or by the memory.grow of any module it is handed to, so malloc fails
+// and Python raises MemoryError at the cap, however the memory was reached.
+function capMemory(wasm: Uint8Array, pages: number): Uint8Array {
+  const leb = (at: number): [number, number] => {
+    let v = 0, shift = 0, b: number;
+    do {
+      b = wasm[at++];
+      v += (b & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (b & 0x80);
+    return [v, at];
+  };
+  const out = (v: number): number[] => {
+    const r: number[] = [];
+    do {
+      let b = v % 128;
+      v = Math.floor(v / 128);
+      if (v) b |= 0x80;
+      r.push(b);
+    } while (v);
+    return r;
+  };
+  for (let at = 8; at < wasm.length;) {
+    const id = wasm[at];
+    const [size, body] = leb(at + 1);
+    if (id === 5) {
+      let [count, p] = leb(body);
+      const content = [...out(count)];
+      for (; count > 0; count--) {
+        const flags = wasm[p++];
+        if (flags & ~1) throw new Error(`Pyodide's wasm memory has limits ${flags} this runtime cannot cap`);
+        let min: number, max = Infinity;
+        [min, p] = leb(p);
+        if (flags & 1) [max, p] = leb(p);
+        content.push(1, ...out(min), ...out(Math.max(min, Math.min(max, pages))));
+      }
+      const section = [5, ...out(content.length), ...content];
+      const r = new Uint8Array(at + section.length + wasm.length - (body + size));
+      r.set(wasm.subarray(0, at));
+      r.set(section, at);
+      r.set(wasm.subarray(body + size), at + section.length);
+      return r;
+    }
+    at = body + size;
+  }
+  throw new Error("Pyodide's wasm defines no memory of its own: its size cannot be capped");
 }
 
 function startWorker(cfg: RuntimeConfig) {
@@ -229,7 +283,7 @@ async function handle(m: any) {
         // Everything a session needs before its heap is known: the Worker started,
         // Pyodide's module imported, its wasm compiled, the base heap laid out.
         config = m.config as RuntimeConfig;
-        wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm");
+        wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm", config.memory);
         // The Worker reads the base from its file itself, straight into wasm memory.
         const basePath = typeof m.basePath === "string" && m.basePath ? m.basePath : undefined;
         if (m.warmup && basePath) await warmUp(config, basePath);

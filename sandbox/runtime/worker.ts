@@ -800,6 +800,7 @@ async function run(m: any) {
       loadErrors.push(String((e as Error)?.message ?? e));
     }
   }
+  const driver = driverOf();
   post({ op: "started" }); // the run's time limit starts now
   py.setInterruptBuffer(interrupt);
   // An interrupt that came while packages loaded (or preloads ran) was raised, and
@@ -814,12 +815,17 @@ async function run(m: any) {
   }
   pending();
   try {
-    const [s, v, e, so] = await callDriver(m.code, m.filename, m.maxOutput);
+    const [s, v, e, so] = await callDriver(m.code, m.filename, m.maxOutput, driver);
     compiled = so ?? [];
     status = s;
     result = v ?? null;
     if (e) error = { type: e[0], message: e[1], traceback: e[2] };
   } catch (e) {
+    // The driver answers for every Python exception of the code: one that reaches here
+    // is the driver's own failure (the interpreter failed, or code of the session's broke
+    // the driver), and the process is done with; unless the host's interrupt landed
+    // outside the code, which ends the run as a timeout.
+    if (interrupt[1] !== 1) throw e;
     status = "error";
     error = { type: "SandboxError", message: String((e as Error)?.message ?? e), traceback: "" };
   } finally {
@@ -905,26 +911,41 @@ async function heapState(maxBytes = Infinity): Promise<{ header?: Uint8Array; de
 }
 
 
-// callDriver runs code through the driver and returns [status, repr, error].
-async function callDriver(code: string, filename: string, limit: number): Promise<any[]> {
+type Driver = { mod: any; run: any; runAsync: any };
+
+// driverOf finds the driver's entry points. The session's own code can reach the
+// driver's module and break it: a run then fails here, before its code starts, and the
+// engine brings the session back from its saved state (or resets it, when that state
+// holds the breakage).
+function driverOf(): Driver {
   const mod = py.pyimport("_sandchat");
-  const fn = mod.run;
-  // Called so that it may suspend (JSPI): an import the driver's finder resolves
-  // through the engine waits for the answer inside otherwise synchronous code.
-  let r = typeof fn.callPromising === "function" ? await fn.callPromising(code, filename, limit) : fn(code, filename, limit);
-  fn.destroy();
-  if (r === undefined || r === null) {
-    const afn = mod.run_async;
-    try {
-      r = await afn(limit);
-    } finally {
-      afn.destroy();
+  const run = mod.run, runAsync = mod.run_async;
+  if (typeof run !== "function" || typeof runAsync !== "function") {
+    for (const x of [run, runAsync, mod]) {
+      try {
+        x?.destroy?.();
+      } catch { /* not a proxy */ }
     }
+    throw new Error("code of the session replaced the sandbox's cell runner (module _sandchat), so no cell can run");
   }
-  mod.destroy();
-  const v = r.toJs();
-  r.destroy();
-  return v;
+  return { mod, run, runAsync };
+}
+
+// callDriver runs code through the driver and returns [status, repr, error].
+async function callDriver(code: string, filename: string, limit: number, d: Driver = driverOf()): Promise<any[]> {
+  try {
+    // Called so that it may suspend (JSPI): an import the driver's finder resolves
+    // through the engine waits for the answer inside otherwise synchronous code.
+    let r = typeof d.run.callPromising === "function" ? await d.run.callPromising(code, filename, limit) : d.run(code, filename, limit);
+    if (r === undefined || r === null) r = await d.runAsync(limit);
+    const v = r.toJs();
+    r.destroy();
+    return v;
+  } finally {
+    d.run.destroy();
+    d.runAsync.destroy();
+    d.mod.destroy();
+  }
 }
 
 async function quietRun(code: string, filename: string) {

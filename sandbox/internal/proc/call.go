@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,24 +19,41 @@ import (
 func (p *Process) read(r *os.File) {
 	defer r.Close()
 	br := bufio.NewReaderSize(r, 1<<20)
+	broken := func(err error) {
+		// The process's end (EOF, also in the middle of a frame) is wait's to explain:
+		// the memory cap's kill, an exit status. Anything else is a broken frame.
+		if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && p.Alive() {
+			p.Kill("protocol: " + err.Error())
+		}
+	}
 	for {
-		f, err := readFrame(br, p.limitNow)
+		js, bin, err := readHead(br, p.limitNow)
 		if err != nil {
-			// The process's end (EOF, also in the middle of a frame) is wait's to explain:
-			// the memory cap's kill, an exit status. Anything else is a broken frame.
-			if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && p.Alive() {
-				p.Kill("protocol: " + err.Error())
-			}
+			broken(err)
 			return
 		}
 		var h replyHead
-		if err := json.Unmarshal(f.JSON, &h); err != nil {
+		if err := json.Unmarshal(js, &h); err != nil {
 			p.Kill("protocol: unreadable frame")
 			return
 		}
 		p.mu.Lock()
-		want, fn, disp, pip, started := p.wantID, p.onOut, p.onDisp, p.onPip, p.onRun
+		want, fn, disp, pip, started, sink := p.wantID, p.onOut, p.onDisp, p.onPip, p.onRun, p.sink
 		p.mu.Unlock()
+		f := Frame{JSON: js}
+		if h.ID != 0 && h.ID == want && sink != nil {
+			// The awaited reply's binary section goes to the call as it arrives; what
+			// the sink leaves of it is read past, never held.
+			lr := &io.LimitedReader{R: br, N: int64(bin)}
+			_ = sink(js, lr)
+			if _, err := io.Copy(io.Discard, lr); err != nil || lr.N > 0 {
+				broken(unexpected(cmp.Or(err, io.EOF)))
+				return
+			}
+		} else if f.Bin, err = readBody(br, bin); err != nil {
+			broken(err)
+			return
+		}
 		if h.ID == 0 && h.Op == "started" {
 			if started != nil {
 				started()
@@ -97,11 +115,19 @@ func (p *Process) Alive() bool {
 // Call sends a request and waits for its reply. A process that does not answer before
 // ctx ends is killed: no wait on a session process is unbounded.
 func (p *Process) Call(ctx context.Context, msg any, o *Blobs) (Frame, error) {
-	return p.call(ctx, msg, o, nil)
+	return p.call(ctx, msg, o, nil, nil)
+}
+
+// CallStream is Call with the reply's binary section handed to sink as it arrives,
+// never held (the Frame comes back with its JSON only): what the process claims to send
+// costs what sink keeps of it. sink runs before CallStream returns, and its outcome is
+// its own to keep; on an error of CallStream it may not have run, or still run.
+func (p *Process) CallStream(ctx context.Context, msg any, o *Blobs, sink func(js json.RawMessage, bin io.Reader) error) (Frame, error) {
+	return p.call(ctx, msg, o, nil, sink)
 }
 
 // call is Call, and tells sent once the request is written.
-func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func()) (Frame, error) {
+func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func(), sink func(json.RawMessage, io.Reader) error) (Frame, error) {
 	p.callMu.Lock()
 	defer p.callMu.Unlock()
 	if !p.Alive() {
@@ -113,10 +139,11 @@ func (p *Process) call(ctx context.Context, msg any, o *Blobs, sent func()) (Fra
 	id := p.nextID
 	p.wantID = id
 	p.frameLimit = replyLimit(msg, p.maxFrame)
+	p.sink = sink
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		p.frameLimit = 0
+		p.frameLimit, p.sink = 0, nil
 		p.mu.Unlock()
 	}()
 	if err := p.send(id, msg, o); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -57,8 +58,10 @@ type Process struct {
 	onRun  func() // the run's code starts (its packages are loaded)
 	// frameLimit bounds the frames read while a call waits (replyLimit); 0: maxFrame.
 	frameLimit int
-	frozen     bool
-	gen        uint64 // bumped by every thaw: a freeze asked for before it is void
+	// sink takes the binary section of the awaited reply as it arrives (CallStream).
+	sink   func(js json.RawMessage, bin io.Reader) error
+	frozen bool
+	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
 
 	done    chan struct{}
 	why     atomic.Pointer[string]

@@ -45,8 +45,15 @@ func (f Frame) Valid(b *Blob) bool {
 
 // Blobs collects the binary sections of a frame being built.
 type Blobs struct {
-	bins [][]byte
-	n    int
+	parts []part
+	n     int
+}
+
+// part is one binary section: bytes, or n bytes that write produces as the frame goes out.
+type part struct {
+	b     []byte
+	n     int
+	write func(io.Writer) error
 }
 
 // Add appends b to the frame's binary section and points at it; nil for nil.
@@ -55,8 +62,18 @@ func (o *Blobs) Add(b []byte) *Blob {
 		return nil
 	}
 	r := &Blob{B: []int{o.n, len(b)}}
-	o.bins = append(o.bins, b)
+	o.parts = append(o.parts, part{b: b, n: len(b)})
 	o.n += len(b)
+	return r
+}
+
+// AddStream appends n bytes that write produces while the frame is written, so the
+// engine never holds them whole (a session's heap, decompressed as it goes out). write
+// must write exactly n bytes: a frame cut short or overlong is not sent on.
+func (o *Blobs) AddStream(n int, write func(io.Writer) error) *Blob {
+	r := &Blob{B: []int{o.n, n}}
+	o.parts = append(o.parts, part{n: n, write: write})
+	o.n += n
 	return r
 }
 
@@ -66,7 +83,7 @@ const frameChunk = 4 << 20
 
 // ReadFrame reads one frame (u32 length, u32 JSON length, the JSON, the binary
 // section; big-endian), refusing one over limit bytes before reading any of it. Its
-// buffer grows with the bytes that actually come (to at most twice them, plus
+// buffers grow with the bytes that actually come (to at most twice them, plus
 // frameChunk), so a length a process only claims costs no memory.
 func ReadFrame(r io.Reader, limit int) (Frame, error) {
 	return readFrame(r, func() int { return limit })
@@ -75,34 +92,62 @@ func ReadFrame(r io.Reader, limit int) (Frame, error) {
 // readFrame is ReadFrame with the limit asked for once the frame's length has come:
 // the call it answers may have begun while the reader waited for it.
 func readFrame(r io.Reader, limitNow func() int) (Frame, error) {
+	js, bin, err := readHead(r, limitNow)
+	if err != nil {
+		return Frame{}, err
+	}
+	b, err := readBody(r, bin)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{JSON: js, Bin: b}, nil
+}
+
+// readHead reads a frame's length and its JSON, and leaves its binary section, bin
+// bytes, in r.
+func readHead(r io.Reader, limitNow func() int) (js json.RawMessage, bin int, err error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return Frame{}, err
+		return nil, 0, err
 	}
 	limit := limitNow()
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n < 4 || int64(n) > int64(limit) {
-		return Frame{}, fmt.Errorf("frame of %d bytes refused (limit %d)", n, limit)
+		return nil, 0, fmt.Errorf("frame of %d bytes refused (limit %d)", n, limit)
 	}
-	body := make([]byte, 0, min(int(n), frameChunk))
-	for len(body) < int(n) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, 0, unexpected(err)
+	}
+	jl := binary.BigEndian.Uint32(hdr[:])
+	if int64(jl) > int64(n)-4 {
+		return nil, 0, fmt.Errorf("bad json length %d", jl)
+	}
+	js, err = readBody(r, int(jl))
+	return js, int(n) - 4 - int(jl), err
+}
+
+// readBody reads n bytes into a buffer that grows with the bytes that come.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	body := make([]byte, 0, min(n, frameChunk))
+	for len(body) < n {
 		if len(body) == cap(body) {
-			body = slices.Grow(body, min(int(n)-len(body), max(len(body), frameChunk)))
+			body = slices.Grow(body, min(n-len(body), max(len(body), frameChunk)))
 		}
-		k, err := io.ReadFull(r, body[len(body):min(int(n), cap(body))])
+		k, err := io.ReadFull(r, body[len(body):min(n, cap(body))])
 		body = body[:len(body)+k]
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return Frame{}, err
+			return nil, unexpected(err)
 		}
 	}
-	jl := binary.BigEndian.Uint32(body[:4])
-	if int64(jl) > int64(len(body)-4) {
-		return Frame{}, fmt.Errorf("bad json length %d", jl)
+	return body, nil
+}
+
+// unexpected is a frame that ends early: its end is no frame boundary.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
 	}
-	return Frame{JSON: body[4 : 4+jl], Bin: body[4+jl:]}, nil
+	return err
 }
 
 // WriteFrame writes msg as JSON with o's bytes as the frame's binary section.
@@ -111,10 +156,10 @@ func WriteFrame(w io.Writer, msg any, o *Blobs) error {
 	if err != nil {
 		return err
 	}
-	var bins [][]byte
+	var parts []part
 	n := 0
 	if o != nil {
-		bins, n = o.bins, o.n
+		parts, n = o.parts, o.n
 	}
 	// Padding after the JSON starts the binary part 16-aligned in the body the process
 	// reads, so a snapshot in it can be used where it lies.
@@ -124,12 +169,37 @@ func WriteFrame(w io.Writer, msg any, o *Blobs) error {
 	hdr := make([]byte, 8)
 	binary.BigEndian.PutUint32(hdr[:4], uint32(4+len(js)+n))
 	binary.BigEndian.PutUint32(hdr[4:], uint32(len(js)))
-	for _, b := range append([][]byte{hdr, js}, bins...) {
-		if _, err := w.Write(b); err != nil {
+	for _, p := range append([]part{{b: hdr}, {b: js}}, parts...) {
+		if p.write == nil {
+			if _, err := w.Write(p.b); err != nil {
+				return err
+			}
+			continue
+		}
+		cw := &exactWriter{w: w, left: p.n}
+		if err := p.write(cw); err != nil {
 			return err
+		}
+		if cw.left != 0 {
+			return fmt.Errorf("a streamed blob came %d bytes short", cw.left)
 		}
 	}
 	return nil
+}
+
+// exactWriter passes on at most left bytes.
+type exactWriter struct {
+	w    io.Writer
+	left int
+}
+
+func (e *exactWriter) Write(p []byte) (int, error) {
+	if len(p) > e.left {
+		return 0, fmt.Errorf("a streamed blob is longer than it said")
+	}
+	n, err := e.w.Write(p)
+	e.left -= n
+	return n, err
 }
 
 // ---- requests ----
@@ -300,17 +370,6 @@ type CheckpointReply struct {
 	// TooLarge says the heap can be saved, just not now: it differs from the base by
 	// more than the session's state limit.
 	TooLarge bool `json:"tooLarge"`
-}
-
-// Check refuses a checkpoint reply whose blobs do not add up.
-func (r *CheckpointReply) Check(f Frame) error {
-	if (r.Header == nil) != (r.Delta == nil) {
-		return fmt.Errorf("snapshot header without delta")
-	}
-	if r.Header != nil && (!f.Valid(r.Header) || !f.Valid(r.Delta)) {
-		return fmt.Errorf("snapshot points outside the frame")
-	}
-	return nil
 }
 
 // AttachReply says what could not be brought back, if anything.

@@ -27,6 +27,9 @@ type RunEnd struct {
 	Interrupted bool  // the time limit passed or ctx ended: the code was interrupted
 	CtxErr      error // ctx's error, when it ended
 	Stuck       bool  // the code ignored the interrupt for Grace: kill was called
+	// Started: the process said the run's code started (its word, which code an earlier
+	// run left behind could forge); false, nothing of the code ran.
+	Started bool
 }
 
 // Run gives msg to the process and waits for its answer, h receiving what the process
@@ -51,7 +54,7 @@ func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, 
 	done := make(chan RunEnd, 1)
 	sent := make(chan struct{})
 	go func() {
-		f, err := p.call(hard, msg, o, func() { close(sent) })
+		f, err := p.call(hard, msg, o, func() { close(sent) }, nil)
 		done <- RunEnd{Frame: f, Err: err}
 	}()
 	timer := time.NewTimer(lim.Load)
@@ -97,5 +100,13 @@ wait:
 		}
 	}
 	end.Interrupted, end.CtxErr = interrupted, ctxErr
+	end.Started = started == nil
+	if !end.Started {
+		select {
+		case <-started:
+			end.Started = true
+		default:
+		}
+	}
 	return end
 }

@@ -29,7 +29,7 @@ type State struct {
 	Build   string
 	Mode    string // ModeSnapshot or ModeReplay
 	Header  []byte // the snapshot's own header (its length varies between snapshots)
-	Delta   []byte // the heap pages that differ from the base, XOR-ed (uncompressed)
+	Delta   []byte // the heap pages that differ from the base, XOR-ed, zstd-compressed (its frame says its length)
 	// HeapVersion is the version the heap was checkpointed at; Tail holds the cells run
 	// since, which a restore replays on top of it (the log is durable, the heap lazy).
 	HeapVersion int64
@@ -50,7 +50,7 @@ type Save struct {
 	Build    string
 	Mode     string
 	Header   []byte
-	Delta    []byte // raw; the store compresses it
+	Delta    []byte // compressed by the engine (see State.Delta); the store keeps it as it is
 	Packages []string
 	Pip      json.RawMessage
 	Changed  map[string][]byte
@@ -71,7 +71,7 @@ type Checkpoint struct {
 	Build   string
 	Mode    string
 	Header  []byte
-	Delta   []byte // raw
+	Delta   []byte // compressed by the engine (see State.Delta); the store keeps it as it is
 	Cap     int64
 }
 
