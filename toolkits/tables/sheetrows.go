@@ -389,17 +389,18 @@ func (x *sheetRows) readPlainCell(col int, typ []byte, style int) (bool, error) 
 		return false, nil
 	}
 	b = b[len(open):]
-	i := scanTo(b, '<')
-	if i < 0 || !bytes.HasPrefix(b[i:], end) {
+	i, special := 0, false
+	for i < len(b) && b[i] != '<' {
+		special = special || textSpecial[b[i]]
+		i++
+	}
+	if i == len(b) || !bytes.HasPrefix(b[i:], end) {
 		return false, nil
 	}
 	text := b[:i]
-	for _, c := range text {
-		if textSpecial[c] {
-			text = appendText(x.vBuf[:0], text)
-			x.vBuf = text
-			break
-		}
+	if special {
+		text = appendText(x.vBuf[:0], text)
+		x.vBuf = text
 	}
 	sc.pos += len(open) + i + len(end)
 	inline := false

@@ -362,6 +362,9 @@ func appendUnescaped(dst, v []byte) []byte {
 // appendOOXMLText appends the text of a string item, whose characters XML cannot carry
 // are escaped as _xHHHH_ (and a literal _x005F_ is an underscore), unescaped, to dst.
 func appendOOXMLText(dst, s []byte) []byte {
+	if bytes.IndexByte(s, '_') < 0 {
+		return append(dst, s...)
+	}
 	for {
 		i := bytes.Index(s, []byte("_x"))
 		if i < 0 || i+7 > len(s) {
