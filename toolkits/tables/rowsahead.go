@@ -40,7 +40,7 @@ const (
 func newRowsAhead(src records) *rowsAhead {
 	ra := &rowsAhead{full: make(chan *rowBatch, batches), free: make(chan *rowBatch, batches), done: make(chan struct{})}
 	for range batches {
-		ra.free <- &rowBatch{buf: make([]byte, 0, 2*batchBytes), ends: make([]int32, 0, 2*batchCells), rows: make([]rowSpan, 0, batchRows)}
+		ra.free <- &rowBatch{buf: make([]byte, 0, 2*batchBytes), ends: make([]int32, 0, 2*batchCells), cells: make([][]byte, 0, 2*batchCells), rows: make([]rowSpan, 0, batchRows)}
 	}
 	ra.wg.Add(1)
 	go func() {

@@ -2,8 +2,10 @@ package tables
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -60,8 +62,8 @@ func (w *workbook) rows(s sheetRef, maxCols int) (*sheetRows, error) {
 	if err != nil {
 		return nil, w.malformed(s.part, err)
 	}
-	ra := newReadAhead(rc, readAheadBytes, readAheadBuffers)
-	return &sheetRows{wb: w, sheet: s.name, sc: newXMLScanner(ra), ra: ra, part: rc, maxCols: maxCols, maxBytes: w.lim.MaxRecordBytes}, nil
+	ra := newReadAhead(rc, readAheadBytes, xmlScanBytes, readAheadBuffers)
+	return &sheetRows{wb: w, sheet: s.name, sc: newAheadScanner(ra), ra: ra, part: rc, maxCols: maxCols, maxBytes: w.lim.MaxRecordBytes}, nil
 }
 
 func (x *sheetRows) close() {
@@ -136,11 +138,8 @@ func (x *sheetRows) readRow() error {
 	}
 	col := 0
 	for {
-		if ok, err := x.readPlainCellTag(&col); ok || err != nil {
-			if err != nil {
-				return err
-			}
-			continue
+		if err := x.plainCells(&col); err != nil {
+			return err
 		}
 		if b := x.sc.buf[x.sc.pos:x.sc.end]; bytes.HasPrefix(b, rowEnd) {
 			x.sc.pos += len(rowEnd)
@@ -188,7 +187,8 @@ func (x *sheetRows) readRow() error {
 		if t.selfClose {
 			continue
 		}
-		if err := x.readCell(col, typ, style); err != nil {
+		// typ and style point into the scanner's buffer, which reading moves.
+		if err := x.readCell(col, typeOf(typ), styleOf(style)); err != nil {
 			return err
 		}
 	}
@@ -205,94 +205,160 @@ func (x *sheetRows) readRow() error {
 	return nil
 }
 
-var (
-	rowEnd      = []byte("</row>")
-	plainCellAt = []byte("<c ")
-)
+var rowEnd = []byte("</row>")
 
-// readPlainCellTag reads a cell whose start tag is in the buffer, unprefixed, its
-// attributes separated by spaces, in one pass over the tag; ok is false (and nothing
-// read) for any other. col is the column of the cell before, then of this one.
-func (x *sheetRows) readPlainCellTag(col *int) (bool, error) {
-	b := x.sc.buf[x.sc.pos:x.sc.end]
-	if !bytes.HasPrefix(b, plainCellAt) {
-		return false, nil
-	}
-	var ref, typ, style []byte
-	selfClose := false
-	i := len(plainCellAt)
-	for {
-		for i < len(b) && b[i] == ' ' {
-			i++
-		}
-		if i >= len(b) {
-			return false, nil
-		}
-		if b[i] == '>' {
-			i++
-			break
-		}
-		if b[i] == '/' {
-			if i+1 < len(b) && b[i+1] == '>' {
-				selfClose = true
-				i += 2
+// plainCells reads the cells at the scanner's position that are whole in its buffer
+// and of the commonest forms, in one pass each: <c> with unprefixed attributes
+// separated by spaces, then /> or <v>text</v></c> or <is><t>text</t></is></c>. It
+// stops before the first other one (or the row's end), for the general reading; col
+// is the column of the last cell read.
+func (x *sheetRows) plainCells(col *int) error {
+	sc := x.sc
+	b := sc.buf[:sc.end]
+	p := sc.pos
+	defer func() { sc.pos = p }()
+	for p+3 <= len(b) && b[p] == '<' && b[p+1] == 'c' && b[p+2] == ' ' {
+		q := p + 3
+		var ref, typ, style []byte
+		selfClose, whole := false, false
+		for {
+			for q < len(b) && b[q] == ' ' {
+				q++
+			}
+			if q+1 >= len(b) {
 				break
 			}
-			return false, nil
+			if b[q] == '>' {
+				q++
+				whole = true
+				break
+			}
+			if b[q] == '/' {
+				selfClose, whole = b[q+1] == '>', b[q+1] == '>'
+				q += 2
+				break
+			}
+			j := q + 1 // r=, t= and s= are the attributes read, and the commonest
+			for j < len(b) && b[j] != '=' && b[j] != '>' && !isSpace(b[j]) {
+				j++
+			}
+			if j+1 >= len(b) || b[j] != '=' || b[j+1] != '"' && b[j+1] != '\'' {
+				break
+			}
+			k := scanTo(b[j+2:], b[j+1])
+			if k < 0 {
+				break
+			}
+			if j == q+1 {
+				switch v := b[j+2 : j+2+k]; b[q] {
+				case 'r':
+					ref = v
+				case 't':
+					typ = v
+				case 's':
+					style = v
+				}
+			}
+			q = j + 3 + k
 		}
-		j := i + 1 // r=, t= and s= are the attributes read, and the commonest
-		for j < len(b) && b[j] != '=' && b[j] != '>' && !isSpace(b[j]) {
-			j++
+		if !whole {
+			return nil
 		}
-		if j+1 >= len(b) || b[j] != '=' || b[j+1] != '"' && b[j+1] != '\'' {
-			return false, nil
-		}
-		k := scanTo(b[j+2:], b[j+1])
-		if k < 0 {
-			return false, nil
-		}
-		if j == i+1 {
-			switch v := b[j+2 : j+2+k]; b[i] {
-			case 'r':
-				ref = v
-			case 't':
-				typ = v
-			case 's':
-				style = v
+		var text []byte
+		special, inline := false, false
+		if !selfClose {
+			switch rest := b[q:]; {
+			case len(rest) > 3 && rest[0] == '<' && rest[1] == 'v' && rest[2] == '>':
+				e, sp := textEnd(rest[3:])
+				if e < 0 || len(rest) < 3+e+8 || binary.LittleEndian.Uint64(rest[3+e:]) != plainVEnd {
+					return nil
+				}
+				text, special = rest[3:3+e], sp
+				q += 3 + e + 8
+			case len(rest) > 7 && string(rest[:7]) == "<is><t>":
+				e, sp := textEnd(rest[7:])
+				if e < 0 || len(rest) < 7+e+13 || string(rest[7+e:7+e+13]) != "</t></is></c>" {
+					return nil
+				}
+				text, special, inline = rest[7:7+e], sp, true
+				q += 7 + e + 13
+			default:
+				return nil
 			}
 		}
-		i = j + 3 + k
-	}
-	x.sc.pos += i
-	if ref != nil {
-		c, ok := cellColumn(ref)
-		if !ok {
-			return true, x.malformed("a cell reference %q is not one of Excel's.", clip(ref, 32))
+		c := *col + 1
+		if ref != nil {
+			var ok bool
+			if c, ok = cellColumn(ref); !ok {
+				return x.malformed("a cell reference %q is not one of Excel's.", clip(ref, 32))
+			}
+		} else if c > maxExcelCol {
+			return x.malformed("row %d holds more than Excel's %d columns.", x.row, maxExcelCol)
 		}
-		*col = c
-	} else if *col++; *col > maxExcelCol {
-		return true, x.malformed("row %d holds more than Excel's %d columns.", x.row, maxExcelCol)
+		*col, p = c, q
+		if selfClose {
+			continue
+		}
+		if special {
+			text = appendText(x.vBuf[:0], text)
+			x.vBuf = text
+		}
+		if inline {
+			x.v, x.is = nil, text
+		} else {
+			x.v, x.is = text, nil
+		}
+		if err := x.keep(c, typeOf(typ), styleOf(style), false, inline); err != nil {
+			return err
+		}
 	}
-	if selfClose {
-		return true, nil
+	return nil
+}
+
+// plainVEnd is </v></c>, as a little-endian word.
+var plainVEnd = binary.LittleEndian.Uint64([]byte("</v></c>"))
+
+// cellType is a cell's t attribute.
+type cellType uint8
+
+const (
+	cellNumber cellType = iota // n, or none
+	cellShared                 // s
+	cellInline                 // inlineStr
+	cellString                 // str, a formula's text
+	cellBool                   // b
+	cellError                  // e
+	cellDate                   // d, an ISO 8601 date
+)
+
+func typeOf(t []byte) cellType {
+	switch string(t) {
+	case "s":
+		return cellShared
+	case "inlineStr":
+		return cellInline
+	case "str":
+		return cellString
+	case "b":
+		return cellBool
+	case "e":
+		return cellError
+	case "d":
+		return cellDate
 	}
-	return true, x.readCell(*col, typ, style)
+	return cellNumber
+}
+
+// styleOf is a cell's s attribute, -1 for none.
+func styleOf(s []byte) int {
+	if n, ok := atoiBytes(s); ok {
+		return n
+	}
+	return -1
 }
 
 // readCell reads a cell's content up to its </c> and keeps its value.
-func (x *sheetRows) readCell(col int, typ, style []byte) error {
-	// typ and style point into the scanner's buffer, which reading moves.
-	var typBuf [16]byte
-	typ = typBuf[:copy(typBuf[:], typ)]
-	styleID := -1
-	if style != nil {
-		if n, ok := atoiBytes(style); ok {
-			styleID = n
-		}
-	}
-	if ok, err := x.readPlainCell(col, typ, styleID); ok || err != nil {
-		return err
-	}
+func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 	x.v, x.is = x.vBuf[:0], x.isBuf[:0]
 	defer func() { x.vBuf, x.isBuf = x.v[:0], x.is[:0] }()
 	formula, inline, inRPh := false, false, false
@@ -349,71 +415,69 @@ func (x *sheetRows) readCell(col int, typ, style []byte) error {
 	}
 }
 
-// Most cells are <v>text</v></c> or <is><t>text</t></is></c> after their start tag.
-var (
-	plainV     = []byte("<v>")
-	plainVEnd  = []byte("</v></c>")
-	plainIS    = []byte("<is><t>")
-	plainISEnd = []byte("</t></is></c>")
+// Cells' runs are short: they are scanned eight bytes at a time within a word (the
+// classic test for a zero byte), faster than a loop or than bytes.IndexByte's call.
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
 )
 
-// scanTo is bytes.IndexByte for the short runs inside a cell, where a plain loop is
-// faster than its call.
+// swarEq has the high bit set in each byte of x equal to c: exactly in the lowest such
+// byte, possibly (a borrow) in bytes above it.
+func swarEq(x uint64, c byte) uint64 {
+	y := x ^ swarOnes*uint64(c)
+	return (y - swarOnes) &^ y & swarHigh
+}
+
+// scanTo is bytes.IndexByte for the short runs inside a cell.
 func scanTo(b []byte, c byte) int {
-	for i := range min(len(b), 32) {
+	i := 0
+	for ; i+8 <= len(b) && i < 64; i += 8 {
+		if m := swarEq(binary.LittleEndian.Uint64(b[i:]), c); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if i+8 <= len(b) {
+		if j := bytes.IndexByte(b[i:], c); j >= 0 {
+			return i + j
+		}
+		return -1
+	}
+	for ; i < len(b); i++ {
 		if b[i] == c {
 			return i
 		}
 	}
-	if len(b) <= 32 {
-		return -1
-	}
-	if i := bytes.IndexByte(b[32:], c); i >= 0 {
-		return 32 + i
-	}
 	return -1
 }
 
-// readPlainCell reads a cell of the commonest forms in place, at once; ok is false (and
-// nothing read) for any other.
-func (x *sheetRows) readPlainCell(col int, typ []byte, style int) (bool, error) {
-	sc := x.sc
-	b := sc.buf[sc.pos:sc.end]
-	var open, end []byte
-	switch {
-	case bytes.HasPrefix(b, plainV):
-		open, end = plainV, plainVEnd
-	case bytes.HasPrefix(b, plainIS):
-		open, end = plainIS, plainISEnd
-	default:
-		return false, nil
+// textEnd is where a cell's text ends (its next <, or -1) and whether it holds an
+// entity or a carriage return before that (appendText's work).
+func textEnd(b []byte) (int, bool) {
+	special := false
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		sp := swarEq(x, '&') | swarEq(x, '\r')
+		if lt := swarEq(x, '<'); lt != 0 {
+			n := bits.TrailingZeros64(lt)
+			return i + n>>3, special || sp&(1<<n-1) != 0
+		}
+		special = special || sp != 0
 	}
-	b = b[len(open):]
-	i, special := 0, false
-	for i < len(b) && b[i] != '<' {
-		special = special || textSpecial[b[i]]
-		i++
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '<':
+			return i, special
+		case '&', '\r':
+			special = true
+		}
 	}
-	if i == len(b) || !bytes.HasPrefix(b[i:], end) {
-		return false, nil
-	}
-	text := b[:i]
-	if special {
-		text = appendText(x.vBuf[:0], text)
-		x.vBuf = text
-	}
-	sc.pos += len(open) + i + len(end)
-	inline := false
-	if len(open) == len(plainIS) {
-		x.v, x.is, inline = nil, text, true
-	} else {
-		x.v, x.is = text, nil
-	}
-	return true, x.keep(col, typ, style, false, inline)
+	return -1, special
 }
 
 // keep appends the value of the cell just read to the row.
-func (x *sheetRows) keep(col int, typ []byte, style int, formula, inline bool) error {
+func (x *sheetRows) keep(col int, typ cellType, style int, formula, inline bool) error {
 	start := len(x.buf)
 	var err error
 	if x.buf, err = x.appendValue(x.buf, typ, style, inline); err != nil {
@@ -434,9 +498,9 @@ func (x *sheetRows) keep(col int, typ []byte, style int, formula, inline bool) e
 	return nil
 }
 
-func (x *sheetRows) appendValue(dst, typ []byte, style int, inline bool) ([]byte, error) {
-	switch string(typ) {
-	case "s":
+func (x *sheetRows) appendValue(dst []byte, typ cellType, style int, inline bool) ([]byte, error) {
+	switch typ {
+	case cellShared:
 		i, ok := atoiBytes(trim(x.v))
 		if !ok {
 			return dst, nil
@@ -446,14 +510,14 @@ func (x *sheetRows) appendValue(dst, typ []byte, style int, inline bool) ([]byte
 			return dst, x.malformed("its shared strings could not be read back: %v", err)
 		}
 		return append(dst, s...), nil
-	case "inlineStr":
+	case cellInline:
 		if inline {
 			return appendOOXMLText(dst, x.is), nil
 		}
 		return append(dst, x.v...), nil
-	case "str", "e":
+	case cellString, cellError:
 		return append(dst, x.v...), nil
-	case "b":
+	case cellBool:
 		switch string(x.v) {
 		case "1":
 			return append(dst, "TRUE"...), nil
@@ -461,7 +525,7 @@ func (x *sheetRows) appendValue(dst, typ []byte, style int, inline bool) ([]byte
 			return append(dst, "FALSE"...), nil
 		}
 		return append(dst, x.v...), nil
-	case "d":
+	case cellDate:
 		return x.appendISODate(dst, style), nil
 	}
 	k := kNull

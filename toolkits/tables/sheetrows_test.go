@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +191,15 @@ func TestSheetRowsMatchExcelize(t *testing.T) {
 			sw.SetRow("A60", []any{"after a gap"})
 			sw.Flush()
 		}),
+		"many rows, over many of the reader's buffers": build(t, func(f *excelize.File) {
+			sw, _ := f.NewStreamWriter("Sheet1")
+			dateStyle, _ := f.NewStyle(&excelize.Style{NumFmt: 22})
+			for i := 1; i <= 30000; i++ {
+				sw.SetRow(fmt.Sprintf("A%d", i), []any{i, float64(i) / 7, excelize.Cell{StyleID: dateStyle, Value: stamp.Add(time.Duration(i) * time.Minute)},
+					strings.Repeat("x", i%300), fmt.Sprintf("a & b < %d", i), i%2 == 0})
+			}
+			sw.Flush()
+		}),
 		"the 1904 date system": build(t, func(f *excelize.File) {
 			yes := true
 			f.SetWorkbookProps(&excelize.WorkbookPropsOptions{Date1904: &yes})
@@ -338,6 +348,7 @@ func TestSheetRowsMalformed(t *testing.T) {
 		{"more cells than Excel's columns", `<row r="1">` + strings.Repeat(`<c s="0"><v>1</v></c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"more unreferenced cells than Excel's columns", `<row r="1">` + strings.Repeat(`<x:c><x:v>1</x:v></x:c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"a sheet cut inside a tag", `<row r="1"><c r="A1"`, "malformed"},
+		{"a tag longer than the scanner's buffer", `<row r="1"><c r="A1" x="` + strings.Repeat("y", 2*xmlScanBytes) + `"><v>1</v></c></row>`, "longer than 262144 bytes"},
 		{"a sheet cut inside a cell", `<row r="1"><c r="A1"><v>1`, "could not be read"},
 	}
 	for _, tc := range cases {
@@ -458,6 +469,32 @@ func TestAppendSerial(t *testing.T) {
 	}{{0.5, kText, "12:00:00"}, {0.99998, kText, "23:59:58"}, {0.999999, kText, "00:00:00"}, {45306.99999999, kDatetime, "2024-01-16 00:00:00"}, {1, kDate, "1900-01-01"}, {60, kDate, "1900-02-28"}} {
 		if got, _ := appendSerial(nil, tc.f, tc.k, false); string(got) != tc.want {
 			t.Errorf("%v: %q, want %q", tc.f, got, tc.want)
+		}
+	}
+}
+
+// TestScanTo: the word-at-a-time scans find what bytes.IndexByte finds, and the
+// entities and carriage returns before it.
+func TestScanTo(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	alphabet := []byte("ab<&\r\x80\xff\x00;")
+	for range 20000 {
+		b := make([]byte, rng.IntN(90))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if got, want := scanTo(b, '<'), bytes.IndexByte(b, '<'); got != want {
+			t.Fatalf("scanTo(%q) = %d, want %d", b, got, want)
+		}
+		end, special := textEnd(b)
+		want := bytes.IndexByte(b, '<')
+		text := b
+		if want >= 0 {
+			text = b[:want]
+		}
+		if end != want || special != bytes.ContainsAny(text, "&\r") {
+			t.Fatalf("textEnd(%q) = %d %v, want %d %v", b, end, special, want, !special)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 // error; text is handed out in pieces of any length.
 type xmlScanner struct {
 	r        io.Reader
+	ra       *readAhead // instead of r: its buffers are read in place
 	buf      []byte
 	pos, end int
 	rerr     error // r's error, once its bytes are consumed
@@ -48,6 +49,9 @@ func newXMLScanner(r io.Reader) *xmlScanner {
 	return &xmlScanner{r: r, buf: make([]byte, xmlScanBytes)}
 }
 
+// newAheadScanner scans what ra reads, in ra's buffers.
+func newAheadScanner(ra *readAhead) *xmlScanner { return &xmlScanner{ra: ra} }
+
 // errXMLTooLong is a markup longer than the scanner's buffer.
 var errXMLTooLong = errorf(Malformed, "The workbook holds an XML element longer than %d bytes; it was not read.", xmlScanBytes)
 
@@ -56,6 +60,15 @@ var errXMLTooLong = errorf(Malformed, "The workbook holds an XML element longer 
 func (s *xmlScanner) fill() bool {
 	if s.rerr != nil {
 		return false
+	}
+	if s.ra != nil {
+		b, err := s.ra.next(s.buf[s.pos:s.end])
+		if err != nil {
+			s.rerr = err
+			return false
+		}
+		s.buf, s.pos, s.end = b, 0, len(b)
+		return true
 	}
 	if s.pos > 0 {
 		s.end = copy(s.buf, s.buf[s.pos:s.end])
