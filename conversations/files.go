@@ -3,6 +3,7 @@ package conversations
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -85,6 +86,13 @@ type StoredFile struct {
 	ConversationID int64  `json:"conversation_id"`
 	Source         string `json:"source"`
 	ExecutionID    *int64 `json:"execution_id,omitempty"`
+}
+
+// FileReader reads a stored file's bytes from where they are kept, a part at a time, as
+// of the moment it was opened (StoredFile.Size of them), until it is closed.
+type FileReader interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // DataFile is an upload as a run sees it under /data.

@@ -1,11 +1,11 @@
 package toolkits
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strconv"
 	"strings"
@@ -22,10 +22,11 @@ const (
 )
 
 // DataFiles is what the data analysis tool reads of a conversation's files; both check
-// the caller's view access (404 for a stranger).
+// the caller's view access (404 for a stranger). A file is read through OpenFile as it
+// is described, never held whole.
 type DataFiles interface {
 	Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error)
-	File(ctx context.Context, id int64) (conversations.StoredFile, []byte, error)
+	OpenFile(ctx context.Context, id int64) (conversations.StoredFile, conversations.FileReader, error)
 }
 
 // Tables reads the tables attached to conversations (toolkits/tables). The model's
@@ -57,22 +58,24 @@ func (d *Tables) limits() tables.Limits {
 // Preview reads rows offset..offset+rows of one sheet (the first when sheet is "") of a
 // file of the conversation, with its columns' profile; view access.
 func (d *Tables) Preview(ctx context.Context, convID, fileID int64, sheet string, offset int64, rows int) (*tables.Table, error) {
-	f, data, err := d.Files.File(ctx, fileID)
+	f, r, err := d.Files.OpenFile(ctx, fileID)
 	if err != nil {
 		return nil, err
 	}
+	defer r.Close()
 	if f.ConversationID != convID {
 		return nil, sandchat.Errorf(sandchat.ENOTFOUND, "File not found.")
 	}
 	if rows <= 0 {
 		rows = PreviewRows
 	}
-	return d.scan(ctx, f.Name, data, tables.Request{Sheet: sheet, Offset: offset, Rows: rows})
+	return d.scan(ctx, f, r, tables.Request{Sheet: sheet, Offset: offset, Rows: rows})
 }
 
-func (d *Tables) scan(ctx context.Context, name string, data []byte, req tables.Request) (*tables.Table, error) {
-	req.Name = name
-	t, err := tables.Scan(ctx, bytes.NewReader(data), int64(len(data)), req, d.limits())
+// scan describes file f, read from r as it goes.
+func (d *Tables) scan(ctx context.Context, f conversations.StoredFile, r io.ReaderAt, req tables.Request) (*tables.Table, error) {
+	req.Name = f.Name
+	t, err := tables.Scan(ctx, r, f.Size, req, d.limits())
 	var te *tables.Error
 	if errors.As(err, &te) {
 		code := sandchat.EINVALID
@@ -192,10 +195,11 @@ func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python b
 	if err != nil {
 		return Refuse(sandchat.ErrorMessage(err))
 	}
-	_, data, err := d.Files.File(ctx, f.ID)
+	f, r, err := d.Files.OpenFile(ctx, f.ID)
 	if err != nil {
 		return Refuse("The file could not be read: " + sandchat.ErrorMessage(err))
 	}
+	defer r.Close()
 	req := tables.Request{AllSheets: true, Rows: describeRows}
 	if call.Name == PreviewRowsTool {
 		if args.Offset < 0 || args.Rows < 0 {
@@ -207,7 +211,7 @@ func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python b
 		}
 	}
 	res := DataResult{Status: "ok", File: f.Name, FileID: f.ID}
-	t, err := d.scan(ctx, f.Name, data, req)
+	t, err := d.scan(ctx, f, r, req)
 	if err != nil {
 		res.Status, res.Summary = "error", sandchat.ErrorMessage(err)
 		return marshalResult(res)

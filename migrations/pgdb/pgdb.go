@@ -205,6 +205,15 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 	return txT{tx}, nil
 }
 
+// BeginTx is Begin with options (isolation, read-only).
+func (p *Pool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	tx, err := p.P.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, connErr(err)
+	}
+	return txT{tx}, nil
+}
+
 func (p *Pool) Ping(ctx context.Context) error { return connErr(p.P.Ping(ctx)) }
 
 type rowT struct{ r pgx.Row }

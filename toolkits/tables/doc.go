@@ -12,13 +12,25 @@
 //   - delimited.go: CSV and TSV: encoding (BOM, UTF-8, Latin-1 fallback), delimiter
 //     sniffing and a record reader bounded in bytes and columns;
 //   - jsonl.go: JSON Lines, one object per line, columns in first-seen key order;
-//   - xlsx.go: Excel workbooks through github.com/xuri/excelize/v2, after the zip's
-//     declared sizes were checked; cached values of formulas, dates as ISO dates.
+//   - xlsx.go: Excel workbooks: the zip's declared sizes checked, then each sheet
+//     described; sheetcsv.go writes sheets as CSV (the copies Python reads);
+//   - workbook.go: what describes a workbook (its sheets and their parts, its date
+//     system, what its cell styles' number formats say of dates, its shared strings,
+//     bounded in memory);
+//   - sheetrows.go: a sheet's rows, read streaming from its XML: shared and inline
+//     strings, booleans, errors, numbers as Excel shows them, dates through the cell's
+//     style, formulas as their cached values;
+//   - xmlscan.go: the XML scanner those read with, in place, without allocating;
+//   - readahead.go, rowsahead.go: unpacking, parsing and profiling run in goroutines of
+//     their own, a few buffers ahead of each other, so that a file is read on two cores.
 //
-// Bounds hold whatever the input: a record (a line, or a quoted field's lines) is at most
-// Limits.MaxRecordBytes; Limits.MaxColumns columns are described (the rest counted);
-// each column tracks at most Limits.MaxDistinct distinct values; a workbook's parts are
-// checked against Limits.MaxUnzipBytes and Limits.MaxUnzipMemory before any is read, and
-// archive/zip stops any part at its declared size. Nothing in a cell is evaluated:
-// =HYPERLINK(...) in a CSV is text, and a workbook's formulas give their cached values.
+// Bounds hold whatever the input: a record (a line, or a quoted field's lines, a sheet's
+// row or cell) is at most Limits.MaxRecordBytes; Limits.MaxColumns columns are described
+// (the rest counted); each column tracks at most Limits.MaxDistinct distinct values; a
+// workbook's parts are checked against Limits.MaxUnzipBytes before any is read, and
+// archive/zip stops any part at its declared size; a workbook's shared strings are at
+// most Limits.MaxSharedStrings, of which Limits.SharedStringsMemory bytes stay in memory
+// (the rest go to a temp file); an XML tag is at most 256 KiB. Nothing in a cell is
+// evaluated: =HYPERLINK(...) in a CSV is text, and a workbook's formulas give their
+// cached values.
 package tables

@@ -38,7 +38,11 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 	p := &profile{lim: lim, req: req, sh: sh, seed: maphash.MakeSeed()}
 	sh.Offset, sh.Data = req.Offset, [][]string{}
 	var names []string
-	if _, ok := src.(keyed); ok {
+	k, isKeyed := src.(keyed)
+	ahead := newRowsAhead(src)
+	defer ahead.close()
+	src = ahead
+	if isKeyed {
 		sh.Header = true
 	} else {
 		// The records read ahead are held: at most sniffRows, and no more than one
@@ -82,8 +86,8 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 		}
 		p.add(cells, width)
 	}
-	if k, ok := src.(keyed); ok {
-		names = k.names()
+	if isKeyed {
+		names = k.names() // the source has ended: its goroutine is done with it
 	}
 	p.finish(names)
 	return nil
@@ -103,7 +107,7 @@ func (p *profile) add(cells [][]byte, width int) {
 	sh.Rows++
 	sh.ColumnCount = max(sh.ColumnCount, width)
 	for len(p.cols) < len(cells) {
-		p.cols = append(p.cols, &colStats{ids: map[uint64]int32{}})
+		p.cols = append(p.cols, &colStats{})
 	}
 	for i, c := range cells {
 		p.cols[i].add(trim(c), p)
@@ -124,9 +128,10 @@ type colStats struct {
 	n        int64 // numbers seen, for the Welford mean and variance
 	mean, m2 float64
 	min, max float64
-	tmin     time.Time
-	tmax     time.Time
-	ids      map[uint64]int32 // hash of a value -> its index in vals
+	tmin     int64 // wallSeconds, when dates > 0
+	tmax     int64
+	dates    int64     // dates and times seen
+	ids      hashIndex // hash of a value -> its index in vals
 	vals     []Count
 	capped   bool
 }
@@ -151,18 +156,19 @@ func (c *colStats) add(b []byte, p *profile) {
 		c.mean += d / float64(c.n)
 		c.m2 += d * (f - c.mean)
 	case kDate, kDatetime:
-		if c.tmin.IsZero() || t.Before(c.tmin) {
+		if c.dates == 0 || t < c.tmin {
 			c.tmin = t
 		}
-		if c.tmax.IsZero() || t.After(c.tmax) {
+		if c.dates == 0 || t > c.tmax {
 			c.tmax = t
 		}
+		c.dates++
 	}
 	h := maphash.Bytes(p.seed, b)
-	if i, ok := c.ids[h]; ok {
+	if i, ok := c.ids.find(h); ok {
 		c.vals[i].Count++
 	} else if len(c.vals) < p.lim.MaxDistinct {
-		c.ids[h] = int32(len(c.vals))
+		c.ids.insert(h, int32(len(c.vals)))
 		c.vals = append(c.vals, Count{Value: clip(b, topValueBytes), Count: 1})
 	} else {
 		c.capped = true
@@ -204,9 +210,9 @@ func (p *profile) finish(names []string) {
 		case TypeFloat:
 			col.Min, col.Max = c.min, c.max
 		case TypeDate:
-			col.Min, col.Max = c.tmin.Format(time.DateOnly), c.tmax.Format(time.DateOnly)
+			col.Min, col.Max = wallTime(c.tmin).Format(time.DateOnly), wallTime(c.tmax).Format(time.DateOnly)
 		case TypeDatetime:
-			col.Min, col.Max = c.tmin.Format(time.DateTime), c.tmax.Format(time.DateTime)
+			col.Min, col.Max = wallTime(c.tmin).Format(time.DateTime), wallTime(c.tmax).Format(time.DateTime)
 		case TypeText, TypeBool:
 			top := slices.Clone(c.vals)
 			slices.SortStableFunc(top, func(a, b Count) int { return int(min(max(b.Count-a.Count, -1), 1)) })
@@ -293,4 +299,55 @@ func clip(b []byte, n int) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// hashIndex maps a value's hash to its index among a column's distinct values: an
+// open-addressing table (linear probing, at most half full), a fifth of the cost of a
+// map lookup per cell, which every cell of a table pays.
+type hashIndex struct {
+	keys []uint64 // 0 is an empty slot
+	idx  []int32
+	n    int
+}
+
+// slotKey keeps 0 for empty slots.
+func slotKey(h uint64) uint64 { return h | 1<<63 }
+
+func (t *hashIndex) find(h uint64) (int32, bool) {
+	if t.n == 0 {
+		return 0, false
+	}
+	k, mask := slotKey(h), uint64(len(t.keys)-1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case k:
+			return t.idx[i], true
+		case 0:
+			return 0, false
+		}
+	}
+}
+
+func (t *hashIndex) insert(h uint64, v int32) {
+	if 2*(t.n+1) > len(t.keys) {
+		old, oldIdx := t.keys, t.idx
+		size := max(16, 2*len(old))
+		t.keys, t.idx, t.n = make([]uint64, size), make([]int32, size), 0
+		for i, k := range old {
+			if k != 0 {
+				t.put(k, oldIdx[i])
+			}
+		}
+	}
+	t.put(slotKey(h), v)
+}
+
+func (t *hashIndex) put(k uint64, v int32) {
+	mask := uint64(len(t.keys) - 1)
+	i := k & mask
+	for t.keys[i] != 0 {
+		i = (i + 1) & mask
+	}
+	t.keys[i], t.idx[i] = k, v
+	t.n++
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"errors"
 	"io"
 )
 
@@ -17,54 +16,69 @@ type SheetCopy struct {
 	Truncated bool
 }
 
-var errCopyFull = errors.New("copies full")
-
 // SheetCSVs writes each sheet of the workbook r as CSV (RFC 4180, UTF-8, a comma, every
 // cell as Scan reads it: cached values of formulas, dates as ISO dates), so Python's
 // standard library can read a workbook without an Excel library. All the copies together
 // hold at most maxBytes.
 func SheetCSVs(ctx context.Context, r io.ReaderAt, size int64, name string, lim Limits, maxBytes int) ([]SheetCopy, error) {
-	f, err := openWorkbook(r, size, name, lim)
+	w, err := openWorkbook(r, size, name, lim)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer w.close()
 	var out []SheetCopy
 	left := maxBytes
-	for _, sheet := range f.GetSheetList() {
-		rows, err := f.Rows(sheet)
+	for _, s := range w.sheets {
+		cp, err := sheetCSV(ctx, w, s, left)
 		if err != nil {
+			return nil, err
+		}
+		if cp == nil {
 			continue // a chart sheet: no cells
 		}
-		var buf bytes.Buffer
-		w := csv.NewWriter(&buf)
-		cp := SheetCopy{Sheet: sheet}
-		for n := 0; rows.Next(); n++ {
-			if n%8192 == 0 && ctx.Err() != nil {
-				rows.Close()
-				return nil, ctx.Err()
-			}
-			cells, err := rows.Columns()
-			if err != nil {
-				rows.Close()
-				return nil, errorf(Malformed, "Sheet %q could not be read: %v", sheet, err)
-			}
-			mark := buf.Len()
-			_ = w.Write(cells)
-			w.Flush()
-			if buf.Len() > left {
-				buf.Truncate(mark)
-				cp.Truncated = true
-				break
-			}
-		}
-		rows.Close()
-		left -= buf.Len()
-		cp.CSV = buf.Bytes()
-		out = append(out, cp)
+		left -= len(cp.CSV)
+		out = append(out, *cp)
 		if cp.Truncated {
 			break
 		}
 	}
 	return out, nil
+}
+
+// sheetCSV is sheet s as CSV, of at most room bytes; nil for a sheet without cells.
+func sheetCSV(ctx context.Context, w *workbook, s sheetRef, room int) (*SheetCopy, error) {
+	rows, err := w.rows(s, maxExcelCol)
+	if err != nil || rows == nil {
+		return nil, err
+	}
+	defer rows.close()
+	var buf bytes.Buffer
+	cw := csv.NewWriter(&buf)
+	cp := &SheetCopy{Sheet: s.name}
+	var record []string
+	for n := 0; ; n++ {
+		if n%8192 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		cells, _, err := rows.next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		record = record[:0]
+		for _, c := range cells {
+			record = append(record, string(c))
+		}
+		mark := buf.Len()
+		_ = cw.Write(record)
+		cw.Flush()
+		if buf.Len() > room {
+			buf.Truncate(mark)
+			cp.Truncated = true
+			break
+		}
+	}
+	cp.CSV = buf.Bytes()
+	return cp, nil
 }

@@ -36,31 +36,33 @@ type Limits struct {
 	MaxCellBytes   int   // a cell as shown in rows, names and frequent values
 	MaxRows        int   // rows one Request may ask for
 	MaxSheets      int   // sheets of a workbook described
-	MaxFileBytes   int64 // a workbook's own size (excelize holds it in memory)
+	MaxFileBytes   int64 // a workbook's own size
 	MaxZipEntries  int
-	MaxUnzipBytes  int64 // a workbook's parts together, as their zip headers declare them
-	MaxUnzipMemory int64 // what of them excelize keeps in memory (the rest goes to temp files)
-	// SheetMemoryBytes is the size above which excelize streams a worksheet (or the
-	// shared strings) from a temp file instead of memory.
-	SheetMemoryBytes int64
-	TempDir          string // for those temp files; "" is the system's
+	MaxUnzipBytes  int64 // a workbook's parts, each and together, as their zip headers declare them
+	// MaxSharedStrings bounds a workbook's shared strings in number (4 bytes each are
+	// held); SharedStringsMemory is how many bytes of their text are held in memory, the
+	// rest going to a temp file.
+	MaxSharedStrings    int
+	SharedStringsMemory int
+	TempDir             string // for that temp file; "" is the system's
 }
 
 // DefaultLimits keep a Scan within a few tens of MiB: 256 columns × 1000 distinct values
-// of at most 64 bytes each is the largest part, about 25 MiB.
+// of at most 64 bytes each is the largest part, about 25 MiB; a workbook's shared
+// strings hold at most 16 MiB more (4 M strings' offsets) and 8 MiB of their text.
 var DefaultLimits = Limits{
-	MaxRecordBytes:   1 << 20,
-	MaxColumns:       256,
-	MaxDistinct:      1000,
-	MaxTop:           5,
-	MaxCellBytes:     256,
-	MaxRows:          100,
-	MaxSheets:        32,
-	MaxFileBytes:     32 << 20,
-	MaxZipEntries:    10000,
-	MaxUnzipBytes:    256 << 20,
-	MaxUnzipMemory:   24 << 20,
-	SheetMemoryBytes: 4 << 20,
+	MaxRecordBytes:      1 << 20,
+	MaxColumns:          256,
+	MaxDistinct:         1000,
+	MaxTop:              5,
+	MaxCellBytes:        256,
+	MaxRows:             100,
+	MaxSheets:           32,
+	MaxFileBytes:        32 << 20,
+	MaxZipEntries:       10000,
+	MaxUnzipBytes:       256 << 20,
+	MaxSharedStrings:    4 << 20,
+	SharedStringsMemory: 8 << 20,
 }
 
 // Request says what of a file to read.

@@ -235,6 +235,7 @@ func TestHostile(t *testing.T) {
 		fmt.Fprintf(&keys, "{\"%s%d\": %d}\n", strings.Repeat("k", 5000), i, i)
 	}
 	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+	manyRows := "a,b\n" + strings.Repeat("1,2\n", 20000)
 	cases := []struct {
 		name string
 		file string
@@ -250,6 +251,8 @@ func TestHostile(t *testing.T) {
 			kind: tables.Malformed, says: "longer than"},
 		{name: "an unclosed quote", file: "q.csv", r: strings.NewReader("a,b\n\"x,1\n2,3\n"), size: 13,
 			kind: tables.Malformed, says: "never closed"},
+		{name: "an unclosed quote after many rows", file: "q.csv", r: strings.NewReader(manyRows + "\"x,1\n2,3\n"), size: int64(len(manyRows) + 9),
+			kind: tables.Malformed, says: "starting on line 20002 is never closed"},
 		{name: "5000 columns are counted, 256 described", file: "wide.csv", r: strings.NewReader(wide), size: int64(len(wide)),
 			ok: func(tb *tables.Table) string {
 				sh := tb.Sheets[0]

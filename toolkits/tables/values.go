@@ -20,9 +20,6 @@ const (
 	kText
 )
 
-// nulls are the spellings of a missing value that tools commonly write.
-var nulls = map[string]bool{"": true, "na": true, "n/a": true, "nan": true, "null": true, "none": true, "nil": true, "#n/a": true, "-": true}
-
 // dateLayouts and datetimeLayouts are tried in order; a slash date is read month
 // first, as Excel's US default and pandas do.
 var (
@@ -31,17 +28,19 @@ var (
 		"2006-01-02 15:04:05Z07:00", "2006/01/02 15:04:05", "1/2/2006 15:04:05", "1/2/2006 15:04"}
 )
 
-// classify says what the (trimmed) cell b holds, with its number or time.
-func classify(b []byte) (kind, float64, time.Time) {
+// classify says what the (trimmed) cell b holds, with its number, or its date or time
+// as seconds from 1970-01-01 00:00 of the clock it was written in (an offset is not
+// applied: 10:00+02:00 is 10:00).
+func classify(b []byte) (kind, float64, int64) {
 	if len(b) == 0 {
-		return kNull, 0, time.Time{}
+		return kNull, 0, 0
 	}
 	if c := b[0]; c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' {
 		if n, ok := parseInt(b); ok {
-			return kInt, float64(n), time.Time{}
+			return kInt, float64(n), 0
 		}
 		if f, ok := parseFloat(b); ok {
-			return kFloat, f, time.Time{}
+			return kFloat, f, 0
 		}
 		if t, ok := isoDate(b); ok {
 			return kDate, 0, t
@@ -50,12 +49,12 @@ func classify(b []byte) (kind, float64, time.Time) {
 			s := unsafe.String(&b[0], len(b)) // parsing keeps no reference to s
 			for _, l := range dateLayouts {
 				if t, err := time.Parse(l, s); err == nil {
-					return kDate, 0, t
+					return kDate, 0, wallSeconds(t)
 				}
 			}
 			for _, l := range datetimeLayouts {
 				if t, err := time.Parse(l, s); err == nil {
-					return kDatetime, 0, t
+					return kDatetime, 0, wallSeconds(t)
 				}
 			}
 		}
@@ -68,17 +67,25 @@ func classify(b []byte) (kind, float64, time.Time) {
 			}
 			low[i] = c
 		}
-		w := low[:len(b)]
-		if nulls[string(w)] {
-			return kNull, 0, time.Time{}
-		}
-		switch string(w) {
+		// The spellings of a missing value that tools commonly write, and of booleans.
+		switch string(low[:len(b)]) {
+		case "na", "n/a", "nan", "null", "none", "nil", "#n/a", "-":
+			return kNull, 0, 0
 		case "true", "false", "yes", "no":
-			return kBool, 0, time.Time{}
+			return kBool, 0, 0
 		}
 	}
-	return kText, 0, time.Time{}
+	return kText, 0, 0
 }
+
+// wallSeconds is t as seconds from 1970-01-01 00:00 of its own clock.
+func wallSeconds(t time.Time) int64 {
+	_, offset := t.Zone()
+	return t.Unix() + int64(offset)
+}
+
+// wallTime is the time wallSeconds gave s for.
+func wallTime(s int64) time.Time { return time.Unix(s, 0).UTC() }
 
 func parseInt(b []byte) (int64, bool) {
 	i := 0
@@ -168,10 +175,10 @@ func parseFloat(b []byte) (float64, bool) {
 // pow10 are the powers of ten a float64 holds exactly.
 var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
-// isoDate reads YYYY-MM-DD, the commonest date, without time.Parse.
-func isoDate(b []byte) (time.Time, bool) {
+// isoDate reads YYYY-MM-DD, the commonest date, without time.Parse: as wallSeconds.
+func isoDate(b []byte) (int64, bool) {
 	if len(b) != 10 || b[4] != '-' || b[7] != '-' {
-		return time.Time{}, false
+		return 0, false
 	}
 	num := func(p []byte) int {
 		n := 0
@@ -184,14 +191,40 @@ func isoDate(b []byte) (time.Time, bool) {
 		return n
 	}
 	y, m, d := num(b[:4]), num(b[5:7]), num(b[8:])
-	if y < 0 || m < 1 || m > 12 || d < 1 || d > 31 {
-		return time.Time{}, false
+	if y < 0 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) { // 2023-02-30 is no date
+		return 0, false
 	}
-	t := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC)
-	if t.Day() != d { // 2023-02-30 is no date
-		return time.Time{}, false
+	return civilDays(y, m, d) * 86400, true
+}
+
+func daysIn(y, m int) int {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
 	}
-	return t, true
+	return 31
+}
+
+// civilDays is the number of days from 1970-01-01 to y-m-d (Howard Hinnant's
+// days_from_civil), for years from 0.
+func civilDays(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 {
+		era = (y - 399) / 400
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
 }
 
 // trim is bytes.TrimSpace for the ASCII spaces and line ends that pad cells.
