@@ -95,6 +95,7 @@ func TestBrowserPreview(t *testing.T) {
 		until(`!document.querySelector("dialog.preview").open`),
 		press("button", "Files (3)", ""),
 		chromedp.WaitVisible("#files-panel", chromedp.ByID),
+		until(`document.querySelector('#files-list button[aria-label="Preview book.xlsx"]') !== null`),
 		press("button", "Preview book.xlsx", "#files-list"),
 		until(`document.querySelector("dialog.preview").open && document.querySelector("dialog.preview .preview-title").textContent === "book.xlsx"`),
 		chromedp.Evaluate(read, &got),
