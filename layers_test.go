@@ -31,6 +31,7 @@ var layers = map[string][]string{
 	"conversations":                  {""},
 	"toolkits":                       {"", "conversations", "sandbox", "toolkits/tables"},
 	"toolkits/tables":                nil,
+	"toolkits/tables/tablestest":     nil,
 	"agents":                         {"", "conversations", "toolkits"},
 	"frontend-api":                   {"", "conversations", "toolkits", "toolkits/tables", "agents", "sandbox"},
 	"migrations":                     nil,
