@@ -11,7 +11,9 @@ import (
 )
 
 // streamer turns many small chunks (tokens, output lines) into few events: it flushes
-// when enough text waited or enough time passed, and before anything else is said.
+// when enough text waited or enough time passed (a timer sends what waits when the
+// source pauses, so a model that stops mid-sentence is still seen up to there), and
+// before anything else is said.
 type streamer struct {
 	t    *turnRun
 	ctx  context.Context
@@ -19,7 +21,8 @@ type streamer struct {
 	path []string
 	base map[string]any
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below
+	timer  *time.Timer
 	stream string
 	buf    strings.Builder
 	last   time.Time
@@ -73,6 +76,14 @@ func (s *streamer) Add(stream, text string) {
 		if s.buf.Len() >= flushBytes || time.Since(s.last) >= flushEvery {
 			s.flushLocked()
 		}
+	}
+	if s.buf.Len() > 0 && s.timer == nil {
+		s.timer = time.AfterFunc(flushEvery, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.timer = nil
+			s.flushLocked()
+		})
 	}
 }
 

@@ -341,16 +341,12 @@ func TestToggles(t *testing.T) {
 			c.Sandbox.Engine.RuntimeDir, c.Sandbox.Engine.DenoPath = t.TempDir(), "/nonexistent/deno"
 		})
 		a := m2.as(t, alice.token)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			st := a.tool(withOn, "pyodide_sandbox")
-			if st.Source == "policy" && !st.Enabled && !st.Available {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%+v", st)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var st toolState
+		if _, ok := poll(10*time.Second, func() bool {
+			st = a.tool(withOn, "pyodide_sandbox")
+			return st.Source == "policy" && !st.Enabled && !st.Available
+		}); !ok {
+			t.Fatalf("%+v", st)
 		}
 		var tools []struct {
 			ID                string
@@ -761,7 +757,7 @@ func TestShutdownAsksClientsToReconnect(t *testing.T) {
 		_, _, err := s.conn.ReadMessage()
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, 5*time.Second, "the socket registered", func() bool { return m.Hub.Clients() == 1 })
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -103,11 +103,7 @@ func TestBrowserConversationFiles(t *testing.T) {
 	stored := func(name string) bool { _, ok := alice.files(conv)[name]; return ok }
 	gone := func(t *testing.T, name string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); stored(name); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is still on the server", name)
-			}
-		}
+		eventually(t, 10*time.Second, name+" gone from the server", func() bool { return !stored(name) })
 	}
 
 	t.Run("the chips and the panel say whose files they are", func(t *testing.T) {
@@ -213,14 +209,13 @@ func TestBrowserDisplayedImageActions(t *testing.T) {
 	if resp.StatusCode != 200 || len(want) == 0 {
 		t.Fatalf("GET file %s: %d", id, resp.StatusCode)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		got, err := os.ReadFile(filepath.Join(downloads, name))
-		if err == nil && bytes.Equal(got, want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no download of %s with the file's %d bytes: %d bytes, %v", name, len(want), len(got), err)
-		}
+	var got []byte
+	var err error
+	if _, ok := poll(20*time.Second, func() bool {
+		got, err = os.ReadFile(filepath.Join(downloads, name))
+		return err == nil && bytes.Equal(got, want)
+	}); !ok {
+		t.Fatalf("no download of %s with the file's %d bytes: %d bytes, %v", name, len(want), len(got), err)
 	}
 	var dialogs int
 	tb.run(t, "Open shows it full size",

@@ -72,13 +72,13 @@ func TestBrowserPreview(t *testing.T) {
 					return err
 				}
 				open := false
-				for deadline := time.Now().Add(3 * time.Second); !open && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-					if err := chromedp.Evaluate(`!!document.querySelector("dialog.preview")?.open`, &open).Do(ctx); err != nil {
-						return err
-					}
-				}
-				if open || try == 4 {
-					return nil
+				var err error
+				poll(3*time.Second, func() bool {
+					err = chromedp.Evaluate(`!!document.querySelector("dialog.preview")?.open`, &open).Do(ctx)
+					return err != nil || open
+				})
+				if err != nil || open || try == 4 {
+					return err
 				}
 			}
 		}),

@@ -429,16 +429,13 @@ func TestBrowserChat(t *testing.T) {
 			cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(downloads),
 			chromedp.Click(`#attachments .chip`, chromedp.ByQuery),
 		)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			got, err := os.ReadFile(filepath.Join(downloads, "sales.csv"))
-			if err == nil && string(got) == "region,amount\nnorth,10\nsouth,20\neast,30\n" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no download of sales.csv: %q %v", got, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var got []byte
+		var err error
+		if _, ok := poll(20*time.Second, func() bool {
+			got, err = os.ReadFile(filepath.Join(downloads, "sales.csv"))
+			return err == nil && string(got) == "region,amount\nnorth,10\nsouth,20\neast,30\n"
+		}); !ok {
+			t.Fatalf("no download of sales.csv: %q %v", got, err)
 		}
 	})
 

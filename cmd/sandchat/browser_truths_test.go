@@ -343,16 +343,16 @@ func TestBrowserSmallTruths(t *testing.T) {
 				// The toasts push the page down as they come in: judge the layout once it
 				// settles, while both are still shown (a covering that lasts fails).
 				chromedp.ActionFunc(func(ctx context.Context) error {
-					for deadline := time.Now().Add(2 * time.Second); ; {
+					var err error
+					poll(2*time.Second, func() bool {
 						var shown int
-						if err := chromedp.Evaluate(`document.querySelectorAll(".toast").length`, &shown).Do(ctx); err != nil {
-							return err
+						if err = chromedp.Evaluate(`document.querySelectorAll(".toast").length`, &shown).Do(ctx); err != nil {
+							return true
 						}
-						if err := chromedp.Evaluate(toastCovers, &covered).Do(ctx); err != nil || len(covered) == 0 || shown < 2 || time.Now().After(deadline) {
-							return err
-						}
-						time.Sleep(100 * time.Millisecond)
-					}
+						err = chromedp.Evaluate(toastCovers, &covered).Do(ctx)
+						return err != nil || len(covered) == 0 || shown < 2
+					})
+					return err
 				}),
 			)
 			tb.shot(t, fmt.Sprintf("06-toasts-chat-%d", size[0]))

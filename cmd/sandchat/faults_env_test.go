@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -109,28 +108,23 @@ func (p *pgCluster) start() {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	p.cmd, p.exited = cmd, exited
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p.port), time.Second)
-		if err == nil {
-			conn.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port))
-			cancel()
-			if err == nil {
-				c.Close(context.Background())
-				return
-			}
-		}
+	gone := false
+	if _, ok := poll(30*time.Second, func() bool {
 		select {
 		case <-exited:
-			p.t.Fatalf("postgres exited at start:\n%s", logs.String())
+			gone = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("postgres not ready after 30s:\n%s", logs.String())
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port))
+		if err == nil {
+			c.Close(context.Background())
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}); gone || !ok {
+		p.t.Fatalf("postgres not ready (exited: %v):\n%s", gone, logs.String())
 	}
 }
 
@@ -200,13 +194,7 @@ func (r *redisServer) start() {
 	r.cmd, r.exited = cmd, exited
 	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			r.t.Fatal("redis not ready after 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(r.t, 10*time.Second, "redis ready", func() bool { return rdb.Ping(context.Background()).Err() == nil })
 }
 
 func (r *redisServer) kill() {

@@ -564,11 +564,14 @@ func TestZombieTurn(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the model was not asked")
 	}
-	time.Sleep(300 * time.Millisecond) // its first words are stored as deltas
-
 	// A second node, with the default 30 s stale limit.
 	b := e.node()
 	alice = b.as(t, serve.token)
+	eventually(t, 10*time.Second, "the first words stored as a delta", func() bool {
+		var n int
+		_ = b.DB.QueryRow(context.Background(), `select count(*) from conversation_events where conversation_id = $1 and type = 'message.delta'`, conv).Scan(&n)
+		return n > 0
+	})
 	if err := serve.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
