@@ -119,7 +119,7 @@ func (c *checkpoints) all(lvs []*live) {
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
 func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
-	version, stateCap, due := lv.stopCheckpoint()
+	version, stateCap, due := lv.stopCheckpoint(ctx)
 	if !due {
 		return
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -56,6 +57,8 @@ type live struct {
 	// replay), so this heap is never saved as its state: the log stays whole.
 	partial    bool
 	checkpoint *time.Timer
+	// saving is closed when the checkpoint in flight ends (nil: none is).
+	saving chan struct{}
 
 	// stateCap is what the session's saved state may hold, as its last run allowed;
 	// checkpoints keep to it.
@@ -294,7 +297,7 @@ func (lv *live) beginCheckpoint() (version, stateCap int64, ok bool) {
 		// after), or already caught up.
 		return 0, 0, false
 	}
-	lv.busy = true
+	lv.busy, lv.saving = true, make(chan struct{})
 	return lv.version, lv.stateCap, true
 }
 
@@ -302,18 +305,30 @@ func (lv *live) beginCheckpoint() (version, stateCap int64, ok bool) {
 func (lv *live) endCheckpoint() {
 	lv.mu.Lock()
 	lv.busy = false
+	close(lv.saving)
+	lv.saving = nil
 	lv.mu.Unlock()
 }
 
 // stopCheckpoint cancels the pending checkpoint of a session the set let go of, and
-// tells whether its last one is due: it is idle and its saved heap lags. It returns the
-// version to save and the cap to keep to.
-func (lv *live) stopCheckpoint() (version, stateCap int64, due bool) {
+// tells whether its last one is due: it is idle and its saved heap lags. A checkpoint
+// already in flight is waited for (until ctx ends), since its process is about to go:
+// stopped under it, it would save nothing. It returns the version to save and the cap
+// to keep to.
+func (lv *live) stopCheckpoint(ctx context.Context) (version, stateCap int64, due bool) {
 	lv.mu.Lock()
-	defer lv.mu.Unlock()
 	if lv.checkpoint != nil {
 		lv.checkpoint.Stop()
 	}
+	if saving := lv.saving; saving != nil {
+		lv.mu.Unlock()
+		select {
+		case <-saving:
+		case <-ctx.Done():
+		}
+		lv.mu.Lock()
+	}
+	defer lv.mu.Unlock()
 	return lv.version, lv.stateCap, !lv.busy && lv.dirtyLocked()
 }
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +54,35 @@ func TestLiveGuardsItself(t *testing.T) {
 		t.Fatalf("version %d after %d saves", info.Version, n)
 	}
 	lv.ran(&proc.RunReply{Status: StatusError}, proc.Frame{}, nil)
-	if _, _, due := lv.stopCheckpoint(); due {
+	if _, _, due := lv.stopCheckpoint(context.Background()); due {
 		t.Fatalf("a session whose last run failed is checkpointed")
+	}
+}
+
+// TestLetGoWaitsForItsCheckpoint: a session let go of (evicted, shut down) while its
+// delayed checkpoint is in flight waits for that checkpoint before its process is
+// stopped, since one stopped under it saves nothing and the next restore would replay
+// what the heap held; once it ended, no other checkpoint is due.
+func TestLetGoWaitsForItsCheckpoint(t *testing.T) {
+	lv := newLive("k", nil, restored{mode: modeSnapshot, version: 1})
+	lv.release()
+	version, _, ok := lv.beginCheckpoint()
+	if !ok {
+		t.Fatal("no checkpoint due for a session whose heap was never saved")
+	}
+	stopped := make(chan bool, 1)
+	go func() {
+		_, _, due := lv.stopCheckpoint(context.Background())
+		stopped <- due
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("the session was let go of while its checkpoint was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	lv.checkpointed(version, modeSnapshot)
+	lv.endCheckpoint()
+	if due := <-stopped; due {
+		t.Fatal("a last checkpoint is due after the one in flight saved the heap")
 	}
 }

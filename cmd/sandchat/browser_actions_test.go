@@ -61,11 +61,18 @@ func controls(role, name, selector string, found *[]cdp.BackendNodeID) chromedp.
 	})
 }
 
-// press clicks, with the mouse, the one control of role and name within selector.
+// press clicks, with the mouse, the one control of role and name within selector. The
+// browser updates its accessibility tree after the DOM, later on a busy machine: a
+// control just drawn is waited for (a few seconds) before it counts as missing.
 func press(role, name, selector string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
 		var found []cdp.BackendNodeID
-		if err := controls(role, name, selector, &found).Do(ctx); err != nil {
+		var err error
+		poll(5*time.Second, func() bool {
+			err = controls(role, name, selector, &found).Do(ctx)
+			return err != nil || len(found) == 1
+		})
+		if err != nil {
 			return err
 		}
 		if len(found) != 1 {
