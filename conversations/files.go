@@ -1,6 +1,7 @@
 package conversations
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,11 +29,30 @@ func UploadTooLarge(name string, size int64) error {
 }
 
 // Quota is a conversation's storage quota as a store applies it to the files it keeps:
-// Limit bounds uploads, artifacts and State together; State is what the conversation's
-// Python sessions hold, which the store does not see (the engine keeps it).
+// Limit bounds uploads, artifacts and the state of the conversation's Python sessions
+// together. The store does not see that state (the engine keeps it): it asks State,
+// under the conversation's quota lock, so no other write counted against the quota
+// lands between the read and its own.
 type Quota struct {
 	Limit int64
-	State int64
+	State SessionState // nil: the conversation has no Python state
+}
+
+// SessionState reads what a conversation's Python sessions hold now, given what the
+// store read of its files under the quota lock (their SessionKeys name the sessions).
+type SessionState func(ctx context.Context, files FileUsage) (int64, error)
+
+// Storage is what the conversation holds against q, its files as read (under the quota
+// lock) and its sessions' state read now.
+func (q Quota) Storage(ctx context.Context, files FileUsage) (Storage, error) {
+	var state int64
+	if q.State != nil {
+		var err error
+		if state, err = q.State(ctx, files); err != nil {
+			return Storage{}, err
+		}
+	}
+	return NewStorage(files.Uploads, files.Artifacts, state, q.Bytes()), nil
 }
 
 // Bytes is the quota's limit; an unset one is DefaultQuota.

@@ -119,11 +119,11 @@ func (c *checkpoints) all(lvs []*live) {
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
 func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
-	version, stateCap, due := lv.stopCheckpoint(ctx)
+	version, budget, due := lv.stopCheckpoint(ctx)
 	if !due {
 		return
 	}
-	if err := c.save(ctx, lv, "", version, stateCap); err != nil && !expectedCheckpointErr(err) {
+	if err := c.save(ctx, lv, "", version, budget); err != nil && !expectedCheckpointErr(err) {
 		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.name(), "err", err)
 	}
 }
@@ -137,7 +137,7 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 	// A checkpoint whose lease is lost is refused by the store's fence: it goes on with
 	// ctx, not the lease's, so its process is not killed for it.
 	return c.lease(ctx, lv.name(), func(_ context.Context, token string) error {
-		version, stateCap, ok := lv.beginCheckpoint()
+		version, budget, ok := lv.beginCheckpoint()
 		if !ok {
 			return nil
 		}
@@ -146,17 +146,19 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 			lv.process().FreezeSoon()
 			c.idle()
 		}()
-		return c.save(ctx, lv, token, version, stateCap)
+		return c.save(ctx, lv, token, version, budget)
 	})
 }
 
-// save takes lv's heap and saves it as the state of version, within what its last
-// run allowed (stateCap); token is the lease held, or "" for a session no run can reach.
-func (c *checkpoints) save(ctx context.Context, lv *live, token string, version, stateCap int64) error {
+// save takes lv's heap and saves it as the state of version, within what budget (its
+// last run's) leaves when it is written; token is the lease held, or "" for a session no
+// run can reach.
+func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64, budget Budget) error {
 	p := lv.process()
-	capOf := c.cfg.stateCap(stateCap)
 	// The heap is compressed as it arrives (heapstream.go): the server never holds it
-	// whole, and keeps at most the state limit of it.
+	// whole, and keeps at most the state limit of it. The budget is reserved once it is
+	// here, only for as long as it is written.
+	capOf := c.cfg.MaxStateBytes
 	in := &heapIn{base: p.Base(), limit: capOf}
 	f, err := p.CallStream(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil, in.receive)
 	if err != nil {
@@ -191,8 +193,11 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version,
 			c.log.Info("session switches to replay persistence", "session", lv.name(), "reason", *r.SnapshotError)
 		}
 	}
-	_, err = c.st.Checkpoint(ctx, lv.name(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: c.build,
-		Mode: mode, Header: header, Delta: delta, Cap: capOf})
+	err = c.cfg.reserved(ctx, budget, func(stateCap int64) error {
+		_, err := c.st.Checkpoint(ctx, lv.name(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: c.build,
+			Mode: mode, Header: header, Delta: delta, Cap: stateCap})
+		return err
+	})
 	if full := (*state.Full)(nil); errors.As(err, &full) {
 		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
 	}

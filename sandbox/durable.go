@@ -14,49 +14,40 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// stateCap is what a session's saved state may hold when its caller allows want.
-func (c Config) stateCap(want int64) int64 {
-	if want > 0 {
-		return min(want, c.MaxStateBytes)
+// reserveTimeout bounds the wait for a budget's reservation (other writes on the same
+// storage go first): a write that waits longer is not made, as when the store cannot
+// be reached.
+const reserveTimeout = time.Minute
+
+// reserved makes a write of a session's state within b: write gets what the state may
+// hold, and runs with b's reservation held.
+func (c Config) reserved(ctx context.Context, b Budget, write func(stateCap int64) error) error {
+	if b.Reserve == nil {
+		return write(c.MaxStateBytes)
 	}
-	return c.MaxStateBytes
+	rctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+	room, release, err := b.Reserve(rctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return write(min(max(room, 0), c.MaxStateBytes))
 }
 
-// sharedBytes is what the saved states of the other sessions on b hold now.
-func (e *Engine) sharedBytes(ctx context.Context, b Budget) (int64, error) {
-	if b.Bytes <= 0 {
-		return 0, nil
-	}
-	return e.st.Bytes(ctx, b.Shared...)
-}
-
-// sizes completes what an answered run reports of the storage it counts against, for
-// a run persist did not save (it failed, or its state did not fit): what its session's
-// saved state holds and, with a budget, what the other sessions' hold. Read under the
-// run's lease, so no later run of the session is counted.
-func (e *Engine) sizes(ctx context.Context, key string, b Budget, res *Result) {
+// sizes completes what an answered run reports of its session's saved state, for a run
+// persist did not save (it failed, or its state did not fit). Read under the run's
+// lease, so no later run of the session is counted.
+func (e *Engine) sizes(ctx context.Context, key string, res *Result) {
 	if res.Status == "" || res.Session.StateBytes > 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	own, err := e.st.Bytes(ctx, key)
-	if err == nil {
-		res.Session.SharedBytes, err = e.sharedBytes(ctx, b)
-	}
 	if err != nil {
-		e.log.WarnContext(ctx, "read session state sizes", "session", key, "err", err)
+		e.log.WarnContext(ctx, "read session state size", "session", key, "err", err)
 	}
 	res.Session.StateBytes = own
-}
-
-// want is what a run's state may hold under its budget (zero: no budget), the other
-// sessions on it holding shared: at least one byte, so a budget already spent still
-// refuses the save rather than lifting the bound.
-func (b Budget) want(shared int64) int64 {
-	if b.Bytes <= 0 {
-		return 0
-	}
-	return max(b.Bytes-shared, 1)
 }
 
 // persist makes a successful run durable before it is reported complete: its cell joins
@@ -65,16 +56,13 @@ func (b Budget) want(shared int64) int64 {
 // restore replays the cells logged since the last checkpoint. After a run that failed,
 // whose effects no cell in the log holds, the heap is saved before the answer.
 func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
-	// The run is over: what it did is saved whether or not its caller still waits. The
-	// other sessions on its budget are read just before, so the cap is the freshest.
+	// The run is over: what it did is saved whether or not its caller still waits,
+	// within what its budget leaves at this moment.
 	bg := context.WithoutCancel(ctx)
 	var v, stateBytes int64
-	var save state.Save
-	var heapNow bool
-	shared, err := e.sharedBytes(bg, req.Budget)
-	if err == nil {
-		save, heapNow = lv.saveRequest(token, e.rt.build, r.Packages, e.cfg.logCell(req.Code, req.Timeout), e.cfg.stateCap(req.Budget.want(shared)))
-		res.Session.SharedBytes = shared
+	save, heapNow := lv.saveRequest(token, e.rt.build, r.Packages, e.cfg.logCell(req.Code, req.Timeout), req.Budget)
+	err := e.cfg.reserved(bg, req.Budget, func(stateCap int64) (err error) {
+		save.Cap = stateCap
 		v, stateBytes, err = e.st.Save(bg, key, save)
 		if sandchat.IsUnavailable(err) {
 			// The answer may be what was lost (a timeout after the save went through): a
@@ -82,7 +70,8 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 			// was not saved would be run again, and applied twice.
 			v, stateBytes, err = e.st.Save(bg, key, save)
 		}
-	}
+		return err
+	})
 	var full *state.Full
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
@@ -103,7 +92,7 @@ func (e *Engine) persist(ctx context.Context, key, token string, lv *live, req R
 	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.info().Mode, stateBytes
 	if heapNow {
 		cctx, cancel := context.WithTimeout(bg, e.cfg.RestoreTimeout)
-		err := e.ckpt.save(cctx, lv, token, v, save.Cap)
+		err := e.ckpt.save(cctx, lv, token, v, req.Budget)
 		cancel()
 		if err != nil {
 			// The log alone cannot bring this run back; a later checkpoint may still.

@@ -289,58 +289,6 @@ func TestStorageCaps(t *testing.T) {
 	}
 }
 
-// TestSharedBudget: sessions on one budget (a conversation's quota) share it: a save
-// may take what the others' saved states leave, read just before it, and the result
-// says what they held and what the session's state holds, saved or not.
-func TestSharedBudget(t *testing.T) {
-	e, _, key := setup(t)
-	a, b := key("budget-a"), key("budget-b")
-	mustSucceed(t, e, a, "open('a.bin', 'wb').write(b'a' * 1_000_000)")
-	// a's heap is saved now, not CheckpointDelay after its run: that later checkpoint
-	// would grow what a holds between this read and b's saves.
-	checkpointNow(t, e, a)
-	held, err := e.StateBytes(context.Background(), a)
-	if err != nil || held < 1_000_000 {
-		t.Fatalf("session a holds %d bytes (%v)", held, err)
-	}
-	budget := Budget{Bytes: held + 600_000, Shared: []string{a}}
-	exec := func(key, code string, budget Budget) Result {
-		t.Helper()
-		r, err := e.Execute(context.Background(), key, Request{Code: code, Budget: budget})
-		if err != nil || r.Status != StatusSuccess {
-			t.Fatalf("%s: %v, status %s, stderr %q", code, err, r.Status, r.Stderr)
-		}
-		return r
-	}
-	small := exec(b, "open('b.bin', 'wb').write(b'b' * 100_000)", budget)
-	if strings.Contains(small.Stderr, "not saved") || small.Session.SharedBytes != held || small.Session.StateBytes < 100_000 {
-		t.Fatalf("a save within what a leaves: stderr %q, session %+v", small.Stderr, small.Session)
-	}
-	big := exec(b, "open('c.bin', 'wb').write(b'c' * 1_000_000)", budget)
-	if !strings.Contains(big.Stderr, "session state not saved") || big.Session.SharedBytes != held {
-		t.Fatalf("a save past what a leaves of the budget: stderr %q, session %+v", big.Stderr, big.Session)
-	}
-	if big.Session.StateBytes != small.Session.StateBytes {
-		t.Fatalf("a refused save reports %d bytes of state, want the %d saved before", big.Session.StateBytes, small.Session.StateBytes)
-	}
-	// Alone, the same budget holds it.
-	if r := exec(key("budget-c"), "open('c.bin', 'wb').write(b'c' * 1_000_000)", Budget{Bytes: budget.Bytes}); strings.Contains(r.Stderr, "not saved") {
-		t.Fatalf("the budget alone: %q", r.Stderr)
-	}
-	if r, err := e.Execute(context.Background(), b, Request{Code: "1/0", Budget: budget}); err != nil || r.Status != StatusError ||
-		r.Session.StateBytes != small.Session.StateBytes || r.Session.SharedBytes != held {
-		t.Fatalf("a failed run: %v, status %s, session %+v; want %d bytes of state, %d shared", err, r.Status, r.Session, small.Session.StateBytes, held)
-	}
-	if both, err := e.StateBytes(context.Background(), a, b); err != nil || both != held+big.Session.StateBytes {
-		t.Errorf("both sessions hold %d bytes (%v), want %d + %d", both, err, held, big.Session.StateBytes)
-	}
-	for _, shared := range [][]string{{b}, {""}, {a, a}, make([]string, maxShared+1)} {
-		if _, err := e.Execute(context.Background(), b, Request{Code: "1", Budget: Budget{Bytes: 1, Shared: shared}}); sandchat.ErrorCode(err) != sandchat.EINVALID {
-			t.Errorf("a budget shared with %d keys (%q…): %v, want EINVALID", len(shared), shared[0], err)
-		}
-	}
-}
-
 // TestHiddenGlobals: browser and Deno APIs that would reach shared or host state are not
 // there for user code.
 func TestHiddenGlobals(t *testing.T) {

@@ -60,9 +60,8 @@ type live struct {
 	// saving is closed when the checkpoint in flight ends (nil: none is).
 	saving chan struct{}
 
-	// stateCap is what the session's saved state may hold, as its last run allowed;
-	// checkpoints keep to it.
-	stateCap int64
+	// budget is its last run's: checkpoints keep to it.
+	budget Budget
 
 	// data is /data as the process holds it, name → version.
 	data map[string]string
@@ -221,11 +220,11 @@ func (lv *live) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (not
 
 // saveRequest is the save that makes a successful run durable: its cells (those the
 // session was rebuilt from, then cell), the files changed since the last save, its
-// packages, under stateCap. heapNow says the heap must be saved with it: a run that
-// failed since the last save left effects in this heap that the log does not hold
-// (Python errors are not logged), and this run may build on them, so its cell alone
-// would not replay.
-func (lv *live) saveRequest(token, build string, packages []string, cell string, stateCap int64) (save state.Save, heapNow bool) {
+// packages; its Cap is set when the run's budget is reserved, which checkpoints keep to
+// after it. heapNow says the heap must be saved with it: a run that failed since the
+// last save left effects in this heap that the log does not hold (Python errors are not
+// logged), and this run may build on them, so its cell alone would not replay.
+func (lv *live) saveRequest(token, build string, packages []string, cell string, budget Budget) (save state.Save, heapNow bool) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	deleted := make([]string, 0, len(lv.unsavedDel))
@@ -233,11 +232,11 @@ func (lv *live) saveRequest(token, build string, packages []string, cell string,
 		deleted = append(deleted, p)
 	}
 	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
-	lv.stateCap = stateCap
+	lv.budget = budget
 	return state.Save{
 		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
 		Base: lv.base, Build: build, Mode: lv.mode, Packages: packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), cell), Cap: stateCap,
+		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), cell),
 	}, lv.tainted && !lv.partial && lv.mode == modeSnapshot
 }
 
@@ -288,17 +287,17 @@ func (lv *live) checkpointDue() bool {
 
 // beginCheckpoint marks a live session busy for a checkpoint, if the set still holds
 // it, no run has it and its saved heap lags; it returns the version to save and the
-// cap to keep to.
-func (lv *live) beginCheckpoint() (version, stateCap int64, ok bool) {
+// budget to keep to.
+func (lv *live) beginCheckpoint() (version int64, budget Budget, ok bool) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	if lv.out || lv.busy || !lv.dirtyLocked() {
 		// Gone (an eviction checkpoints it itself), a run has it (it checkpoints again
 		// after), or already caught up.
-		return 0, 0, false
+		return 0, Budget{}, false
 	}
 	lv.busy, lv.saving = true, make(chan struct{})
-	return lv.version, lv.stateCap, true
+	return lv.version, lv.budget, true
 }
 
 // endCheckpoint ends what beginCheckpoint began.
@@ -313,9 +312,9 @@ func (lv *live) endCheckpoint() {
 // stopCheckpoint cancels the pending checkpoint of a session the set let go of, and
 // tells whether its last one is due: it is idle and its saved heap lags. A checkpoint
 // already in flight is waited for (until ctx ends), since its process is about to go:
-// stopped under it, it would save nothing. It returns the version to save and the cap
-// to keep to.
-func (lv *live) stopCheckpoint(ctx context.Context) (version, stateCap int64, due bool) {
+// stopped under it, it would save nothing. It returns the version to save and the
+// budget to keep to.
+func (lv *live) stopCheckpoint(ctx context.Context) (version int64, budget Budget, due bool) {
 	lv.mu.Lock()
 	if lv.checkpoint != nil {
 		lv.checkpoint.Stop()
@@ -329,7 +328,7 @@ func (lv *live) stopCheckpoint(ctx context.Context) (version, stateCap int64, du
 		lv.mu.Lock()
 	}
 	defer lv.mu.Unlock()
-	return lv.version, lv.stateCap, !lv.busy && lv.dirtyLocked()
+	return lv.version, lv.budget, !lv.busy && lv.dirtyLocked()
 }
 
 // checkpointed records that the store holds this heap as version's, in mode (replay

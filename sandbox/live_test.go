@@ -23,7 +23,7 @@ func TestLiveGuardsItself(t *testing.T) {
 		for i := range n {
 			lv.ran(&proc.RunReply{Status: StatusError, Deleted: []string{"gone.txt"}}, proc.Frame{}, map[string]string{"a.csv": "1"})
 			lv.taint()
-			lv.saveRequest("token", "build", nil, "x = 1", 1<<20)
+			lv.saveRequest("token", "build", nil, "x = 1", Budget{})
 			lv.saved(int64(i) + 2)
 		}
 	})

@@ -34,16 +34,6 @@ func (c *Config) check(key string, req *Request) error {
 	if err := CheckPreload(req.Preload); err != nil {
 		return err
 	}
-	if req.Budget.Bytes < 0 || len(req.Budget.Shared) > maxShared {
-		return sandchat.Errorf(sandchat.EINVALID, "A budget is 0 or more bytes, shared with at most %d sessions.", maxShared)
-	}
-	shared := make(map[string]bool, len(req.Budget.Shared))
-	for _, k := range req.Budget.Shared {
-		if k == "" || len(k) > 512 || k == key || shared[k] {
-			return sandchat.Errorf(sandchat.EINVALID, "A budget is shared with other sessions, each named once by a key of 1 to 512 bytes.")
-		}
-		shared[k] = true
-	}
 	var total int64
 	names := make(map[string]bool, len(req.Data))
 	for _, f := range req.Data {
@@ -87,7 +77,7 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 		waited = time.Since(t0)
 		var err error
 		res, err = e.runLocked(ctx, key, token, req)
-		e.sizes(ctx, key, req.Budget, &res)
+		e.sizes(ctx, key, &res)
 		return err
 	})
 	if res.Status != "" {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -25,24 +26,27 @@ type Request struct {
 	// packages); they are resolved and fetched like the code's own imports. A module
 	// that does not import is reported in stderr and the code runs anyway.
 	Preload []string
-	// Budget, when its Bytes are positive, bounds what the session's saved state (heap,
-	// files and replay log together) may hold after this run.
+	// Budget, when set, bounds what the session's saved state (heap, files and replay
+	// log together) may hold with what its caller keeps beside it.
 	Budget Budget
 }
 
-// Budget is storage that sessions share (a conversation's quota, less what its files
-// take): a session's save may take what the Shared sessions' saved states leave of
-// Bytes, read just before the save (at least one byte, so a spent budget refuses it).
-// Config.MaxStateBytes bounds it either way; a save over it is refused like one over
-// MaxStateBytes.
+// Budget is storage a session's state shares with what its caller keeps beside it (a
+// conversation's quota: its files, its other sessions). The engine calls Reserve just
+// before each write of the session's state that a run leads to — the run's own save,
+// and each checkpoint of its heap until the session's next run brings a budget of its
+// own — and the write may take room bytes (none, if room is zero or less); every other
+// write on the same storage waits until the engine calls release, once this one is
+// made or refused. A write Reserve fails is not made: the state saved before stays.
+// Config.MaxStateBytes bounds the state either way, and a save over room is refused
+// like one over it.
+//
+// Reserve is called with the session's lease held (or for a session no run can reach
+// any more: evicted, shutting down), never with a reservation held, and from any
+// goroutine; it must not wait for a session's lease.
 type Budget struct {
-	Bytes  int64
-	Shared []string // the other sessions on the budget (at most maxShared)
+	Reserve func(ctx context.Context) (room int64, release func(), err error)
 }
-
-// maxShared bounds the sessions a run's budget is shared with: each adds to the read
-// of the store before the run's save.
-const maxShared = 1024
 
 // File is a named blob handed to Python. Version names its content (anything that
 // changes when the content does; empty: the engine hashes Data). A File with a Version
@@ -99,9 +103,6 @@ type SessionInfo struct {
 	// StateBytes is what the saved state holds (after the run, for a run's Result, saved
 	// or not).
 	StateBytes int64 `json:"state_bytes,omitempty"`
-	// SharedBytes, for a run's Result, is what the other sessions of its Budget held at
-	// its save (or after the run, for a run not saved).
-	SharedBytes int64 `json:"-"`
 	// NotSaved, for a run's Result, says its state was refused for room (over the
 	// session's limit or its Budget): its changes live only while the session stays warm.
 	NotSaved bool `json:"-"`

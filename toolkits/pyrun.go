@@ -118,10 +118,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	quota, err := s.quotaFor(ctx, req.ConversationID, key)
-	if err != nil {
-		return Run{}, err
-	}
+	quota := &runQuota{}
 	ex := conversations.Execution{ConversationID: req.ConversationID, TurnID: req.TurnID, AgentID: req.AgentID, SessionKey: key, Code: req.Code}
 	id, err := s.Store.BeginExecution(ctx, ex)
 	if err != nil {
@@ -129,7 +126,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq.Data, sreq.Budget = data, quota.budget
+	sreq.Data, sreq.Budget = data, s.budget(req.ConversationID, key, quota)
 	r, later := s.call(func() (res sandbox.Result, err error) {
 		for resent := false; ; resent = true {
 			res, err = s.Engine.Execute(ctx, key, sreq)
@@ -278,7 +275,7 @@ func (s *Sandbox) failed(ctx, wctx context.Context, id int64, ex conversations.E
 
 // recordLate records the outcome of a run whose caller was answered before the engine
 // let go of it.
-func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota runQuota, r engineReply) {
+func (s *Sandbox) recordLate(ctx, wctx context.Context, id int64, ex conversations.Execution, quota *runQuota, r engineReply) {
 	ex = s.underQuota(&r.res, ex, quota)
 	if r.err != nil {
 		_, _ = s.failed(ctx, wctx, id, ex, r.res, r.err)

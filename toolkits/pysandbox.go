@@ -53,8 +53,12 @@ type ExecutionStore interface {
 	DataFiles(ctx context.Context, convID int64, have map[string]string) ([]conversations.DataFile, error)
 	// FileUsage is what the conversation's files take and the sessions its runs used.
 	FileUsage(ctx context.Context, convID int64) (conversations.FileUsage, error)
-	// UploadFile stores an upload (editors) if it fits in q.
+	// UploadFile stores an upload (editors) if it fits in q, under the conversation's
+	// quota lock.
 	UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte, q conversations.Quota) (ref conversations.FileRef, replaced bool, err error)
+	// LockQuota takes the conversation's quota lock for a write the store does not make,
+	// and returns what its files take then; unlock lets the next writer in.
+	LockQuota(ctx context.Context, convID int64) (files conversations.FileUsage, unlock func(), err error)
 }
 
 // Limiter admits or refuses an action of the user in ctx (per-user rate limits).

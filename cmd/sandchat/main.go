@@ -333,11 +333,14 @@ type Main struct {
 	// of sandbox.Engine (fault tests script the engine's side of the contract).
 	SandboxEngine toolkits.Engine
 
-	ln        net.Listener
-	served    chan error
-	cancel    context.CancelFunc
-	closeOnce sync.Once
-	closeErr  error
+	// quotaLocks is the pool the conversations' quota locks are held on, apart from DB
+	// (conversations/pgstore's quota.go says why).
+	quotaLocks *pgxpool.Pool
+	ln         net.Listener
+	served     chan error
+	cancel     context.CancelFunc
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // NewMain returns an unstarted server.
@@ -367,6 +370,9 @@ func (m *Main) openStores(ctx context.Context) (err error) {
 	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
 		return err
 	}
+	if m.quotaLocks, err = pgxpool.New(ctx, m.Config.DatabaseURL); err != nil {
+		return err
+	}
 	rdb, target, err := openRedis(ctx, m.Config.RedisURL)
 	if err != nil {
 		return err
@@ -390,7 +396,7 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		}}
 	}
 	// The conversations' store: also the record of runs that rebuilds a session Redis lost.
-	m.Store = convstore.New(m.DB, cfg.EventRetention)
+	m.Store = convstore.New(m.DB, cfg.EventRetention, convstore.Options{QuotaLocks: m.quotaLocks})
 	if cfg.Sandbox.Enabled {
 		cold := pgcold.New(pgdb.NewPool(m.DB), cfg.Sandbox.Engine.RedisPrefix, cfg.Sandbox.Engine.SessionTTL)
 		st, err := engineStore(m.Redis, cfg.Sandbox.Engine, redisstore.Options{Cold: cold, HotBytes: cfg.Sandbox.Engine.HotStateBytes})
@@ -640,6 +646,9 @@ func (m *Main) close() error {
 	}
 	if m.Redis != nil {
 		errs = append(errs, m.Redis.Close())
+	}
+	if m.quotaLocks != nil {
+		m.quotaLocks.Close()
 	}
 	if m.DB != nil {
 		m.DB.Close()

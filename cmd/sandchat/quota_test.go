@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 type storageJSON struct {
@@ -115,4 +120,129 @@ func TestConversationQuota(t *testing.T) {
 			t.Fatalf("usage %+v", st)
 		}
 	})
+}
+
+// keptFor is what Postgres and Redis hold for a conversation: the size of its files,
+// and the saved state of each session its runs used (the engine's own count, hot and
+// cold tiers), read straight from the stores, so it holds after the node is gone too.
+func (e *testEnv) keptFor(cfg Config, conv int64) (files, state int64) {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, e.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	var keys []string
+	if err := db.QueryRow(ctx, `select coalesce(sum(size), 0), (select coalesce(array_agg(distinct session_key), '{}') from executions where conversation_id = $1)
+		from files where conversation_id = $1`, conv).Scan(&files, &keys); err != nil {
+		t.Fatal(err)
+	}
+	st, err := engineStore(e.rdb, cfg.Sandbox.Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state, err = st.Bytes(ctx, append(keys, fmt.Sprintf("conv:%d", conv))...); err != nil {
+		t.Fatal(err)
+	}
+	return files, state
+}
+
+// TestQuotaHoldsAtEveryMoment: what a conversation keeps never passes its quota, however
+// its writes interleave: an upload that lands while a run works and the run's state
+// save after it, an upload between a run's answer and the checkpoint of its heap, a
+// swarm child's session saved beside its parent's before the parent's heap is. Each
+// write is checked against what is kept at its own moment; the one that does not fit
+// is refused and says why, and the state saved before it stays.
+func TestQuotaHoldsAtEveryMoment(t *testing.T) {
+	t.Parallel()
+	const quota = 8 << 20
+	e := newEnv(t)
+	m := e.sandboxNode(func(c *Config, _ *Main) {
+		c.ConversationQuota = quota
+		c.Sandbox.PerAgentSessions = true
+		// Heaps are saved at shutdown here, after the writes the test places before them.
+		c.Sandbox.Engine.CheckpointDelay = time.Hour
+	})
+	cfg := m.Config
+	alice, _ := m.user(t, "alice", false)
+	child := alice.createAgent(map[string]any{"name": "helper", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	lead := alice.createAgent(map[string]any{"name": "lead", "children": []int64{child.ID},
+		"internal_tools": map[string]bool{"pyodide_sandbox": true, "swarm_mode": true}})
+	upload := func(conv int64, name string, size int) (int, []byte) {
+		return alice.uploadAt(conv, name, "", strings.Repeat("u", size))
+	}
+	const fiveMiB = 5 << 20
+
+	duringRun := alice.createConversation(lead.ID)
+	t.Run("an upload during a run, then the run's save", func(t *testing.T) {
+		ws := alice.socket()
+		ws.subscribe(duringRun, nil)
+		// The run writes 5 MiB its save would keep, then works on until it is stopped,
+		// and ends well (it catches the interrupt), so its state is saved then.
+		turn := alice.post(duringRun, py("import os, time\nopen('work.bin', 'wb').write(os.urandom(5 << 20))\nprint('ready', flush=True)\n"+
+			"try:\n    while True:\n        time.sleep(30)\nexcept KeyboardInterrupt:\n    pass"))
+		for f := ws.expect2(); ; f = ws.expect2() {
+			var d struct{ Text string }
+			_ = json.Unmarshal(f.Data, &d)
+			if f.Type == "tool.output" && strings.Contains(d.Text, "ready") {
+				break
+			}
+		}
+		if code, body := upload(duringRun, "input.bin", fiveMiB); code != 201 {
+			t.Fatalf("an upload while the run's state is small: %d %s", code, body)
+		}
+		alice.must(202, "POST", fmt.Sprintf("/api/v1/conversations/%d/turns/%d/cancel", duringRun, turn), nil, nil)
+		alice.finishTurn(duringRun, turn)
+		var runs []struct{ Status, Stderr string }
+		alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", duringRun), nil, &runs)
+		if len(runs) != 1 || runs[0].Status != "success" ||
+			!strings.Contains(runs[0].Stderr, "[sandbox] session state not saved: the session's saved state would be") ||
+			!strings.Contains(runs[0].Stderr, "[sandbox] that limit is what this conversation's 8 MiB storage quota leaves for this session: uploads 5 MiB + artifacts 0 bytes + Python state of its other sessions 0 bytes.") {
+			t.Fatalf("the run's save after the upload: %+v", runs)
+		}
+		if st := alice.storage(duringRun); st.Used > st.Quota {
+			t.Fatalf("after the run: %+v", st)
+		}
+	})
+
+	beforeCheckpoint := alice.createConversation(lead.ID)
+	t.Run("an upload between an answer and its checkpoint", func(t *testing.T) {
+		// The answer saves the cell; the 5 MiB heap is saved by a checkpoint later.
+		if status, answer := alice.say(beforeCheckpoint, py("import os\nblob = os.urandom(5 << 20)\nlen(blob)")); status != "completed" || !strings.Contains(answer, "5242880") {
+			t.Fatalf("run: %s %q", status, answer)
+		}
+		if code, body := upload(beforeCheckpoint, "input.bin", fiveMiB); code != 201 {
+			t.Fatalf("an upload while the session's saved state is small: %d %s", code, body)
+		}
+	})
+
+	swarm := alice.createConversation(lead.ID)
+	t.Run("a swarm child's session beside its parent's", func(t *testing.T) {
+		if status, answer := alice.say(swarm, py("import os\nblob = os.urandom(5 << 20)\nlen(blob)")); status != "completed" || !strings.Contains(answer, "5242880") {
+			t.Fatalf("the lead's run: %s %q", status, answer)
+		}
+		if status, answer := alice.say(swarm, "@helper "+py("import os\nopen('part.bin', 'wb').write(os.urandom(5 << 20))")); status != "completed" || strings.Contains(answer, "not saved") {
+			t.Fatalf("the child's run, while the lead's saved state is small: %s %q", status, answer)
+		}
+		// An upload now meets both sessions' state, and says so.
+		code, body := upload(swarm, "input.bin", 3<<20)
+		if d := problem(t, body); code != 413 || !regexp.MustCompile(`^This conversation's storage is full: uploads 0 bytes \+ artifacts 0 bytes \+ Python state 5\.[0-9] MiB = 5\.[0-9] MiB of its 8 MiB quota; input\.bin \(3 MiB\) does not fit\.`).MatchString(d) {
+			t.Fatalf("an upload past the quota: %d %q", code, d)
+		}
+	})
+
+	// Shutdown saves every live session's heap: each checkpoint meets the quota as it is now.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, conv := range map[string]int64{"upload during a run": duringRun, "upload before a checkpoint": beforeCheckpoint, "swarm": swarm} {
+		files, state := e.keptFor(cfg, conv)
+		t.Logf("%s: files %d + state %d = %d bytes kept", name, files, state, files+state)
+		if files+state > quota {
+			t.Errorf("%s: Postgres and Redis keep %d bytes of files and %d of Python state for the conversation, %d in all, past its %d-byte quota",
+				name, files, state, files+state, quota)
+		}
+	}
 }

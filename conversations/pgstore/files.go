@@ -56,8 +56,8 @@ func (s *Store) FinishExecution(ctx context.Context, id int64, ex conversations.
 		}
 	}
 	uid := nullID(sandchat.UserIDFromContext(ctx))
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		keep, stderr, err := capArtifacts(ctx, tx, ex.ConversationID, r.Artifacts, r.Stderr, ex.Quota)
+	err = s.withArtifacts(ctx, ex.ConversationID, len(r.Artifacts) > 0, func(tx pgx.Tx, files conversations.FileUsage) error {
+		keep, stderr, err := capArtifacts(ctx, files, r.Artifacts, r.Stderr, ex.Quota)
 		if err != nil {
 			return err
 		}
@@ -280,37 +280,23 @@ func (s *Store) DataFiles(ctx context.Context, convID int64, have map[string]str
 	})
 }
 
-// lockUsage locks a conversation's row and then sums the size of its uploads and of
-// its artifacts: the sums are a statement of their own, so they see what a transaction
-// that held the lock before committed (one statement's snapshot would not), and
-// concurrent writers cannot both pass a quota.
-func lockUsage(ctx context.Context, tx pgx.Tx, convID int64) (uploads, artifacts int64, err error) {
-	if _, err := tx.Exec(ctx, `select 1 from conversations where id = $1 for update`, convID); err != nil {
-		return 0, 0, pgdb.PgError(err, "conversation")
+// withArtifacts runs fn in a transaction, under the conversation's quota lock when it
+// keeps artifacts (files are then what the conversation's files take).
+func (s *Store) withArtifacts(ctx context.Context, convID int64, artifacts bool, fn func(tx pgx.Tx, files conversations.FileUsage) error) error {
+	if artifacts {
+		return s.withQuota(ctx, convID, fn)
 	}
-	err = tx.QueryRow(ctx, `select coalesce(sum(size) filter (where source = 'upload'), 0), coalesce(sum(size) filter (where source = 'artifact'), 0)
-		from files where conversation_id = $1`, convID).Scan(&uploads, &artifacts)
-	return uploads, artifacts, pgdb.PgError(err, "files")
+	return s.withTx(ctx, func(tx pgx.Tx) error { return fn(tx, conversations.FileUsage{}) })
 }
 
-// FileUsage is what a conversation's files take and the sessions its runs used, in one
-// statement; no permission check (runs call it for a conversation they were
-// authorized on; the storage endpoint authorizes first).
-func (s *Store) FileUsage(ctx context.Context, convID int64) (conversations.FileUsage, error) {
-	var u conversations.FileUsage
-	err := s.db.QueryRow(ctx, `select coalesce(sum(size) filter (where source = 'upload'), 0), coalesce(sum(size) filter (where source = 'artifact'), 0),
-			(select coalesce(array_agg(distinct session_key), '{}') from executions where conversation_id = $1)
-		from files where conversation_id = $1`, convID).Scan(&u.Uploads, &u.Artifacts, &u.SessionKeys)
-	return u, pgdb.PgError(err, "files")
-}
-
-// capArtifacts keeps the artifacts that fit in the conversation's quota and says in
-// stderr which did not, with the sizes.
-func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.Artifact, stderr string, q conversations.Quota) ([]sandchat.Artifact, string, error) {
+// capArtifacts keeps the artifacts that fit in the conversation's quota with its files
+// (read under the quota lock) and its sessions' state (read now), and says in stderr
+// which did not, with the sizes.
+func capArtifacts(ctx context.Context, files conversations.FileUsage, arts []sandchat.Artifact, stderr string, q conversations.Quota) ([]sandchat.Artifact, string, error) {
 	if len(arts) == 0 {
 		return arts, stderr, nil
 	}
-	uploads, artifacts, err := lockUsage(ctx, tx, convID)
+	use, err := q.Storage(ctx, files)
 	if err != nil {
 		return nil, stderr, err
 	}
@@ -318,16 +304,16 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.
 	var dropped []string
 	for _, a := range arts {
 		size := int64(len(a.Data))
-		if uploads+artifacts+q.State+size > q.Bytes() {
+		if use.Used+size > use.Quota {
 			dropped = append(dropped, fmt.Sprintf("%s (%s)", sandchat.ArtifactName(a.Name), sandchat.Size(size)))
 			continue
 		}
-		artifacts += size
+		use = conversations.NewStorage(use.Uploads, use.Artifacts+size, use.State, use.Quota)
 		keep = append(keep, a)
 	}
 	if len(dropped) > 0 {
 		stderr += fmt.Sprintf("[sandbox] files not kept: this conversation's storage is full (%s), and these do not fit (delete files or reset the Python session to make room): %s\n",
-			conversations.NewStorage(uploads, artifacts, q.State, q.Bytes()), strings.Join(dropped, ", "))
+			use, strings.Join(dropped, ", "))
 	}
 	return keep, stderr, nil
 }
@@ -336,8 +322,8 @@ func capArtifacts(ctx context.Context, tx pgx.Tx, convID int64, arts []sandchat.
 // NFC: see sandchat.DataPath); a file already at that path is replaced, keeping its
 // id. Editors only. replaced says which happened.
 //
-// The upload must fit in q with everything else the conversation holds; q.State is what
-// its Python sessions hold, read by the caller just before.
+// The upload must fit in q with everything else the conversation holds, read under its
+// quota lock (q.State for its Python sessions).
 func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte, q conversations.Quota) (ref conversations.FileRef, replaced bool, err error) {
 	name, err = sandchat.DataPath(name)
 	if err != nil {
@@ -349,15 +335,16 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	if contentType == "" {
 		contentType = "application/octet-stream"
 	}
-	tx, err := s.db.Begin(ctx)
+	tx, err := s.locks.Begin(ctx)
 	if err != nil {
 		return ref, false, err
 	}
 	defer tx.Rollback(ctx)
+	// Strangers take no lock and cost no read of the sessions' state.
 	if _, err := share.Authorize(ctx, tx, convID, sandchat.Editors...); err != nil {
 		return ref, false, err
 	}
-	uploads, artifacts, err := lockUsage(ctx, tx, convID)
+	files, err := lockQuota(ctx, tx, convID)
 	if err != nil {
 		return ref, false, err
 	}
@@ -377,12 +364,16 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 		return ref, false, pgdb.PgError(err, "files")
 	}
 	size := int64(len(data))
-	uploads -= oldSize // a replaced file frees its own size first
-	if uploads+size > conversations.MaxConversationBytes {
+	files.Uploads -= oldSize // a replaced file frees its own size first
+	if files.Uploads+size > conversations.MaxConversationBytes {
 		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's uploads take %s of the %s uploads may take; %s (%s) does not fit. Delete files to make room.",
-			sandchat.Size(uploads), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(size))
+			sandchat.Size(files.Uploads), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(size))
 	}
-	if use := conversations.NewStorage(uploads, artifacts, q.State, q.Bytes()); use.Used+size > use.Quota {
+	use, err := q.Storage(ctx, files)
+	if err != nil {
+		return ref, false, err
+	}
+	if use.Used+size > use.Quota {
 		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's storage is full: %s; %s (%s) does not fit. Delete files or reset the Python session to make room.",
 			use, name, sandchat.Size(size))
 	}

@@ -43,6 +43,11 @@ func setupFiles(t *testing.T) filesBundle {
 	return b
 }
 
+// held is the state of a conversation's sessions that always holds n bytes.
+func held(n int64) conversations.SessionState {
+	return func(context.Context, conversations.FileUsage) (int64, error) { return n, nil }
+}
+
 func (b filesBundle) dataFiles(t *testing.T) map[string]string {
 	t.Helper()
 	files, err := b.store.DataFiles(context.Background(), b.conv, nil)
@@ -136,7 +141,7 @@ func TestFilesLimitsStateSizes(t *testing.T) {
 	}
 
 	t.Run("an upload past the quota with the sessions' state names every size", func(t *testing.T) {
-		_, _, err := b.store.UploadFile(b.alice, b.conv, "more.bin", "", make([]byte, 1<<20), conversations.Quota{Limit: 64 << 20, State: 7 << 19})
+		_, _, err := b.store.UploadFile(b.alice, b.conv, "more.bin", "", make([]byte, 1<<20), conversations.Quota{Limit: 64 << 20, State: held(7 << 19)})
 		want := "This conversation's storage is full: uploads 60 MiB + artifacts 0 bytes + Python state 3.5 MiB = 63.5 MiB of its 64 MiB quota; more.bin (1 MiB) does not fit."
 		if sandchat.ErrorCode(err) != sandchat.ETOOLARGE || !strings.HasPrefix(sandchat.ErrorMessage(err), want) {
 			t.Fatalf("got %v, want %q", err, want)
@@ -145,12 +150,11 @@ func TestFilesLimitsStateSizes(t *testing.T) {
 
 	t.Run("artifacts past the quota say which and why", func(t *testing.T) {
 		arts := []sandchat.Artifact{{Name: "small.txt", Data: []byte("ok")}, {Name: "huge.bin", Data: make([]byte, 3<<20)}}
-		tx, err := b.store.db.Begin(context.Background())
+		files, err := b.store.FileUsage(context.Background(), b.conv)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(context.Background())
-		keep, stderr, err := capArtifacts(context.Background(), tx, b.conv, arts, "", conversations.Quota{Limit: 64 << 20, State: 2 << 20})
+		keep, stderr, err := capArtifacts(context.Background(), files, arts, "", conversations.Quota{Limit: 64 << 20, State: held(2 << 20)})
 		if err != nil {
 			t.Fatal(err)
 		}

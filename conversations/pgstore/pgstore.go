@@ -22,13 +22,22 @@ var agentShare = pgdb.Shared{Noun: "Agent", Table: "agents", MemberTable: "agent
 // Store implements conversations.Service.
 type Store struct {
 	db *pgdb.Pool
+	// locks is where the quota locks are held (quota.go).
+	locks *pgdb.Pool
 	// retention is how long events are kept for replay.
 	retention time.Duration
 }
 
 // New returns the store; events older than retention are pruned by Prune.
-func New(db *pgxpool.Pool, retention time.Duration) *Store {
-	return &Store{db: pgdb.NewPool(db), retention: retention}
+func New(db *pgxpool.Pool, retention time.Duration, opt ...Options) *Store {
+	s := &Store{db: pgdb.NewPool(db), retention: retention}
+	s.locks = s.db
+	for _, o := range opt {
+		if o.QuotaLocks != nil {
+			s.locks = pgdb.NewPool(o.QuotaLocks)
+		}
+	}
+	return s
 }
 
 var _ conversations.Service = (*Store)(nil)
