@@ -63,14 +63,21 @@ func controls(role, name, selector string, found *[]cdp.BackendNodeID) chromedp.
 
 // press clicks, with the mouse, the one control of role and name within selector. The
 // browser updates its accessibility tree after the DOM, later on a busy machine: a
-// control just drawn is waited for (a few seconds) before it counts as missing.
+// control just drawn is waited for (a few seconds) before it counts as missing. The
+// click goes where the control is once the page holds still under the pointer: a
+// control that moved (the list followed new output) is aimed at again, not missed.
 func press(role, name, selector string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
 		var found []cdp.BackendNodeID
+		var x, y float64
 		var err error
+		aimed := false
 		poll(5*time.Second, func() bool {
-			err = controls(role, name, selector, &found).Do(ctx)
-			return err != nil || len(found) == 1
+			if err = controls(role, name, selector, &found).Do(ctx); err != nil || len(found) != 1 {
+				return err != nil
+			}
+			aimed, err = aim(ctx, found[0], &x, &y)
+			return err != nil || aimed
 		})
 		if err != nil {
 			return err
@@ -78,16 +85,46 @@ func press(role, name, selector string) chromedp.Action {
 		if len(found) != 1 {
 			return fmt.Errorf("%d %ss named %q in %q, want one", len(found), role, name, selector)
 		}
-		if err := dom.ScrollIntoViewIfNeeded().WithBackendNodeID(found[0]).Do(ctx); err != nil {
-			return err
+		if !aimed {
+			return fmt.Errorf("the %s named %q in %q stays covered or keeps moving", role, name, selector)
 		}
-		box, err := dom.GetBoxModel().WithBackendNodeID(found[0]).Do(ctx)
+		return chromedp.MouseClickXY(x, y).Do(ctx)
+	})
+}
+
+// aim scrolls node into view and sets x, y to its middle if the page shows the node
+// there, and still does a moment later.
+func aim(ctx context.Context, node cdp.BackendNodeID, x, y *float64) (bool, error) {
+	if err := dom.ScrollIntoViewIfNeeded().WithBackendNodeID(node).Do(ctx); err != nil {
+		return false, err
+	}
+	obj, err := dom.ResolveNode().WithBackendNodeID(node).Do(ctx)
+	if err != nil {
+		return false, err
+	}
+	var at []float64
+	for range 2 {
+		box, err := dom.GetBoxModel().WithBackendNodeID(node).Do(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		q := box.Border
-		return chromedp.MouseClickXY((q[0]+q[4])/2, (q[1]+q[5])/2).Do(ctx)
-	})
+		*x, *y = (q[0]+q[4])/2, (q[1]+q[5])/2
+		if at != nil && (at[0] != *x || at[1] != *y) {
+			return false, nil
+		}
+		at = []float64{*x, *y}
+		args, _ := json.Marshal([]float64{*x, *y})
+		res, _, err := runtime.CallFunctionOn(`function (at) { return new Promise((ok) => requestAnimationFrame(() => {
+			const e = document.elementFromPoint(at[0], at[1]);
+			ok(!!e && (e === this || this.contains(e) || !!e.closest("label")?.contains(this) || [...(this.labels || [])].some((l) => l.contains(e))));
+		})) }`).WithObjectID(obj.ObjectID).WithArguments([]*runtime.CallArgument{{Value: args}}).
+			WithAwaitPromise(true).WithReturnByValue(true).Do(ctx)
+		if err != nil || string(res.Value) != "true" {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // awaitPromise lets Evaluate wait for the promise its expression returns.
