@@ -42,6 +42,9 @@ function showJump(show) {
 // reader who scrolled up, offers the way back.
 function grown() {
   const m = $("messages");
+  // A move up whose scroll event has not come yet (it comes with the next frame, later
+  // on a busy machine) is already the reader leaving: pinning now would undo it.
+  if (following && m.scrollTop < lastTop - 1 && !atEnd(m)) following = false;
   if (following) pin();
   else showJump(!atEnd(m));
 }
