@@ -24,6 +24,9 @@ let wasm: { module: WebAssembly.Module; size: number } | undefined;
 const interrupt = new SharedArrayBuffer(2);
 // How long a Worker has to show it is idle after its "done" (a busy machine included).
 const IDLE_WITHIN_MS = 2000;
+// The driver's sources, in the order the Worker runs them (driver.py calls display.py's
+// steps).
+const DRIVER = ["display.py", "driver.py"];
 
 // What the run in flight has sent so far, started afresh by each "run". nonce names the
 // run: the Worker echoes it in what it sends for that run, and a "done" of an earlier run
@@ -270,7 +273,7 @@ async function handle(m: Request) {
         const r = await call({
           op: "boot", ...pyodideAt(config!),
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
-          driver: await Deno.readTextFile(new URL("./driver.py", import.meta.url)),
+          driver: await Promise.all(DRIVER.map((f) => Deno.readTextFile(new URL("./" + f, import.meta.url)))),
         }, "booted");
         if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
         await reply(id, { ok: true, version: String(r.version), snapshot: r.snapshot });

@@ -30,8 +30,9 @@ export type ToWorker =
   /** A spare: Pyodide imported, the packed base opened (basePath); warmup: a throwaway
    * Worker that never saves a heap. */
   | { op: "prime"; pyodideURL: string; basePath?: string; warmup?: boolean }
-  /** A fresh interpreter with the driver installed, whose heap becomes a base. */
-  | ({ op: "boot"; preload: string[]; driver: string } & PyodideAt)
+  /** A fresh interpreter with the driver installed, whose heap becomes a base. driver:
+   * the driver's sources (display.py, driver.py), run in this order. */
+  | ({ op: "boot"; preload: string[]; driver: string[] } & PyodideAt)
   /** The interpreter restored from the base, with a session's heap when header and delta
    * come; wasm: Pyodide's module, compiled once by the control thread. */
   | ({

@@ -37,10 +37,15 @@ func RuntimeSources(dir string) []string {
 var relImport = regexp.MustCompile(`(?m)^\s*(?:import|export)\s(?:[^"';]*?\sfrom\s)?\s*"(\.\.?/[^"]+)"`)
 
 // WorkerSources lists what the Worker of a session process runs, sorted: the modules
-// reachable by import from WorkerEntry, and driver.py, which the Worker installs in
-// the interpreter. They shape a base snapshot's heap; the control thread does not.
+// reachable by import from WorkerEntry, and the driver's Python (every .py of dir),
+// which the Worker installs in the interpreter. They shape a base snapshot's heap; the
+// control thread does not.
 func WorkerSources(dir string) []string {
-	seen := map[string]bool{filepath.Join(dir, "driver.py"): true}
+	seen := map[string]bool{}
+	py, _ := filepath.Glob(filepath.Join(dir, "*.py"))
+	for _, f := range py {
+		seen[f] = true
+	}
 	queue := []string{filepath.Join(dir, WorkerEntry)}
 	for len(queue) > 0 {
 		f := queue[0]

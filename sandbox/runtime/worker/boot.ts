@@ -1,6 +1,6 @@
 // A fresh interpreter whose heap becomes the base every session is restored from and
-// diffed against: the driver installed (its source is runtime/driver.py, handed over by
-// the control thread), /data importable, the preloaded modules imported, then the
+// diffed against: the driver installed (its sources are runtime/display.py and
+// driver.py, handed over by the control thread), /data importable, the preloaded modules imported, then the
 // snapshot. The driver lives in its own module (_sandchat) so that user globals stay
 // clean, and is installed before the snapshot, so every restored session has it.
 
@@ -10,8 +10,8 @@ import { forgetProvided, loadPyodide } from "./pyodide.ts";
 
 export async function boot(m: Extract<ToWorker, { op: "boot" }>) {
   const py = await loadPyodide(m);
-  if (typeof m.driver !== "string" || !m.driver) throw new Error("boot without the driver");
-  py.runPython(m.driver, { filename: "<sandchat>" });
+  if (!Array.isArray(m.driver) || !m.driver.length) throw new Error("boot without the driver");
+  for (const source of m.driver) py.runPython(source, { filename: "<sandchat>" });
   forgetProvided();
   // /data is importable from the base on, so a fresh session's first run need not
   // touch the import system (see data.ts).
