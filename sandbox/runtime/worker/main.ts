@@ -7,10 +7,13 @@
 //
 // What the Worker keeps of the realm is taken as its modules load: the real
 // Memory.prototype.grow (memory.ts), postMessage (post.ts), WebAssembly.instantiate
-// (wasm.ts). A module graph is evaluated whole, imports first, before this module's
-// body sets onmessage; no Python exists before the control thread's first message
-// (prime, then init or boot). So no user code runs before all of them are taken, and
-// none can reach them after: they live in module scope, which globalThis does not hold.
+// (wasm.ts), and the memory limit's controls, by this module (memoryControl). A module
+// graph is evaluated whole, imports first, before this module's body sets onmessage; no
+// Python exists before the control thread's first message (prime, then init or boot).
+// So no user code runs before all of them are taken, and none can reach them after:
+// they live in module scope, which globalThis does not hold. User code can import() a
+// module already loaded (that needs no permission) and call its exports: none of them
+// gives it a power it lacks through `js`, and the limit's controls are taken already.
 
 /// <reference no-default-lib="true" />
 /// <reference lib="deno.worker" />
@@ -25,7 +28,7 @@ import { dataHeapRestored } from "./data.ts";
 import { quietRun, reseed } from "./driver.ts";
 import { harden } from "./harden.ts";
 import { ignoreInterrupts, useInterruptBuffer } from "./interrupt.ts";
-import { setMemoryCap } from "./memory.ts";
+import { memoryControl } from "./memory.ts";
 import { connectOutput } from "./output.ts";
 import { pipAnswered } from "./pip.ts";
 import { post } from "./post.ts";
@@ -33,6 +36,8 @@ import { importPyodide, loadPyodide } from "./pyodide.ts";
 import { restoreDone, restoreFrom } from "./restore.ts";
 import { run } from "./run.ts";
 import { moduleShared, shareModule } from "./wasm.ts";
+
+const memory = memoryControl();
 
 // A spare Worker: loaded and ready to restore a session without paying for starting a
 // Worker and importing Pyodide.
@@ -45,12 +50,12 @@ async function prime(m: Extract<ToWorker, { op: "prime" }>) {
 // init loads the interpreter from the base opened by prime, with the session's heap
 // when the message carries one, and readies it for a session.
 async function init(m: Extract<ToWorker, { op: "init" }>) {
-  setMemoryCap(m.memory);
+  memory.setLimit(m.memory);
   useInterruptBuffer(m.interrupt);
   const t0 = performance.now();
   const base = takeBase();
   if (!base) throw new Error("no base snapshot to load");
-  const snapshot = restoreFrom(base, m.header, m.delta);
+  const snapshot = restoreFrom(base, m.header, m.delta, memory.growPastLimit);
   dataHeapRestored(!!m.delta);
   const t1 = performance.now();
   if (m.wasm instanceof WebAssembly.Module) shareModule(m.wasm, m.wasmSize);

@@ -5,7 +5,7 @@
 //
 // The real grow is kept in this module's closure, taken as it loads (worker/main.ts:
 // before any user code can run), so user code, which reaches globalThis through Python's
-// `js`, cannot get it back to undo the cap.
+// `js`, cannot get it back to undo the limit.
 
 const realGrow = WebAssembly.Memory.prototype.grow;
 let cap = 512 * 1024 * 1024;
@@ -17,13 +17,28 @@ WebAssembly.Memory.prototype.grow = function (this: WebAssembly.Memory, pages: n
   return realGrow.call(this, pages);
 };
 
-/** setMemoryCap sets the session's limit, in bytes. */
-export function setMemoryCap(bytes: number) {
-  cap = bytes;
-}
+/** The limit's controls: the limit itself, and a grow past it for a restore (a saved
+ * heap was within the limit when it was saved). */
+export type MemoryControl = {
+  setLimit(bytes: number): void;
+  growPastLimit(memory: WebAssembly.Memory, pages: number): void;
+};
 
-/** growForRestore grows memory past nothing but the module's own maximum: room for a
- * saved heap, which was within the limit when it was saved. */
-export function growForRestore(memory: WebAssembly.Memory, pages: number) {
-  realGrow.call(memory, pages);
+let taken = false;
+
+/** memoryControl hands the limit's controls to their one holder, worker/main.ts, which
+ * takes them as the Worker's modules load, before any user code can run. User code can
+ * import this module too (an import() of a module already loaded needs no permission):
+ * it gets nothing. */
+export function memoryControl(): MemoryControl {
+  if (taken) throw new Error("the memory limit's controls are taken");
+  taken = true;
+  return {
+    setLimit: (bytes) => {
+      cap = bytes;
+    },
+    growPastLimit: (memory, pages) => {
+      realGrow.call(memory, pages);
+    },
+  };
 }

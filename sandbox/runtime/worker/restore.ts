@@ -7,9 +7,10 @@
 // straight into memory after the base's pages.
 
 import { OS_PAGE, type PackedBase, readAt } from "./base.ts";
-import { growForRestore } from "./memory.ts";
+import type { MemoryControl } from "./memory.ts";
 
-type HeapRestore = { base: PackedBase; heapLen: number; delta?: Uint8Array; memory?: WebAssembly.Memory };
+type Grow = MemoryControl["growPastLimit"];
+type HeapRestore = { base: PackedBase; heapLen: number; delta?: Uint8Array; grow: Grow; memory?: WebAssembly.Memory };
 // The heap the next load restores, until HeaderSnapshot writes it.
 let pendingHeap: HeapRestore | null = null;
 
@@ -31,14 +32,15 @@ class HeaderSnapshot extends Uint8Array {
 }
 
 /** restoreFrom prepares the next load: the header Pyodide reads, and the heap it restores
- * (the base's, with the session's blocks when there is a delta). */
-export function restoreFrom(base: PackedBase, header?: Uint8Array, delta?: Uint8Array): Uint8Array {
+ * (the base's, with the session's blocks when there is a delta); grow makes room for a
+ * heap larger than the module's initial memory. */
+export function restoreFrom(base: PackedBase, header: Uint8Array | undefined, delta: Uint8Array | undefined, grow: Grow): Uint8Array {
   const h = delta && header ? header : base.header;
   const heapLen = delta ? new DataView(delta.buffer, delta.byteOffset, delta.byteLength).getUint32(0, true) : base.heapLen;
   const snap = new HeaderSnapshot(h.length);
   snap.set(h);
   new DataView(snap.buffer).setUint32(4, h.length, true);
-  pendingHeap = { base, heapLen, delta };
+  pendingHeap = { base, heapLen, delta, grow };
   return snap;
 }
 
@@ -49,7 +51,7 @@ export function restoreInstantiated(memory: WebAssembly.Memory) {
   const r = pendingHeap;
   if (!r || r.memory) return;
   const pages = Math.ceil((r.heapLen - memory.buffer.byteLength) / 65536);
-  if (pages > 0) growForRestore(memory, pages);
+  if (pages > 0) r.grow(memory, pages);
   r.memory = memory;
 }
 
