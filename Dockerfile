@@ -50,7 +50,9 @@ RUN apt-get update \
 COPY --from=build /out/sandchat /usr/local/bin/sandchat
 # Owned by root, so the app (and Python through Deno) can read the runtime but not alter it.
 COPY --from=runtime /runtime/node_modules /opt/sandchat/runtime/node_modules
-COPY sandbox/runtime/*.ts sandbox/runtime/driver.py sandbox/runtime/package.json /opt/sandchat/runtime/
+# The whole runtime directory (.dockerignore keeps node_modules out), so that every module
+# of the control thread and the Worker (worker/) comes along.
+COPY sandbox/runtime/ /opt/sandchat/runtime/
 # Locate would not find the runtime from /usr/local/bin, so name it; the Deno binary and
 # Pyodide are then found in its node_modules. Deno's cache goes to a temp dir under /tmp.
 ENV SANDCHAT_ADDR=0.0.0.0:8080 \

@@ -20,8 +20,8 @@ import (
 // and the free top of the heap). Every process of the node reads the one file, through
 // the page cache: the process reads those pages straight into wasm memory and leaves
 // the rest untouched, and neither a pipe nor a buffer of the process ever holds the base
-// (runtime/worker.ts, readBase and fillHeap). The hashes are what a process keeps of the
-// base to tell which blocks of its heap a checkpoint sends (worker.ts, diffHeap):
+// (runtime/worker/base.ts, readBase; restore.ts, fillHeap). The hashes are what a process
+// keeps of the base to tell which blocks of its heap a checkpoint sends (checkpoint.ts):
 // computed here once per base instead of in every process.
 //
 // Layout, little-endian:
@@ -34,7 +34,7 @@ import (
 //	N pages of P bytes (the last one padded with zeros if the heap ends inside it)
 const (
 	basePage       = 4096
-	baseHashBlock  = 256 // worker.ts, PAGE
+	baseHashBlock  = 256 // worker/base.ts, PAGE
 	basePackedHead = 32
 )
 
@@ -79,7 +79,7 @@ func packBase(snap []byte) []byte {
 	return out
 }
 
-// blockHash is worker.ts's hashBlock, to the bit: two 32-bit lanes over one block of
+// blockHash is worker/base.ts's hashBlock, to the bit: two 32-bit lanes over one block of
 // baseHashBlock bytes whose first word is word at of the heap (the second lane weighs
 // each word by its place). A block of zeros hashes the same wherever it lies.
 func blockHash(b []byte, at uint32) (uint32, uint32) {

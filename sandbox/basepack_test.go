@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-// TestPackBase checks the packed base against the layout runtime/worker.ts reads
+// TestPackBase checks the packed base against the layout runtime/worker/base.ts reads
 // (readBase): the header as it was, the hashes of every block, the non-zero pages in
 // order from a page boundary of the file, and the last page padded when the heap ends
 // inside it.
@@ -103,18 +103,18 @@ func TestPackBase(t *testing.T) {
 }
 
 // TestBlockHashMatchesWorker holds the engine's hash of the base's blocks against the
-// worker's own (runtime/worker.ts, hashBlock, run by Deno): a block whose two hashes
+// worker's own (runtime/worker/base.ts, hashBlock, run by Deno): a block whose two hashes
 // differ would be sent by every checkpoint as changed.
 func TestBlockHashMatchesWorker(t *testing.T) {
 	cfg := testConfig("unused")
 	requireRuntime(t, cfg)
-	src, err := os.ReadFile(filepath.Join(cfg.RuntimeDir, "worker.ts"))
+	src, err := os.ReadFile(filepath.Join(cfg.RuntimeDir, "worker", "base.ts"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fn, ok := between(string(src), "// hashBlock:begin\n", "// hashBlock:end")
 	if !ok {
-		t.Fatal("worker.ts has no hashBlock between its markers")
+		t.Fatal("worker/base.ts has no hashBlock between its markers")
 	}
 	heap := make([]byte, 8*baseHashBlock)
 	for i := range heap {

@@ -34,7 +34,7 @@ const (
 type Config struct {
 	// DenoPath, RuntimeDir and PyodideDir are found by Locate when empty.
 	DenoPath   string
-	RuntimeDir string // holds host.ts and worker.ts
+	RuntimeDir string // holds host.ts and the Worker's modules (proc.WorkerEntry)
 	PyodideDir string // the pyodide npm package (pyodide.mjs, pyodide.asm.wasm, …)
 
 	WarmPool    int // session processes kept restored from the base snapshot, at least
@@ -353,7 +353,7 @@ func findRuntimeDir() string {
 		d := s
 		for range 6 {
 			for _, c := range []string{filepath.Join(d, "sandbox", "runtime"), filepath.Join(d, "runtime"), d} {
-				if fileExists(filepath.Join(c, "host.ts")) && fileExists(filepath.Join(c, "worker.ts")) {
+				if fileExists(filepath.Join(c, "host.ts")) && fileExists(filepath.Join(c, proc.WorkerEntry)) {
 					return c
 				}
 			}

@@ -46,9 +46,10 @@
 // packages (fetcher and cache, index resolver, PEP 440 versions, PEP 508 requirements,
 // wheel tags, imports as Python reads them; pkgstest builds and serves the tests'
 // wheels); internal/admit the fair gate; sandboxtest a display fixture shared by tests.
-// runtime/ holds what runs in a session process: host.ts (its control thread),
-// worker.ts (the Worker with Pyodide), protocol.ts, driver.py (the Python side of a
-// run) and the pinned package.json and lock; its README says how they fit.
+// runtime/ holds what runs in a session process: host.ts (its control thread), worker/
+// (the Worker with Pyodide, one module per job), messages.ts (their messages),
+// protocol.ts, the Python driver (display.py, driver.py) and the pinned package.json
+// and lock; its README is its map.
 //
 // Locks: each type guards its own state with a mutex whose comment says what it guards
 // (live.mu a session's fields; sessions.mu only the map; keyLocks.mu this node's queue

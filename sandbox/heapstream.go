@@ -22,7 +22,7 @@ import (
 // buffers of a constant size: what a process claims to send costs it nothing more
 // (TestForgedCheckpointCostsAConstant).
 
-// The delta's layout (runtime/worker.ts, diffHeap): u32 heap length, u32 block count,
+// The delta's layout (runtime/worker/checkpoint.ts, diffHeap): u32 heap length, u32 block count,
 // u32 block size, the blocks' u32 indexes, the blocks; little-endian. A delta that does
 // not hold together goes through unchanged: the restore that reads it fails.
 const (

@@ -148,3 +148,42 @@ except MemoryError:
 		})
 	}
 }
+
+// TestMemoryLimitOutlivesImports: user code can import() the Worker's modules (a module
+// already loaded needs no read permission) and call what they export; none of it lifts
+// the Worker's limit on Memory.grow, whose controls were taken before any user code ran.
+func TestMemoryLimitOutlivesImports(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("imports")
+	mustSucceed(t, e, k, "keep = 'still here'")
+	code := fmt.Sprintf(`import js
+attack = js.eval("""async (dir, pages) => {
+  const tried = [];
+  for (const f of ["memory.ts", "restore.ts", "wasm.ts"]) {
+    const m = await import("file://" + dir + "/worker/" + f);
+    for (const [name, fn] of Object.entries(m)) {
+      if (typeof fn !== "function") continue;
+      try {
+        const r = fn(2 ** 40, 2 ** 40);
+        for (const g of Object.values(r ?? {})) if (typeof g === "function") g(2 ** 40);
+        tried.push(name);
+      } catch (e) {
+        tried.push(name + " (" + e.message + ")");
+      }
+    }
+  }
+  try {
+    new WebAssembly.Memory({ initial: 1 }).grow(pages);
+    return "grew past the limit after " + tried.join(", ");
+  } catch (e) {
+    return e.message;
+  }
+}""")
+await attack(%q, %d)`, e.cfg.RuntimeDir, e.cfg.MemoryBytes/65536+16)
+	if got := resultOf(mustSucceed(t, e, k, code)); got != "'sandbox memory limit reached'" {
+		t.Fatalf("after importing the Worker's modules: %s", got)
+	}
+	if got := resultOf(mustSucceed(t, e, k, "keep")); got != "'still here'" {
+		t.Fatalf("then: %s", got)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 //go:embed runtime/package.json
@@ -64,10 +66,18 @@ func buildID(cfg Config, deno, py string) string {
 		// Preloaded modules are part of the base heap.
 		fmt.Fprintf(h, "preload=%s\n", strings.Join(cfg.Preload, ","))
 	}
-	for _, f := range []string{filepath.Join(cfg.RuntimeDir, "worker.ts"), filepath.Join(cfg.RuntimeDir, "driver.py"), filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")} {
+	// What the Worker runs (its modules and the driver), named as the runtime directory
+	// has them wherever it is: the control thread can change without making every saved
+	// heap one of another build.
+	for _, f := range proc.WorkerSources(cfg.RuntimeDir) {
 		if b, err := os.ReadFile(f); err == nil {
+			rel, _ := filepath.Rel(cfg.RuntimeDir, f)
+			fmt.Fprintln(h, filepath.ToSlash(rel), len(b))
 			h.Write(b)
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.PyodideDir, "pyodide.asm.wasm")); err == nil {
+		h.Write(b)
 	}
 	return py + "-" + hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -43,7 +43,7 @@ var sandboxSettings = func() []setting {
 			into: boolean(func(c *Config) *bool { return &c.Sandbox.PerAgentSessions })},
 		{env: "SANDBOX_DENO", help: "Deno binary; default: sandbox/runtime/node_modules",
 			into: text(func(c *Config) *string { return &engine(c).DenoPath })},
-		{env: "SANDBOX_RUNTIME_DIR", help: "directory with host.ts and worker.ts; default: found near the binary or working directory",
+		{env: "SANDBOX_RUNTIME_DIR", help: "directory with host.ts and worker/ (the session process runtime); default: found near the binary or working directory",
 			into: text(func(c *Config) *string { return &engine(c).RuntimeDir })},
 		{env: "SANDBOX_PYODIDE_DIR", help: "Pyodide distribution; default: the runtime's node_modules/pyodide",
 			into: text(func(c *Config) *string { return &engine(c).PyodideDir })},

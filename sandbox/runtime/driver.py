@@ -1,12 +1,59 @@
 # The driver of every session: installed as the module _sandchat before the base
-# snapshot is taken (runtime/worker.ts, "boot"), so every restored session has it.
+# snapshot is taken (runtime/worker/boot.ts), so every restored session has it.
+#
+# It runs in __main__'s namespace, the user's globals, after display.py (the display
+# steps): each step of the install is a function of its own, called once by _install,
+# and every name they leave there is deleted at the end. What the steps make lives on in
+# their closures, in the hooks they set and in the module _sandchat.
 import sys, types, traceback, linecache, os, random, importlib.abc, importlib.util, importlib.machinery
 
 _m = types.ModuleType("_sandchat")
 sys.modules["_sandchat"] = _m
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-def _install():
+
+def _import_caches():
+    # forget_listings: what the file system's import caches forget when files appear;
+    # compiled: the compiled extension modules loaded (a heap holding them cannot be
+    # saved).
+    seen_modules = [0, []]
+
+    def forget_listings(under=None):
+        # What importlib.invalidate_caches() does for the file system, and no more: the
+        # finders of sys.path (those under `under`, if given) forget their directory
+        # listings, folders found missing are looked at again, and namespace packages
+        # recompute their portions. Not the stdlib zip's directory, which never changes,
+        # and importlib.metadata's caches only if it is loaded: invalidate_caches()
+        # re-reads the one and imports the other, ~2.3 MB of the heap rewritten, which
+        # every later checkpoint of the session then saves.
+        for path, finder in list(sys.path_importer_cache.items()):
+            if under is not None and path != under and not path.startswith(under + "/"):
+                continue
+            if finder is None:
+                del sys.path_importer_cache[path]  # a folder that did not exist may now
+            elif isinstance(finder, importlib.machinery.FileFinder):
+                finder.invalidate_caches()
+        ns = getattr(sys.modules.get("importlib._bootstrap_external"), "_NamespacePath", None)
+        if ns is not None:
+            ns._epoch += 1
+        md = sys.modules.get("importlib.metadata")
+        if under is None and md is not None:
+            md.MetadataPathFinder.invalidate_caches()
+
+    def compiled():
+        # Asked after every run; modules are only ever added, so count first.
+        if len(sys.modules) != seen_modules[0]:
+            seen_modules[0] = len(sys.modules)
+            seen_modules[1] = [n for n, m in list(sys.modules.items())
+                               if str(getattr(m, "__file__", None) or "").endswith(".so")]
+        return seen_modules[1]
+
+    return forget_listings, compiled
+
+
+def _cell_runner(show_result, compiled):
+    # run and run_async: a cell run in __main__, answered as (status, repr of its value,
+    # its exception as (type, message, traceback), the compiled modules loaded).
     import __main__
     INTERNAL = ("/_pyodide/", "/pyodide/", "<sandchat>")
 
@@ -88,9 +135,13 @@ def _install():
         finally:
             flush()
 
-    # time.sleep that a Stop or a time limit interrupts (worker.ts, sandchatSleep):
-    # KeyboardInterrupt is raised inside the sleep, so what the cell set before it stays,
-    # as in Jupyter.
+    return run, run_async
+
+
+def _interruptible_sleep():
+    # time.sleep that a Stop or a time limit interrupts (worker/interrupt.ts,
+    # sandchatSleep): KeyboardInterrupt is raised inside the sleep, so what the cell set
+    # before it stays, as in Jupyter.
     import time, operator
     def sleep(secs):
         if not isinstance(secs, float):
@@ -103,210 +154,9 @@ def _install():
     sleep.__doc__ = time.sleep.__doc__
     time.sleep = sleep
 
-    def reseed():
-        # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
-        random.seed()
 
-    # ---- display: Jupyter's MIME bundles ----
-    import base64, json as _json
-
-    REPRS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
-             ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
-             ("image/jpeg", "_repr_jpeg_"), ("application/json", "_repr_json_"),
-             ("text/latex", "_repr_latex_"))
-
-    def method(obj, name):
-        # Looked up on the type, as IPython does: objects whose __getattr__ answers
-        # everything (proxies, mocks) must not look like they have every repr.
-        f = getattr(type(obj), name, None)
-        return getattr(obj, name) if f is not None else None
-
-    def figure_png(obj):
-        t = type(obj)
-        if not (t.__module__.startswith("matplotlib.") and t.__name__ == "Figure"):
-            return None
-        import io
-        buf = io.BytesIO()
-        obj.savefig(buf, format="png")
-        return buf.getvalue()
-
-    def bundle(obj):
-        data, meta = {}, {}
-        f = method(obj, "_repr_mimebundle_")
-        if f is not None:
-            try:
-                r = f(include=None, exclude=None)
-            except TypeError:
-                r = f()
-            if isinstance(r, tuple) and len(r) == 2:
-                r, meta = r[0], dict(r[1] or {})
-            if isinstance(r, dict):
-                data.update(r)
-        for mime, name in REPRS:
-            if mime in data:
-                continue
-            f = method(obj, name)
-            if f is None:
-                continue
-            v = f()
-            if isinstance(v, tuple) and len(v) == 2:
-                v, meta[mime] = v
-            if v is not None:
-                data[mime] = v
-        if "image/png" not in data:
-            png = figure_png(obj)
-            if png is not None:
-                data["image/png"] = png
-        if "text/plain" not in data:
-            data["text/plain"] = repr(obj)
-        return parts(data), meta
-
-    def parts(data):
-        # Every part as the engine takes it: a string (images in base64, JSON encoded).
-        out = {}
-        for mime, v in data.items():
-            if mime in ("image/png", "image/jpeg"):
-                if isinstance(v, (bytes, bytearray, memoryview)):
-                    v = base64.b64encode(bytes(v)).decode("ascii")
-                elif not isinstance(v, str):
-                    continue
-            elif mime == "application/json" or mime.endswith("+json"):
-                v = v if isinstance(v, str) else _json.dumps(v, default=str)
-            elif not isinstance(v, str):
-                v = v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-            out[mime] = v
-        return out
-
-    def emit(kind, data, meta):
-        # The control code checks and bounds what arrives; the engine checks it again.
-        import js
-        js.sandchatDisplay(kind, _json.dumps({"data": data, "metadata": meta}, default=str))
-
-    def display(*objs, raw=False, metadata=None, **kwargs):
-        for obj in objs:
-            if raw and isinstance(obj, dict):
-                data, meta = parts(obj), dict(metadata or {})
-            else:
-                data, meta = bundle(obj)
-                if metadata:
-                    meta.update(metadata)
-            emit("display", data, meta)
-
-    def show_result(value):
-        # A trailing expression shows like Jupyter's Out[]: as a display item when it has
-        # more than text. Its text, as the result, is its bundle's text/plain (its repr
-        # unless the bundle says otherwise).
-        try:
-            data, meta = bundle(value)
-        except BaseException:
-            return repr(value)
-        if set(data) - {"text/plain"}:
-            emit("result", data, meta)
-        return data.get("text/plain") or repr(value)
-
-    def rich_module():
-        # IPython.display's common classes, for code written for notebooks.
-        m = types.ModuleType("IPython.display")
-        class _Rich:
-            mime = "text/plain"
-            def __init__(self, data=None, url=None, filename=None, metadata=None, **kw):
-                if filename is not None:
-                    with open(filename, "rb" if self.binary else "r") as fh:
-                        data = fh.read()
-                self.data, self.metadata = data, metadata
-            binary = False
-            def _repr_mimebundle_(self, include=None, exclude=None):
-                return {self.mime: self.data, "text/plain": f"<{type(self).__name__} object>"}
-        def rich(name, mime, binary=False):
-            return type(name, (_Rich,), {"mime": mime, "binary": binary})
-        m.HTML = rich("HTML", "text/html")
-        m.Markdown = rich("Markdown", "text/markdown")
-        m.SVG = rich("SVG", "image/svg+xml")
-        m.JSON = rich("JSON", "application/json")
-        m.Latex = rich("Latex", "text/latex")
-        class Image(_Rich):
-            binary = True
-            def __init__(self, data=None, url=None, filename=None, format="png", width=None, height=None, **kw):
-                super().__init__(data, url, filename)
-                self.mime = "image/jpeg" if str(format).lower() in ("jpg", "jpeg") else "image/png"
-                self.width, self.height = width, height
-            def _repr_mimebundle_(self, include=None, exclude=None):
-                # The size to draw it at, as IPython's metadata says it.
-                size = {k: v for k, v in (("width", self.width), ("height", self.height)) if v is not None}
-                return super()._repr_mimebundle_(include, exclude), ({self.mime: size} if size else {})
-        m.Image = Image
-        m.display = display
-        m.clear_output = lambda *a, **k: None
-        pkg = types.ModuleType("IPython")
-        pkg.display = m
-        pkg.__path__ = []
-        sys.modules.setdefault("IPython", pkg)
-        sys.modules.setdefault("IPython.display", m)
-
-    rich_module()
-
-    def patch_pyplot(plt):
-        # A figure the code saved as a PNG in the working directory, and has not changed
-        # since, is shown as that file: plt.savefig("x.png") then plt.show() is one image.
-        Figure = getattr(plt, "Figure", None)
-        if Figure is not None and not getattr(Figure.savefig, "_sandchat", False):
-            savefig = Figure.savefig
-            def saving(self, fname, *args, **kwargs):
-                r = savefig(self, fname, *args, **kwargs)
-                try:
-                    p = os.path.abspath(os.fspath(fname))
-                except TypeError:  # a file object
-                    return r
-                fmt = kwargs.get("format") or os.path.splitext(p)[1][1:]
-                if str(fmt).lower() == "png" and p.startswith("/home/pyodide/"):
-                    self._sandchat_png = p
-                return r
-            saving._sandchat = True
-            Figure.savefig = saving
-
-        def show(*args, **kwargs):
-            for num in plt.get_fignums():
-                fig = plt.figure(num)
-                saved = getattr(fig, "_sandchat_png", None)
-                if saved and os.path.isfile(saved) and not getattr(fig, "stale", False):
-                    name = os.path.relpath(saved, "/home/pyodide")
-                else:
-                    i = 1
-                    while os.path.exists(f"/home/pyodide/figure-{i}.png"):
-                        i += 1
-                    name = f"figure-{i}.png"
-                    fig.savefig(f"/home/pyodide/{name}", format="png")
-                with open(f"/home/pyodide/{name}", "rb") as fh:
-                    png = fh.read()
-                emit("display", {"image/png": base64.b64encode(png).decode("ascii"),
-                                 "text/plain": repr(fig)}, {"filename": name})
-            plt.close("all")
-        plt.show = show
-
-    class PyplotHook(importlib.abc.MetaPathFinder):
-        # plt.show() has no display here: it saves open figures as PNG artifacts instead.
-        def find_spec(self, name, path, target=None):
-            if name != "matplotlib.pyplot":
-                return None
-            sys.meta_path.remove(self)
-            try:
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            if spec is None or spec.loader is None:
-                return spec
-            loader = spec.loader
-            class Loader(importlib.abc.Loader):
-                def create_module(self, spec):
-                    return loader.create_module(spec)
-                def exec_module(self, module):
-                    loader.exec_module(module)
-                    patch_pyplot(module)
-            spec.loader = Loader()
-            return spec
-
-    sys.meta_path.insert(0, PyplotHook())
-
+def _no_input_or_processes():
+    # input() and os.system() say plainly that the sandbox has neither.
     import builtins
 
     def no_input(prompt=""):
@@ -320,40 +170,12 @@ def _install():
     # when it is missing; the Worker has no run permission either way.
     import posix
     os.system = posix.system = no_processes
-    seen_modules = [0, []]
 
-    def forget_listings(under=None):
-        # What importlib.invalidate_caches() does for the file system, and no more: the
-        # finders of sys.path (those under `under`, if given) forget their directory
-        # listings, folders found missing are looked at again, and namespace packages
-        # recompute their portions. Not the stdlib zip's directory, which never changes,
-        # and importlib.metadata's caches only if it is loaded: invalidate_caches()
-        # re-reads the one and imports the other, ~2.3 MB of the heap rewritten, which
-        # every later checkpoint of the session then saves.
-        for path, finder in list(sys.path_importer_cache.items()):
-            if under is not None and path != under and not path.startswith(under + "/"):
-                continue
-            if finder is None:
-                del sys.path_importer_cache[path]  # a folder that did not exist may now
-            elif isinstance(finder, importlib.machinery.FileFinder):
-                finder.invalidate_caches()
-        ns = getattr(sys.modules.get("importlib._bootstrap_external"), "_NamespacePath", None)
-        if ns is not None:
-            ns._epoch += 1
-        md = sys.modules.get("importlib.metadata")
-        if under is None and md is not None:
-            md.MetadataPathFinder.invalidate_caches()
 
-    def compiled():
-        # Asked after every run; modules are only ever added, so count first.
-        if len(sys.modules) != seen_modules[0]:
-            seen_modules[0] = len(sys.modules)
-            seen_modules[1] = [n for n, m in list(sys.modules.items())
-                               if str(getattr(m, "__file__", None) or "").endswith(".so")]
-        return seen_modules[1]
-
+def _micropip(forget_listings):
     # micropip: sandchat's own, shadowing Pyodide's. The session has no network: the
-    # engine resolves, fetches and verifies wheels and the Worker installs them.
+    # engine resolves, fetches and verifies wheels and the Worker installs them
+    # (worker/pip.ts).
     import json as _pjson
 
     mp = types.ModuleType("micropip")
@@ -386,6 +208,13 @@ def _install():
     mp.install, mp.list, mp.Package = install, list_, Package
     sys.modules["micropip"] = mp
 
+
+def _distribution_finder(forget_listings):
+    # Last on sys.meta_path: asked only when no other finder has the module. If a
+    # package of the Pyodide distribution provides it, the engine serves it (within the
+    # run's package bounds) and the Worker loads it, so importlib.import_module and
+    # __import__ load packages as import statements do.
+    import json as _pjson
     from pyodide.ffi import can_run_sync, run_sync
 
     def said(e):
@@ -393,10 +222,6 @@ def _install():
         return e
 
     class DistributionFinder(importlib.abc.MetaPathFinder):
-        # Last on sys.meta_path: asked only when no other finder has the module. If a
-        # package of the Pyodide distribution provides it, the engine serves it (within
-        # the run's package bounds) and the Worker loads it, so importlib.import_module
-        # and __import__ load packages as import statements do.
         inflight = set()
 
         def find_spec(self, name, path, target=None):
@@ -427,16 +252,36 @@ def _install():
 
     sys.meta_path.append(DistributionFinder())
 
+
+def _reseed():
+    # A snapshot freezes the RNG: two sessions from one base would draw the same numbers.
+    random.seed()
+
+
+def _install():
+    forget_listings, compiled = _import_caches()
+    display, show_result, emit = _rich_display()
+    _ipython_display(display)
+    _pyplot_figures(emit)
+    run, run_async = _cell_runner(show_result, compiled)
+    _interruptible_sleep()
+    _no_input_or_processes()
+    _micropip(forget_listings)
+    _distribution_finder(forget_listings)
+
+    import builtins
     builtins.display = display
     # The top-level modules this driver provides: Pyodide's own packages of these names
-    # are never loaded for them (worker.ts, forgetProvided), nor fetched (pkgs.Provided).
+    # are never loaded for them (worker/pyodide.ts, forgetProvided), nor fetched
+    # (pkgs.Provided).
     _m.provided = ("micropip", "IPython")
     _m.display = display
     _m.run = run
     _m.run_async = run_async
-    _m.reseed = reseed
+    _m.reseed = _reseed
     _m.compiled = compiled
     _m.forget_listings = forget_listings
 
 _install()
-del _install, _m
+del (_install, _m, _import_caches, _rich_display, _ipython_display, _pyplot_figures, _cell_runner,
+     _interruptible_sleep, _no_input_or_processes, _micropip, _distribution_finder, _reseed)

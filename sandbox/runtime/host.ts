@@ -1,15 +1,17 @@
 // The control thread of one session process. The Go engine starts one such process per
 // live session (and per warm-pool spare), confined by bubblewrap and a cgroup; it holds
-// the protocol (protocol.ts) on fds 3 and 4, and runs Pyodide in one Worker so that an
-// interrupt can reach Python through a SharedArrayBuffer while it runs.
+// the protocol (protocol.ts) on fds 3 and 4, and runs Pyodide in one Worker
+// (worker/main.ts) so that an interrupt can reach Python through a SharedArrayBuffer
+// while it runs.
 //
 // Python reaches JavaScript in the Worker's realm, so everything the Worker posts is
-// treated as the user's: checked for shape and size here, and again by the engine. A
-// session can only ever forge its own results: no other session lives in this process.
+// treated as the user's (messages.ts, Said): checked for shape and size here, and again
+// by the engine. A session can only ever forge its own results: no other session lives
+// in this process.
 
-// deno-lint-ignore-file no-explicit-any
-
-import { describe, FrameWriter, readFrames, type RuntimeConfig } from "./protocol.ts";
+import { describe, FrameWriter, readFrames, type Request, type RuntimeConfig } from "./protocol.ts";
+import { compileWasm } from "./compile.ts";
+import { type FromWorker, type RunDone, type RunError, said, type Said, type SaidOf, type ToWorker } from "./messages.ts";
 
 const input = await Deno.open("/dev/fd/3", { read: true });
 const output = new FrameWriter(await Deno.open("/dev/fd/4", { write: true }));
@@ -17,24 +19,35 @@ const reply = (id: number, r: Record<string, unknown>) => output.send({ id, ...r
 
 let config: RuntimeConfig | null = null;
 let worker: Worker | null = null;
-let wasm: WebAssembly.Module | undefined;
-let wasmSize = 0;
+// Pyodide's wasm, compiled by "prime", until the session's Worker takes it ("load").
+let wasm: { module: WebAssembly.Module; size: number } | undefined;
 const interrupt = new SharedArrayBuffer(2);
-let outBytes = 0;
-let displayBytes = 0, displayCount = 0, displayDropped = 0;
-let pipInFlight = false;
-let runStarted = false; // the run in flight said its code started (once per run)
-// The run in flight, named by a number the Worker echoes in what it sends for that run.
-// A "done" of an earlier run means that run's code kept going after its answer (it had
-// posted a forged one): the process is ended, since its state is no longer the saved one.
-let runNonce = "";
 // How long a Worker has to show it is idle after its "done" (a busy machine included).
 const IDLE_WITHIN_MS = 2000;
+// The driver's sources, in the order the Worker runs them (driver.py calls display.py's
+// steps).
+const DRIVER = ["display.py", "driver.py"];
+
+// What the run in flight has sent so far, started afresh by each "run". nonce names the
+// run: the Worker echoes it in what it sends for that run, and a "done" of an earlier run
+// means that run's code kept going after its answer (it had posted a forged one): the
+// process is ended, since its state is no longer the saved one.
+let current = {
+  nonce: "",
+  started: false, // the run said its code started (once per run)
+  outBytes: 0,
+  displayBytes: 0,
+  displays: 0,
+  displaysDropped: 0,
+  pip: false, // a micropip.install of the run waits for the engine
+};
+
 // The replay of an attach: each cell gets its time limit, then an interrupt, then the
 // grace; a cell that outlives both ends the process, and the engine is told which.
-const replay = { id: 0, limits: [] as number[], grace: 0, cell: -1, stopped: -1, timers: [] as number[] };
+const replay = { id: 0, limits: [] as number[], grace: 0, cell: -1, stopped: -1, timers: [] as ReturnType<typeof setTimeout>[] };
 
-type Pending = { expect: string; resolve: (v: any) => void; reject: (e: Error) => void };
+// The one call to the Worker in flight: the op of the reply it waits for.
+type Pending = { expect: FromWorker["op"]; resolve: (m: Said<FromWorker>) => void; reject: (e: Error) => void };
 let pending: Pending | null = null;
 
 function die(why: string): never {
@@ -47,7 +60,7 @@ function die(why: string): never {
 }
 
 function newWorker(cfg: RuntimeConfig): Worker {
-  return new Worker(new URL("./worker.ts", import.meta.url), {
+  const options = {
     type: "module",
     deno: {
       permissions: {
@@ -55,20 +68,26 @@ function newWorker(cfg: RuntimeConfig): Worker {
         env: false, run: false, write: false, ffi: false, sys: false, import: false,
       },
     },
-  } as any);
+  };
+  return new Worker(new URL("./worker/main.ts", import.meta.url), options as WorkerOptions);
 }
+
+const pyodideAt = (cfg: RuntimeConfig) => ({
+  pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir, lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL,
+});
 
 // warmUp restores the base interpreter once in a throwaway Worker: V8 compiles Pyodide's
 // wasm lazily, and the compiled code belongs to the module, which the session's Worker
 // shares. A spare pays this while it waits, not the restore that takes it (~0.3 s).
 function warmUp(cfg: RuntimeConfig, basePath: string): Promise<void> {
   const w = newWorker(cfg);
+  const send = (m: ToWorker) => w.postMessage(m);
   return new Promise<void>((resolve, reject) => {
-    w.onmessage = ({ data: m }) => {
+    w.onmessage = ({ data }) => {
+      const m = said(data);
       if (m?.op === "primed") {
-        w.postMessage({
-          op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
-          lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
+        send({
+          op: "init", wasm: wasm?.module, wasmSize: wasm?.size ?? 0, ...pyodideAt(cfg), memory: cfg.memory,
           interrupt: new SharedArrayBuffer(2), warm: true, warmup: true,
         });
       } else if (m?.op === "ready") resolve();
@@ -78,73 +97,8 @@ function warmUp(cfg: RuntimeConfig, basePath: string): Promise<void> {
       e.preventDefault();
       reject(new Error(`warm-up: ${e.message}`));
     };
-    w.postMessage({ op: "prime", pyodideURL: cfg.pyodideURL, basePath, warmup: true });
+    send({ op: "prime", pyodideURL: cfg.pyodideURL, basePath, warmup: true });
   }).finally(() => w.terminate());
-}
-
-// compileWasm compiles Pyodide's wasm once for every Worker of this process, its memory
-// capped at the session's (capMemory). V8 keeps a copy of the bytes with the module: the
-// ones read here are freed at once (detached), not left for a collection this mostly idle
-// isolate would seldom make.
-async function compileWasm(path: string, memory: number): Promise<WebAssembly.Module> {
-  const bytes = await Deno.readFile(path);
-  wasmSize = bytes.byteLength;
-  const capped = capMemory(bytes, Math.floor(memory / 65536));
-  const mod = await WebAssembly.compile(capped);
-  bytes.buffer.transfer(0);
-  capped.buffer.transfer(0);
-  return mod;
-}
-
-// capMemory returns the module with its memory's declared maximum lowered to pages. The
-// interpreter's memory is the module's own, and Python can reach it (it is on Pyodide's
-// module object, and in whatever grows it): past a maximum V8 itself refuses to grow it,
-// by Memory.grow or by the memory.grow of any module it is handed to, so malloc fails
-// and Python raises MemoryError at the cap, however the memory was reached.
-function capMemory(wasm: Uint8Array, pages: number): Uint8Array {
-  const leb = (at: number): [number, number] => {
-    let v = 0, shift = 0, b: number;
-    do {
-      b = wasm[at++];
-      v += (b & 0x7f) * 2 ** shift;
-      shift += 7;
-    } while (b & 0x80);
-    return [v, at];
-  };
-  const out = (v: number): number[] => {
-    const r: number[] = [];
-    do {
-      let b = v % 128;
-      v = Math.floor(v / 128);
-      if (v) b |= 0x80;
-      r.push(b);
-    } while (v);
-    return r;
-  };
-  for (let at = 8; at < wasm.length;) {
-    const id = wasm[at];
-    const [size, body] = leb(at + 1);
-    if (id === 5) {
-      let [count, p] = leb(body);
-      const content = [...out(count)];
-      for (; count > 0; count--) {
-        const flags = wasm[p++];
-        if (flags & ~1) throw new Error(`Pyodide's wasm memory has limits ${flags} this runtime cannot cap`);
-        let min: number, max = Infinity;
-        [min, p] = leb(p);
-        if (flags & 1) [max, p] = leb(p);
-        content.push(1, ...out(min), ...out(Math.max(min, Math.min(max, pages))));
-      }
-      const section = [5, ...out(content.length), ...content];
-      const r = new Uint8Array(at + section.length + wasm.length - (body + size));
-      r.set(wasm.subarray(0, at));
-      r.set(section, at);
-      r.set(wasm.subarray(body + size), at + section.length);
-      return r;
-    }
-    at = body + size;
-  }
-  throw new Error("Pyodide's wasm defines no memory of its own: its size cannot be capped");
 }
 
 function startWorker(cfg: RuntimeConfig) {
@@ -160,24 +114,34 @@ function startWorker(cfg: RuntimeConfig) {
   };
 }
 
-function onWorker(m: any) {
-  if (typeof m !== "object" || m === null) return;
+const safeInt = (v: unknown): v is number => Number.isSafeInteger(v);
+
+function sigint() {
+  const a = new Uint8Array(interrupt);
+  a[1] = 1;
+  a[0] = 2; // SIGINT
+}
+
+function onWorker(data: unknown) {
+  const m = said(data);
+  if (!m) return;
   const p = pending;
   if (m.op === "pip") {
     // micropip.install: the engine resolves, fetches and verifies; the session only
     // ever gets paths into the read-only package cache. One request at a time.
-    if (!Number.isSafeInteger(m.seq) || typeof m.req !== "string") return;
-    let req: any = null;
+    if (!safeInt(m.seq) || typeof m.req !== "string") return;
+    const seq = m.seq;
+    let req: { requirements?: unknown; deps?: unknown; keepGoing?: unknown; lock?: unknown } | null = null;
     try {
       if (m.req.length <= 65536) req = JSON.parse(m.req);
     } catch { /* answered below */ }
-    const refuse = (error: string) => worker?.postMessage({ op: "pipDone", seq: m.seq, error });
+    const refuse = (error: string) => worker?.postMessage({ op: "pipDone", seq, error, wheels: [], lock: [] } satisfies ToWorker);
     if (p?.expect !== "done") return refuse("micropip.install is only available while code runs");
-    if (pipInFlight) return refuse("another micropip.install is in progress in this session");
+    if (current.pip) return refuse("another micropip.install is in progress in this session");
     if (!req || typeof req !== "object" || !Array.isArray(req.requirements)) return refuse("unreadable install request");
-    pipInFlight = true;
+    current.pip = true;
     output.send({
-      id: 0, op: "pip", seq: m.seq,
+      id: 0, op: "pip", seq,
       req: { requirements: req.requirements.map(String).slice(0, 100), deps: req.deps !== false, keepGoing: !!req.keepGoing, lock: !!req.lock },
     });
     return;
@@ -193,9 +157,7 @@ function onWorker(m: any) {
     replay.timers = [
       setTimeout(() => {
         replay.stopped = i;
-        const a = new Uint8Array(interrupt);
-        a[1] = 1;
-        a[0] = 2; // SIGINT
+        sigint();
       }, limit),
       setTimeout(async () => {
         await reply(replay.id, { ok: false, kind: "replay", error: `replay of cell ${i + 1} did not stop within its time limit (${limit / 1000} s) and the ${replay.grace / 1000} s grace after it` });
@@ -206,16 +168,16 @@ function onWorker(m: any) {
   }
   if (m.op === "started") {
     // The run's code starts: the engine starts its time limit.
-    if (p.expect === "done" && !runStarted) {
-      runStarted = true;
+    if (p.expect === "done" && !current.started) {
+      current.started = true;
       output.send({ id: 0, op: "started" });
     }
     return;
   }
   if (m.op === "out") {
     if (p.expect !== "done" || typeof m.chunk !== "string" || (m.stream !== "stdout" && m.stream !== "stderr")) return;
-    outBytes += m.chunk.length;
-    if (outBytes > 4 * config!.maxOutput + 65536) return;
+    current.outBytes += m.chunk.length;
+    if (current.outBytes > 4 * config!.maxOutput + 65536) return;
     output.send({ id: 0, op: "out", stream: m.stream, chunk: m.chunk, truncated: m.truncated === true });
     return;
   }
@@ -223,10 +185,10 @@ function onWorker(m: any) {
     // Bounded here as well as in the Worker (whose word is the user's): the engine
     // validates each item and keeps its own count.
     if (p.expect !== "done" || typeof m.item !== "string" || (m.kind !== "display" && m.kind !== "result")) return;
-    displayBytes += m.item.length;
-    displayCount++;
-    if (displayCount > config!.maxDisplays || displayBytes > config!.maxDisplayBytes) {
-      displayDropped++;
+    current.displayBytes += m.item.length;
+    current.displays++;
+    if (current.displays > config!.maxDisplays || current.displayBytes > config!.maxDisplayBytes) {
+      current.displaysDropped++;
       return;
     }
     output.send({ id: 0, op: "display", kind: m.kind, item: m.item });
@@ -242,11 +204,12 @@ function onWorker(m: any) {
   p.resolve(m);
 }
 
-function call(msg: any, expect: string, transfer: Transferable[] = []): Promise<any> {
+// call sends the Worker msg and waits for its reply of op expect, as said.
+function call<E extends FromWorker["op"]>(msg: ToWorker, expect: E, transfer: Transferable[] = []): Promise<SaidOf<E>> {
   if (!worker) return Promise.reject(new Error("not primed"));
   if (pending) return Promise.reject(new Error("busy"));
   return new Promise((resolve, reject) => {
-    pending = { expect, resolve, reject };
+    pending = { expect, resolve: resolve as (m: Said<FromWorker>) => void, reject };
     worker!.postMessage(msg, transfer);
   });
 }
@@ -260,29 +223,43 @@ function strings(vs: unknown[], max: number): string[] {
   return vs.filter((v): v is string => typeof v === "string").map((v) => v.slice(0, max));
 }
 
-// checkRun bounds what a run's reply may carry before it goes to the engine.
-function checkRun(r: any): string | null {
-  const cfg = config!;
-  if (typeof r.status !== "string" || !["success", "error", "timeout"].includes(r.status)) return "bad status";
-  if (typeof r.stdout !== "string" || typeof r.stderr !== "string") return "bad output";
-  if (r.stdout.length > 2 * cfg.maxOutput + 1024 || r.stderr.length > 2 * cfg.maxOutput + 1024) return "output over limit";
-  if (!Array.isArray(r.changed) || !Array.isArray(r.deleted) || !Array.isArray(r.packages)) return "bad files";
-  if (r.changed.length > cfg.maxFiles || !Number.isSafeInteger(r.omitted) || r.deleted.length > 100000 || r.packages.length > 10000) return "too many files";
-  for (const f of r.changed) {
-    if (typeof f?.path !== "string" || !Number.isSafeInteger(f.size) || f.size < 0) return "bad file";
-    if (f.data !== null && (!(f.data instanceof Uint8Array) || f.data.length > cfg.maxFileBytes)) return "bad file data";
+// readRun checks a run's reply, as the Worker said it, against what an honest Worker
+// sends, and bounds what may go to the engine: the reply, or why it is refused.
+function readRun(r: SaidOf<"done">, cfg: RuntimeConfig): Omit<RunDone, "op" | "run" | "timings"> | string {
+  const { status, stdout, stderr, changed, deleted, packages, omitted } = r;
+  if (status !== "success" && status !== "error" && status !== "timeout") return "bad status";
+  if (typeof stdout !== "string" || typeof stderr !== "string") return "bad output";
+  if (stdout.length > 2 * cfg.maxOutput + 1024 || stderr.length > 2 * cfg.maxOutput + 1024) return "output over limit";
+  if (!Array.isArray(changed) || !Array.isArray(deleted) || !Array.isArray(packages)) return "bad files";
+  if (changed.length > cfg.maxFiles || !safeInt(omitted) || deleted.length > 100000 || packages.length > 10000) return "too many files";
+  const files: RunDone["changed"] = [];
+  for (const f of changed as unknown[]) {
+    const { path, size, data } = (f ?? {}) as { path?: unknown; size?: unknown; data?: unknown };
+    if (typeof path !== "string" || !safeInt(size) || size < 0) return "bad file";
+    if (data !== null && (!(data instanceof Uint8Array) || data.length > cfg.maxFileBytes)) return "bad file data";
+    files.push({ path, size, data });
   }
-  return null;
+  const e = r.error as Partial<Record<keyof RunError, unknown>> | null | undefined;
+  const dropped = r.displaysDropped;
+  return {
+    status, result: typeof r.result === "string" ? str(r.result, 2 * cfg.maxOutput + 1024) : null,
+    error: e && typeof e === "object" ? { type: str(e.type, 200), message: str(e.message, 65536), traceback: str(e.traceback, 262144) } : null,
+    stdout, stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
+    changed: files, omitted,
+    deleted: strings(deleted, 4096), packages: strings(packages, 200),
+    outside: Array.isArray(r.outside) ? r.outside.slice(0, 20).map((p: unknown) => str(p, 4096)) : [],
+    displaysDropped: (Number.isInteger(dropped) && (dropped as number) > 0 ? dropped as number : 0),
+  };
 }
 
-async function handle(m: any) {
+async function handle(m: Request) {
   const id = typeof m.id === "number" ? m.id : 0;
   try {
     switch (m.op) {
       case "prime": {
         // Everything a session needs before its heap is known: the Worker started,
         // Pyodide's module imported, its wasm compiled, the base heap laid out.
-        config = m.config as RuntimeConfig;
+        config = m.config;
         wasm = await compileWasm(config.pyodideDir + "pyodide.asm.wasm", config.memory);
         // The Worker reads the base from its file itself, straight into wasm memory.
         const basePath = typeof m.basePath === "string" && m.basePath ? m.basePath : undefined;
@@ -294,10 +271,9 @@ async function handle(m: any) {
       }
       case "boot": {
         const r = await call({
-          op: "boot", pyodideURL: config!.pyodideURL, pyodideDir: config!.pyodideDir,
-          lockFileURL: config!.lockFileURL, packageBaseURL: config!.packageBaseURL,
+          op: "boot", ...pyodideAt(config!),
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
-          driver: await Deno.readTextFile(new URL("./driver.py", import.meta.url)),
+          driver: await Promise.all(DRIVER.map((f) => Deno.readTextFile(new URL("./" + f, import.meta.url)))),
         }, "booted");
         if (!(r.snapshot instanceof Uint8Array)) throw new Error("boot returned no snapshot");
         await reply(id, { ok: true, version: String(r.version), snapshot: r.snapshot });
@@ -305,11 +281,11 @@ async function handle(m: any) {
       }
       case "load": {
         const cfg = config!;
+        const blobs = [m.header, m.delta].filter((b): b is Uint8Array => b instanceof Uint8Array);
         const r = await call({
-          op: "init", wasm, wasmSize, pyodideURL: cfg.pyodideURL, pyodideDir: cfg.pyodideDir,
-          lockFileURL: cfg.lockFileURL, packageBaseURL: cfg.packageBaseURL, memory: cfg.memory,
+          op: "init", wasm: wasm?.module, wasmSize: wasm?.size ?? 0, ...pyodideAt(cfg), memory: cfg.memory,
           interrupt, header: m.header, delta: m.delta, warm: !!m.warm,
-        }, "ready", [...new Set([m.header, m.delta].filter((b) => b instanceof Uint8Array).map((b) => b.buffer as ArrayBuffer))]);
+        }, "ready", [...new Set(blobs.map((b) => b.buffer as ArrayBuffer))]);
         wasm = undefined;
         await reply(id, { ok: true, timings: r.timings && typeof r.timings === "object" ? r.timings : null });
         return;
@@ -320,7 +296,7 @@ async function handle(m: any) {
           id, cell: -1, stopped: -1, grace: Number(m.graceMs) || 0,
           limits: cells.map((_: unknown, i: number) => Number(m.cellTimeouts?.[i]) || 30000),
         });
-        let r: any;
+        let r: SaidOf<"attached">;
         try {
           r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells, data: m.data ?? [] }, "attached");
         } finally {
@@ -335,25 +311,22 @@ async function handle(m: any) {
         return;
       }
       case "run": {
-        outBytes = 0;
-        runStarted = false;
-        runNonce = Array.from(crypto.getRandomValues(new Uint32Array(2))).join("-");
-        displayBytes = displayCount = displayDropped = 0;
-        pipInFlight = false;
+        const nonce = Array.from(crypto.getRandomValues(new Uint32Array(2))).join("-");
+        current = { nonce, started: false, outBytes: 0, displayBytes: 0, displays: 0, displaysDropped: 0, pip: false };
         // A stale interrupt (one that came as the last run ended) is dropped here, before
         // the Worker has the run: frames come in order, so an interrupt for this run,
         // handled after this frame, is never cleared.
         new Uint8Array(interrupt).fill(0);
         const cfg = config!;
         const r = await call({
-          op: "run", run: runNonce, code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
+          op: "run", run: nonce, code: m.code, filename: m.filename, maxOutput: cfg.maxOutput, maxFileBytes: cfg.maxFileBytes,
           maxFiles: cfg.maxFiles, data: m.data ?? [],
           dataVersions: m.dataVersions && typeof m.dataVersions === "object" ? m.dataVersions : null,
           maxDisplays: cfg.maxDisplays, maxDisplayBytes: cfg.maxDisplayBytes,
           preload: Array.isArray(m.preload) ? m.preload.map(String) : [],
         }, "done");
-        const bad = r.run !== runNonce ? "the reply of an earlier run: its code ran on after its answer" : checkRun(r);
-        if (bad) die(`worker reply refused: ${bad}`);
+        const run = r.run !== nonce ? "the reply of an earlier run: its code ran on after its answer" : readRun(r, cfg);
+        if (typeof run === "string") die(`worker reply refused: ${run}`);
         // A Worker whose code really ended answers at once. Code that posted a forged
         // "done" and goes on computing holds the Worker's thread: no answer, and the
         // process ends rather than run past its answer.
@@ -362,17 +335,7 @@ async function handle(m: any) {
           new Promise<boolean>((res) => setTimeout(() => res(false), IDLE_WITHIN_MS)),
         ]);
         if (!idle) die("the run's code went on after its answer");
-        await reply(id, {
-          ok: true, status: r.status, result: typeof r.result === "string" ? str(r.result, 2 * cfg.maxOutput + 1024) : null,
-          error: r.error && typeof r.error === "object"
-            ? { type: str(r.error.type, 200), message: str(r.error.message, 65536), traceback: str(r.error.traceback, 262144) }
-            : null,
-          stdout: r.stdout, stderr: r.stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
-          changed: r.changed.map((f: any) => ({ path: f.path, size: f.size, data: f.data })), omitted: r.omitted,
-          deleted: strings(r.deleted, 4096), packages: strings(r.packages, 200),
-          outside: Array.isArray(r.outside) ? r.outside.slice(0, 20).map((p: unknown) => str(p, 4096)) : [],
-          displaysDropped: (Number.isInteger(r.displaysDropped) && r.displaysDropped > 0 ? r.displaysDropped : 0) + displayDropped,
-        });
+        await reply(id, { ok: true, ...run, displaysDropped: run.displaysDropped + current.displaysDropped });
         return;
       }
       case "checkpoint": {
@@ -389,17 +352,15 @@ async function handle(m: any) {
       }
       case "pipDone": {
         // The engine's answer to the install in flight (id 0: no reply).
-        pipInFlight = false;
+        current.pip = false;
         worker?.postMessage({
           op: "pipDone", seq: m.seq, error: typeof m.error === "string" ? m.error : null,
           wheels: Array.isArray(m.wheels) ? m.wheels : [], lock: Array.isArray(m.lock) ? m.lock : [],
-        });
+        } satisfies ToWorker);
         return;
       }
       case "interrupt": {
-        const a = new Uint8Array(interrupt);
-        a[1] = 1;
-        a[0] = 2; // SIGINT
+        sigint();
         return;
       }
       case "stats": {
@@ -407,7 +368,7 @@ async function handle(m: any) {
         return;
       }
       default:
-        throw new Error(`unknown op ${String(m.op).slice(0, 40)}`);
+        throw new Error(`unknown op ${String((m as { op?: unknown }).op).slice(0, 40)}`);
     }
   } catch (e) {
     await reply(id, { ok: false, error: describe(e).slice(0, 4000) });

@@ -52,7 +52,8 @@ func (c *CodeCache) Dir() string {
 }
 
 // CodeKey names what a compiled-code cache filled by this jail's processes holds: the
-// Deno binary and its flags, the runtime's and Pyodide's JavaScript. A cache under
+// Deno binary and its flags, every source of the runtime (RuntimeSources) and Pyodide's
+// JavaScript. A cache under
 // another key may hold code compiled from other sources or by another V8.
 func (j *Jail) CodeKey() string {
 	h := sha256.New()
@@ -60,11 +61,9 @@ func (j *Jail) CodeKey() string {
 	if st, err := os.Stat(j.cfg.DenoPath); err == nil {
 		fmt.Fprintln(h, st.Size(), st.ModTime().UnixNano())
 	}
-	for _, f := range []string{
-		filepath.Join(j.cfg.RuntimeDir, "host.ts"), filepath.Join(j.cfg.RuntimeDir, "worker.ts"),
-		filepath.Join(j.cfg.RuntimeDir, "protocol.ts"), filepath.Join(j.cfg.PyodideDir, "pyodide.mjs"),
-		filepath.Join(j.cfg.PyodideDir, "pyodide.asm.mjs"),
-	} {
+	files := RuntimeSources(j.cfg.RuntimeDir)
+	files = append(files, filepath.Join(j.cfg.PyodideDir, "pyodide.mjs"), filepath.Join(j.cfg.PyodideDir, "pyodide.asm.mjs"))
+	for _, f := range files {
 		b, _ := os.ReadFile(f)
 		fmt.Fprintln(h, f, len(b))
 		h.Write(b)

@@ -9,12 +9,14 @@
 //   - cgroup.go: a control group per process (memory and task caps, freezer, kill), on
 //     cgroup v1 and v2.
 //   - codecache.go: Deno's compiled code, filled once and mounted read-only by every
-//     process.
+//     process; runtimefiles.go: the runtime's sources, and of those what the Worker
+//     runs (the base snapshot's build id), found rather than listed.
 //   - process.go: Process (start, freeze between runs, thaw, kill, close, what it holds
 //     in memory) and Launcher, which starts one; console.go keeps the tail of its
 //     stdout and stderr for the logs.
 //   - protocol.go: the frames and typed messages (requests, replies, their checks),
-//     held against the runtime's protocol.ts by protocol_test.go.
+//     held against the runtime's protocol.ts by protocol_test.go (which also
+//     type-checks the runtime: its control thread and Worker share messages.ts).
 //   - call.go: the reader of a process's frames, and Call: one request, one reply, a
 //     deadline.
 //   - run.go: one run (time limit, interrupt, grace, the hooks its output, displays and

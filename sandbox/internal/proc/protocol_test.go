@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -41,6 +42,30 @@ func TestProtocolMatchesRuntime(t *testing.T) {
 	for op := range handled {
 		if _, ok := goOps[op]; !ok {
 			t.Errorf("host.ts handles op %q that the engine never sends", op)
+		}
+	}
+}
+
+// TestRuntimeTypeChecks: the control thread and the Worker share one typed union of
+// their messages (runtime/messages.ts); the compiler holds both sides to it, and each
+// side to the other's ops (the Worker's switch on ToWorker is exhaustive).
+func TestRuntimeTypeChecks(t *testing.T) {
+	runtime, err := filepath.Abs(filepath.Join("..", "..", "runtime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deno := filepath.Join(runtime, "node_modules", "deno", "deno")
+	if _, err := os.Stat(deno); err != nil {
+		t.Fatalf("no Deno in the runtime (%v): install it with npm ci --prefix sandbox/runtime, or .ci/services", err)
+	}
+	// Each entry on its own: the control thread is checked against Deno's main-thread
+	// types, the Worker (worker/main.ts names its lib) against a worker's.
+	for _, entry := range []string{"host.ts", WorkerEntry} {
+		cmd := exec.Command(deno, "check", "--no-config", "--no-lock", "--quiet", entry)
+		cmd.Dir = runtime
+		cmd.Env = append(os.Environ(), "NO_COLOR=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("deno check %s: %v\n%s", entry, err, out)
 		}
 	}
 }
