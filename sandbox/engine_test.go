@@ -312,9 +312,12 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("cancelling the context interrupts the run", func(t *testing.T) {
+		// Cancelled once the code runs (a slow machine may take longer than any fixed
+		// delay to bring the session up: a cancel then stops nothing that ran).
 		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(300*time.Millisecond, cancel)
-		r, err := e.Execute(ctx, key("cancel"), Request{Code: "import time\nwhile True:\n    time.sleep(0.01)"})
+		var once sync.Once
+		r, err := e.Execute(ctx, key("cancel"), Request{Code: "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)",
+			OnOutput: func(string, string) { once.Do(cancel) }})
 		if !errors.Is(err, context.Canceled) || r.Status != StatusTimeout {
 			t.Fatalf("err %v status %s error %+v", err, r.Status, r.Error)
 		}

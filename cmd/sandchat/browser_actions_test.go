@@ -292,6 +292,20 @@ print('end of output')`
 		if want := "for i in range(500):\n    print(f'{i:04d} ' + 'x' * 95)\nprint('" + marker + "')\n"; copied != want {
 			t.Errorf("copied code %q, want %q", copied, want)
 		}
+		// The history drawn again in the same page (here: another conversation opened
+		// and this one again; a reconnect may do the same) keeps the run whole.
+		other := alice.createConversation(agent.ID)
+		tb.run(t, "away and back, it still shows all",
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"; true`, other), nil),
+			until(`!document.querySelector("#messages .cell")`),
+			chromedp.Evaluate(fmt.Sprintf(`location.hash = "#/c/%d"; true`, conv), nil),
+			until(cell+`?.dataset.done`),
+			chromedp.Evaluate(cell+`.setAttribute("data-test", "big"); `+cell+`.querySelector(".cell-out").textContent`, &text),
+			controls("button", "Show all", `[data-test="big"]`, &found),
+		)
+		if len(text) != full || len(found) != 0 {
+			t.Errorf("drawn again, the cell shows %d characters of %d (Show all offered: %v)", len(text), full, len(found) > 0)
+		}
 		tb.run(t, "after a reload it is offered again",
 			chromedp.Reload(),
 			until(cell+`?.dataset.done`),

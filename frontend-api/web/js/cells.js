@@ -5,7 +5,7 @@ import { api, guard } from "/js/api.js";
 import { containerFor, whoOf, nearBottom, scrollToEnd } from "/js/thread.js";
 import { thumbnail, downloadChip } from "/js/files.js";
 import { displayEl, keptFrame } from "/js/displays.js";
-import { clipOutput, offerShowAll } from "/js/outputs.js";
+import { clipOutput, offerShowAll, shownWhole } from "/js/outputs.js";
 
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
 
@@ -58,7 +58,7 @@ export function appendOutput(cell, text, stream) {
   seen[s] += text;
   seen.last = s;
   cell.copyEl.hidden = false;
-  if (cell.outFollow) pinOutput(out);
+  if (follows(cell, out)) pinOutput(out);
   if (near) scrollToEnd();
 }
 
@@ -72,13 +72,26 @@ function pinOutput(pre) {
   pre.lastTop = pre.scrollTop;
 }
 
+function outAtEnd(pre) { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < OUT_SLACK; }
+
+// follows tells whether cell's output keeps to its end. A move up inside pre whose
+// scroll event has not come yet (it comes with the next frame, later on a busy
+// machine) is already the reader leaving: pinning now would undo it.
+function follows(cell, pre) {
+  if (cell.outFollow && pre.scrollTop < pre.lastTop - 1 && !outAtEnd(pre)) {
+    cell.outFollow = false;
+    if (pre === cell.streamEl.querySelector("pre.cell-out:last-of-type")) cell.outTop = pre.scrollTop;
+  }
+  return cell.outFollow;
+}
+
 // An output box of cell: a move up by the reader inside it stops its following; back at
 // its end, it follows again. A move down, or none, is the box being pinned.
 function outBlock(cell, ...spans) {
   const pre = el("pre", { className: "cell-out", attrs: { "aria-label": "Output" } }, ...spans);
   pre.lastTop = 0;
   pre.addEventListener("scroll", () => {
-    const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < OUT_SLACK;
+    const atEnd = outAtEnd(pre);
     if (pre.scrollTop < pre.lastTop - 1) cell.outFollow = atEnd;
     else if (atEnd) cell.outFollow = true;
     pre.lastTop = pre.scrollTop;
@@ -158,7 +171,7 @@ function layOut(cell, out, items) {
   // The boxes drawn anew keep to their end, or to where the reader left the last one.
   const boxes = [...cell.streamEl.querySelectorAll(":scope > pre.cell-out")];
   boxes.forEach((pre, i) => {
-    if (cell.outFollow) pinOutput(pre);
+    if (follows(cell, pre)) pinOutput(pre);
     else if (i === boxes.length - 1) { pre.scrollTop = cell.outTop; pre.lastTop = pre.scrollTop; }
   });
 }
@@ -168,7 +181,10 @@ export function finishCell(callID, r) {
   if (cell && Array.isArray(r.displays)) {
     // A later record of a finished run (the tool message of a turn) may carry its items
     // without its output: what the cell shows of it stays.
-    if (!cell.dataset.done || r.stdout || r.stderr || !cell.output) cell.output = { stdout: r.stdout || "", stderr: r.stderr || "", order: r.order };
+    // A cell showing all of its run keeps to the stored run, whole.
+    const all = shownWhole(cell);
+    if (all) cell.output = { stdout: all.stdout || "", stderr: all.stderr || "", order: all.order };
+    else if (!cell.dataset.done || r.stdout || r.stderr || !cell.output) cell.output = { stdout: r.stdout || "", stderr: r.stderr || "", order: r.order };
     layOut(cell, cell.output, r.displays);
     // An event leaves out items too large for it; the stored run has them.
     if (r.execution_id && r.displays.some((d) => d.truncated)) guard(() => fullDisplays(cell, r.execution_id));
