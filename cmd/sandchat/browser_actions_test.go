@@ -262,11 +262,29 @@ print('end of output')`
 		}
 		tb.shot(t, "03-show-all-offered")
 		var text string
-		tb.run(t, "Show all",
-			press("button", "Show all", `[data-test="big"]`),
-			until(cell+`.querySelector(".cell-out").textContent.includes("`+marker+`")`),
-			chromedp.Evaluate(cell+`.querySelector(".cell-out").textContent`, &text),
-		)
+		// What the page did with the press, said if it does not show all: the clicks it
+		// saw, the toasts it showed, and the cell as it is.
+		tb.run(t, "watch the press", chromedp.Evaluate(`window.seen = { clicks: [], toasts: [] };
+			document.addEventListener("click", (e) => seen.clicks.push(e.target.outerHTML.slice(0, 120)), true);
+			new MutationObserver(() => document.querySelectorAll(".toast").forEach((t) => seen.toasts.includes(t.textContent) || seen.toasts.push(t.textContent)))
+				.observe(document.querySelector("#toasts"), { childList: true, subtree: true }); true`, nil))
+		// The run is fetched slowly (held 1.5 s, as the images were), and meanwhile the
+		// conversation list is read again (a tool switched elsewhere): the answer still
+		// lands in the open conversation.
+		tb.run(t, "Show all, slowly", fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/sandbox/executions/*"}}),
+			press("button", "Show all", `[data-test="big"]`))
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/pyodide_sandbox", conv), map[string]any{"enabled": true}, nil)
+		defer tb.run(t, "fetch as usual", fetch.Disable())
+		if _, ok := poll(45*time.Second, func() bool {
+			return chromedp.Run(tb.ctx, chromedp.Evaluate(cell+`.querySelector(".cell-out").textContent`, &text)) == nil && strings.Contains(text, marker)
+		}); !ok {
+			var seen string
+			_ = chromedp.Run(tb.ctx, chromedp.Evaluate(`JSON.stringify({ ...window.seen, cells: document.querySelectorAll("#messages .cell").length,
+				cell: (() => { const c = `+cell+`; return c && { test: c.dataset.test, execution: c.dataset.execution, showAll: !!c.showAll,
+					more: c.querySelector(".cell-more")?.outerHTML, shown: c.querySelector(".cell-out").textContent.length } })() })`, &seen))
+			tb.shot(t, "failure-show-all")
+			t.Fatalf("after Show all the cell shows %d characters without its last line; the page: %s", len(text), seen)
+		}
 		if len(text) != full || !strings.HasPrefix(text, "0000 xxx") {
 			t.Errorf("after Show all the cell shows %d characters, want the run's %d", len(text), full)
 		}

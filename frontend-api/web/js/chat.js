@@ -24,7 +24,9 @@ export function inOpenFence(input) {
 export async function loadConversations() {
   state.convs = await api("GET", "/conversations");
   const open = state.convs.find((c) => c.id === state.conv?.id);
-  if (open) { state.conv = { ...state.conv, ...open }; renderHeader(); }
+  // The open conversation is updated in place: what is under way for it (a run fetched
+  // whole, a file list, a preview) checks that it is still the one open by identity.
+  if (open) { Object.assign(state.conv, open); renderHeader(); }
   renderConversationList();
 }
 
