@@ -132,6 +132,9 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 				return err
 			}
 		}
+		if _, err := page.AddScriptToEvaluateOnNewDocument(toastLog).Do(ctx); err != nil {
+			return err
+		}
 		return cdplog.Enable().Do(ctx)
 	})); err != nil {
 		t.Fatalf("open tab: %v", err)
@@ -139,6 +142,16 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 	t.Cleanup(func() { tb.check(t) })
 	return tb
 }
+
+// toastLog keeps every toast a page shows (they go after a few seconds) in
+// window.seenToasts, for a failed step to say: an error toast is often its cause.
+const toastLog = `addEventListener("DOMContentLoaded", () => {
+	const box = document.getElementById("toasts"), seen = new WeakSet();
+	window.seenToasts = [];
+	if (box) new MutationObserver(() => box.querySelectorAll(".toast").forEach((t) => {
+		if (!seen.has(t)) { seen.add(t); seenToasts.push(t.className + ": " + t.textContent); }
+	})).observe(box, { childList: true, subtree: true });
+});`
 
 func (tb *tab) fail(msg string) {
 	tb.mu.Lock()
@@ -181,11 +194,13 @@ func (tb *tab) run(t *testing.T, what string, actions ...chromedp.Action) {
 		var png []byte
 		dctx, dcancel := context.WithTimeout(tb.ctx, 5*time.Second)
 		defer dcancel()
-		_ = chromedp.Run(dctx, page.BringToFront(), chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
+		var toasts string
+		_ = chromedp.Run(dctx, page.BringToFront(), chromedp.Evaluate(`JSON.stringify(window.seenToasts || [])`, &toasts),
+			chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
 		name := filepath.Join(tb.dir, "failure-"+strings.NewReplacer(" ", "-", "/", "-", "'", "").Replace(what)+".png")
 		_ = os.WriteFile(name, png, 0o644)
 		tb.check(t)
-		t.Fatalf("%s: %s: %v (screenshot %s)\npage: %.4000s", tb.name, what, err, name, html)
+		t.Fatalf("%s: %s: %v (screenshot %s)\ntoasts shown in this page: %s\npage: %.4000s", tb.name, what, err, name, toasts, html)
 	}
 	tb.check(t)
 }

@@ -237,7 +237,7 @@ function errorBox(err) {
 async function fullDisplays(cell, executionID) {
   const conv = state.conv;
   const run = await api("GET", `/conversations/${conv.id}/sandbox/executions/${executionID}`);
-  if (state.conv === conv && cell.isConnected && Array.isArray(run.displays)) layOut(cell, run, run.displays);
+  if (state.conv?.id === conv.id && cell.isConnected && Array.isArray(run.displays)) layOut(cell, run, run.displays);
 }
 
 // endOpenCells marks the cells whose run never reported back (the turn was stopped or

@@ -164,15 +164,15 @@ function showStorage() {
   const conv = state.conv;
   if (!conv) return;
   api("GET", `/conversations/${conv.id}/storage`).then(
-    (s) => { if (state.conv === conv) $("files-storage").textContent = `Storage: ${formatSize(s.used)} of ${formatSize(s.quota)}`; },
-    () => { if (state.conv === conv) $("files-storage").textContent = ""; });
+    (s) => { if (state.conv?.id === conv.id) $("files-storage").textContent = `Storage: ${formatSize(s.used)} of ${formatSize(s.quota)}`; },
+    () => { if (state.conv?.id === conv.id) $("files-storage").textContent = ""; });
 }
 
 async function refreshFiles() {
   const conv = state.conv;
   if (!conv) return;
   const files = await api("GET", `/conversations/${conv.id}/files`);
-  if (state.conv === conv) renderFiles(files);
+  if (state.conv?.id === conv.id) renderFiles(files);
 }
 
 let filesTimer;
@@ -218,7 +218,7 @@ export async function uploadFiles(files) {
     } finally { pending.remove(); }
   }
   await refreshFiles();
-  if (state.conv !== conv) return;
+  if (state.conv?.id !== conv.id) return;
   if (failed.length) {
     $("files-error").textContent = failed.join("\n");
     failed.forEach((m) => toast(m, "error"));

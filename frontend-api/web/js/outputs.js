@@ -67,7 +67,7 @@ export function offerShowAll(cell, r, draw) {
     show.disabled = true;
     try {
       const run = await api("GET", `/conversations/${conv.id}/sandbox/executions/${id}`);
-      if (state.conv !== conv) return;
+      if (state.conv?.id !== conv.id) return;
       keepWhole(id, run);
       // The cell may have been drawn again while the run was fetched: the one on the
       // page now shows it.

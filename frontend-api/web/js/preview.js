@@ -36,7 +36,7 @@ export async function openPreview(f, sheet = "") {
   const conv = state.conv;
   const q = sheet ? `?sheet=${encodeURIComponent(sheet)}` : "";
   const t = await api("GET", `/conversations/${conv.id}/files/${f.id}/preview${q}`);
-  if (state.conv !== conv) return;
+  if (state.conv?.id !== conv.id) return;
   const d = view();
   draw(d, f, t);
   if (!d.open) d.showModal();
