@@ -20,10 +20,13 @@
 //     bounded in memory);
 //   - sheetrows.go: a sheet's rows, read streaming from its XML: shared and inline
 //     strings, booleans, errors, numbers as Excel shows them, dates through the cell's
-//     style, formulas as their cached values;
+//     style, formulas as their cached values; the commonest cells in one pass each,
+//     their values in place, with what their type says of them for the profile;
 //   - xmlscan.go: the XML scanner those read with, in place, without allocating;
-//   - readahead.go, rowsahead.go: unpacking, parsing and profiling run in goroutines of
-//     their own, a few buffers ahead of each other, so that a file is read on two cores.
+//   - readahead.go, rowsahead.go: a file is read on two cores: a CSV or JSON Lines file
+//     is parsed in a goroutine of its own, a few batches of rows ahead of its profile; a
+//     workbook's sheet is unpacked in one, a few buffers ahead of its parsing, which
+//     profiles each row as it reads it.
 //
 // Bounds hold whatever the input: a record (a line, or a quoted field's lines, a sheet's
 // row or cell) is at most Limits.MaxRecordBytes; Limits.MaxColumns columns are described

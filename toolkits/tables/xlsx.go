@@ -100,7 +100,7 @@ func scanWorksheet(ctx context.Context, w *workbook, s sheetRef, req Request, li
 		return nil
 	}
 	defer rows.close()
-	return scanSheet(ctx, rows, req, lim, sh)
+	return scanSheet(ctx, rows, false, req, lim, sh)
 }
 
 // dateKind says whether number format id (with its code when custom) shows a date
