@@ -45,7 +45,30 @@ type sheetRows struct {
 
 	v, is       []byte // the cell being read: its <v>, its inline string
 	vBuf, isBuf []byte // where they are kept when not read in place
+
+	// Writers give each cell of a column the same tag but for its reference: a tag
+	// that is its column's last one with the reference of the next column in the row,
+	// is read by comparing words (sameTag).
+	rowRef, rowMask uint64    // the row's number as written and a quote, in a word
+	rowRefN         int       // its bytes; 0 when the row has no number
+	tags            []tagMemo // by column
 }
+
+// tagMemo is a column's last cell tag: its start, <c r=" and the column's letters, and
+// what followed its reference, at most 16 bytes; as little-endian words, each with the
+// mask of its bytes; and what they say.
+type tagMemo struct {
+	open, openMask uint64
+	openN          int
+	w1, w2, m1, m2 uint64
+	n              int // 0: none
+	typ            cellType
+	style          int
+	selfClose      bool
+}
+
+// maxTagMemos is how many columns' tags are remembered: those of two letters at most.
+const maxTagMemos = 26 + 26*26 + 1
 
 // readAheadBuffers: a sheet's XML is unpacked this far ahead of its reading.
 const (
@@ -123,10 +146,14 @@ func (x *sheetRows) readRow() error {
 		}
 	}
 	n := x.row + 1
+	x.rowRefN = 0
 	if r := rowNumber(attrs); r != nil {
 		var ok bool
 		if n, ok = atoiBytes(r); !ok || n < 1 || n > maxExcelRow {
 			return x.malformed("a row number %q is not one of Excel's (1 to %d).", clip(r, 32), maxExcelRow)
+		}
+		if len(r) < 8 {
+			x.rowRef, x.rowMask, x.rowRefN = wordOf(r)|'"'<<(8*len(r)), byteMask(len(r)+1), len(r)+1
 		}
 	}
 	if n > x.row {
@@ -250,9 +277,17 @@ func (x *sheetRows) plainCells(col *int) error {
 	b := sc.buf[:sc.end]
 	p, c := sc.pos, *col
 	for len(b)-p > 3 && b[p] == '<' && b[p+1] == 'c' && b[p+2] == ' ' {
-		q, ref, typ, style, selfClose, ok := cellTag(b, p+3)
-		if !ok {
-			break
+		var q, ref, style int
+		var typ cellType
+		var selfClose bool
+		if end, m := x.sameTag(b, p, c+1); m != nil {
+			q, ref, typ, style, selfClose = end, c+1, m.typ, m.style, m.selfClose
+		} else {
+			var ok bool
+			if q, ref, typ, style, selfClose, ok = cellTag(b, p+3); !ok {
+				break
+			}
+			x.remember(b[p:q], ref, typ, style, selfClose)
 		}
 		var text []byte
 		value, special, inline := false, false, false
@@ -297,6 +332,91 @@ func (x *sheetRows) plainCells(col *int) error {
 	}
 	sc.pos, *col = p, c
 	return nil
+}
+
+// sameTag reads the tag of the cell at b[p:] when it is <c r=" and the reference of
+// column col in the row, then what followed the reference in the column's last tag:
+// where it ends, and what it says; nil otherwise.
+func (x *sheetRows) sameTag(b []byte, p, col int) (int, *tagMemo) {
+	if col >= len(x.tags) || x.rowRefN == 0 || len(b)-p < 48 {
+		return 0, nil
+	}
+	m := &x.tags[col]
+	w := b[p : p+48]
+	if m.n == 0 || binary.LittleEndian.Uint64(w)&m.openMask != m.open {
+		return 0, nil
+	}
+	q := m.openN
+	if binary.LittleEndian.Uint64(w[q:])&x.rowMask != x.rowRef {
+		return 0, nil
+	}
+	q += x.rowRefN
+	if binary.LittleEndian.Uint64(w[q:])&m.m1 != m.w1 || binary.LittleEndian.Uint64(w[q+8:])&m.m2 != m.w2 {
+		return 0, nil
+	}
+	return p + q + m.n, m
+}
+
+// remember keeps tag, the start tag of a cell of column col read whole, for sameTag:
+// when it starts with its reference, followed by at most 16 bytes that hold no other.
+func (x *sheetRows) remember(tag []byte, col int, typ cellType, style int, selfClose bool) {
+	if col <= 0 || col >= maxTagMemos || len(tag) < 8 || binary.LittleEndian.Uint64(tag)&byteMask(6) != cellRefOpen {
+		return
+	}
+	k := bytes.IndexByte(tag[6:], '"')
+	if k < 0 {
+		return
+	}
+	rest := tag[7+k:]
+	if len(rest) > 16 {
+		return
+	}
+	for i := 1; i+1 < len(rest); i++ {
+		if rest[i] == 'r' && rest[i+1] == '=' && isSpace(rest[i-1]) {
+			return // another reference
+		}
+	}
+	for len(x.tags) <= col {
+		x.tags = append(x.tags, tagMemo{})
+	}
+	letters, n := columnLetters(col)
+	n1 := min(len(rest), 8)
+	x.tags[col] = tagMemo{open: cellRefOpen | letters<<48, openMask: byteMask(6 + n), openN: 6 + n,
+		w1: wordOf(rest[:n1]), m1: byteMask(n1), w2: wordOf(rest[n1:]), m2: byteMask(len(rest) - n1),
+		n: len(rest), typ: typ, style: style, selfClose: selfClose}
+}
+
+// cellRefOpen is <c r=", as a little-endian word of six bytes.
+var cellRefOpen = wordOf([]byte(`<c r="`))
+
+// wordOf is b (at most 8 bytes) as a little-endian word.
+func wordOf(b []byte) uint64 {
+	var w uint64
+	for i, c := range b[:min(len(b), 8)] {
+		w |= uint64(c) << (8 * i)
+	}
+	return w
+}
+
+// byteMask is the mask of the first n (at most 8) bytes of a little-endian word.
+func byteMask(n int) uint64 {
+	if n >= 8 {
+		return ^uint64(0)
+	}
+	return 1<<(8*n) - 1
+}
+
+// columnLetters is column col's name (A, AB, XFD) as a little-endian word of n bytes.
+func columnLetters(col int) (w uint64, n int) {
+	switch {
+	case col <= 26:
+		return uint64('A' + col - 1), 1
+	case col <= 26+26*26:
+		col -= 27
+		return uint64('A'+col/26) | uint64('A'+col%26)<<8, 2
+	}
+	col -= 27 + 26*26
+	return uint64('A'+col/676) | uint64('A'+col/26%26)<<8 | uint64('A'+col%26)<<16, 3
 }
 
 // <v> and <is><t>, as little-endian words.
