@@ -86,7 +86,7 @@ func scanDelimited(ctx context.Context, r io.ReaderAt, size int64, req Request, 
 		src.special[c] = true
 	}
 	t.Sheets = append(t.Sheets, Sheet{})
-	return scanSheet(ctx, src, req, lim, &t.Sheets[0])
+	return scanSheet(ctx, src, true, req, lim, &t.Sheets[0])
 }
 
 // sniffDelimiter picks, of comma, tab, semicolon and pipe, the one that splits the

@@ -14,15 +14,19 @@
 //   - jsonl.go: JSON Lines, one object per line, columns in first-seen key order;
 //   - xlsx.go: Excel workbooks: the zip's declared sizes checked, then each sheet
 //     described; sheetcsv.go writes sheets as CSV (the copies Python reads);
+//   - inflate.go: the DEFLATE decoder a workbook's parts are unpacked with;
 //   - workbook.go: what describes a workbook (its sheets and their parts, its date
 //     system, what its cell styles' number formats say of dates, its shared strings,
 //     bounded in memory);
 //   - sheetrows.go: a sheet's rows, read streaming from its XML: shared and inline
 //     strings, booleans, errors, numbers as Excel shows them, dates through the cell's
-//     style, formulas as their cached values;
+//     style, formulas as their cached values; the commonest cells in one pass each,
+//     their values in place, with what their type says of them for the profile;
 //   - xmlscan.go: the XML scanner those read with, in place, without allocating;
-//   - readahead.go, rowsahead.go: unpacking, parsing and profiling run in goroutines of
-//     their own, a few buffers ahead of each other, so that a file is read on two cores.
+//   - readahead.go, rowsahead.go: a file is read on two cores: a CSV or JSON Lines file
+//     is parsed in a goroutine of its own, a few batches of rows ahead of its profile; a
+//     workbook's sheet is unpacked in one, a few buffers ahead of its parsing, which
+//     profiles each row as it reads it.
 //
 // Bounds hold whatever the input: a record (a line, or a quoted field's lines, a sheet's
 // row or cell) is at most Limits.MaxRecordBytes; Limits.MaxColumns columns are described

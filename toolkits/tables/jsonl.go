@@ -18,7 +18,7 @@ func scanJSONL(ctx context.Context, r io.ReaderAt, size int64, req Request, lim 
 	src := &jsonlReader{r: bufio.NewReaderSize(text, headBytes), maxBytes: lim.MaxRecordBytes, maxCols: lim.MaxColumns,
 		maxName: lim.MaxCellBytes, index: map[uint64]int{}, seed: maphash.MakeSeed()}
 	t.Sheets = append(t.Sheets, Sheet{})
-	return scanSheet(ctx, src, req, lim, &t.Sheets[0])
+	return scanSheet(ctx, src, true, req, lim, &t.Sheets[0])
 }
 
 // maxExtraKeys bounds the keys past Limits.MaxColumns that are counted.

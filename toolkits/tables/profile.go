@@ -20,6 +20,14 @@ type records interface {
 	next() (cells [][]byte, width int, err error)
 }
 
+// knowing is a source that knows what some of its cells hold (a workbook's numbers and
+// dates, by their cells' types and styles), so that the profile need not classify
+// them again. Its knowns are those of the cells next gave last, one a cell; it is told
+// only when it is profiled in place (not read ahead).
+type knowing interface {
+	knowns() []known
+}
+
 // keyed is a source that names its columns itself (JSON keys): it has no header row.
 type keyed interface {
 	names() []string
@@ -33,15 +41,21 @@ const sniffRows = 20
 const topValueBytes = 64
 
 // scanSheet reads src to its end into sh: the profile of every column and the rows of
-// the request's window.
-func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sheet) error {
+// the request's window. With ahead, src is read in a goroutine of its own
+// (newRowsAhead), so that parsing and profiling use two cores; a source that is itself
+// read ahead (a workbook's sheet, unpacked in a goroutine of its own) is profiled as it
+// is parsed, its cells in place.
+func scanSheet(ctx context.Context, src records, ahead bool, req Request, lim Limits, sh *Sheet) error {
 	p := &profile{lim: lim, req: req, sh: sh, seed: maphash.MakeSeed()}
 	sh.Offset, sh.Data = req.Offset, [][]string{}
 	var names []string
 	k, isKeyed := src.(keyed)
-	ahead := newRowsAhead(src)
-	defer ahead.close()
-	src = ahead
+	kn, _ := src.(knowing)
+	if ahead {
+		ra := newRowsAhead(src)
+		defer ra.close()
+		src, kn = ra, nil
+	}
 	if isKeyed {
 		sh.Header = true
 	} else {
@@ -69,7 +83,7 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 			head = head[1:]
 		}
 		for _, cells := range head {
-			p.add(cells, len(cells))
+			p.add(cells, len(cells), nil)
 		}
 	}
 	for n := 0; ; n++ {
@@ -84,7 +98,11 @@ func scanSheet(ctx context.Context, src records, req Request, lim Limits, sh *Sh
 		} else if err != nil {
 			return err
 		}
-		p.add(cells, width)
+		var knowns []known
+		if kn != nil {
+			knowns = kn.knowns()
+		}
+		p.add(cells, width, knowns)
 	}
 	if isKeyed {
 		names = k.names() // the source has ended: its goroutine is done with it
@@ -101,7 +119,8 @@ type profile struct {
 	cols []*colStats
 }
 
-func (p *profile) add(cells [][]byte, width int) {
+// add profiles a row; knowns, when not nil, are what its cells are known to hold.
+func (p *profile) add(cells [][]byte, width int, knowns []known) {
 	sh := p.sh
 	row := sh.Rows
 	sh.Rows++
@@ -109,8 +128,18 @@ func (p *profile) add(cells [][]byte, width int) {
 	for len(p.cols) < len(cells) {
 		p.cols = append(p.cols, &colStats{})
 	}
-	for i, c := range cells {
-		p.cols[i].add(trim(c), p)
+	if knowns != nil {
+		for i, c := range cells {
+			if kn := knowns[i]; kn.k != kNull {
+				p.cols[i].add(c, kn, p) // a number or a date, without spaces
+			} else {
+				p.cols[i].add(trim(c), known{}, p)
+			}
+		}
+	} else {
+		for i, c := range cells {
+			p.cols[i].add(trim(c), known{}, p)
+		}
 	}
 	if row >= p.req.Offset && row-p.req.Offset < int64(p.req.Rows) {
 		out := make([]string, len(cells))
@@ -136,8 +165,12 @@ type colStats struct {
 	capped   bool
 }
 
-func (c *colStats) add(b []byte, p *profile) {
-	k, f, t := classify(b)
+// add counts value b, of which kn (when not zero) says what classify would.
+func (c *colStats) add(b []byte, kn known, p *profile) {
+	k, f, t := kn.k, kn.v, int64(kn.v)
+	if k == kNull {
+		k, f, t = classify(b)
+	}
 	if k == kNull {
 		return
 	}

@@ -32,19 +32,43 @@ type sheetRows struct {
 	held bool // a row was read and waits for the gap to be given
 	done bool
 
-	buf   []byte     // the kept cells' values, end to end
-	spans []cellSpan // where they are in buf
-	width int        // the row's last column with a value
-	cells [][]byte
+	// The row's cells, as they are read: values shown as the XML holds them (a plain
+	// number, a string without escapes) in place in the scanner's buffer, shared
+	// strings in place where the workbook holds them, the others in buf. A value stays
+	// valid while buf grows: append leaves the old array as it was.
+	cells   [][]byte
+	cellsKn []known // what the profile is told of them, one a cell
+	buf     []byte
+	inScan  []int32 // the cells in the scanner's buffer, copied into buf before it moves
+	size    int     // the kept cells' bytes
+	width   int     // the row's last column with a value
 
 	v, is       []byte // the cell being read: its <v>, its inline string
 	vBuf, isBuf []byte // where they are kept when not read in place
+
+	// Writers give each cell of a column the same tag but for its reference: a tag
+	// that is its column's last one with the reference of the next column in the row,
+	// is read by comparing words (sameTag).
+	rowRef, rowMask uint64    // the row's number as written and a quote, in a word
+	rowRefN         int       // its bytes; 0 when the row has no number
+	tags            []tagMemo // by column
 }
 
-type cellSpan struct {
-	col        int // from 1
-	start, end int
+// tagMemo is a column's last cell tag: its start, <c r=" and the column's letters, and
+// what followed its reference, at most 16 bytes; as little-endian words, each with the
+// mask of its bytes; and what they say.
+type tagMemo struct {
+	open, openMask uint64
+	openN          int
+	w1, w2, m1, m2 uint64
+	n              int // 0: none
+	typ            cellType
+	style          int
+	selfClose      bool
 }
+
+// maxTagMemos is how many columns' tags are remembered: those of two letters at most.
+const maxTagMemos = 26 + 26*26 + 1
 
 // readAheadBuffers: a sheet's XML is unpacked this far ahead of its reading.
 const (
@@ -107,14 +131,14 @@ func (x *sheetRows) readErr(err error) error {
 
 // readRow reads the next <row> and holds it, or marks the end of the sheet.
 func (x *sheetRows) readRow() error {
-	var t *xmlToken
-	for {
-		var err error
-		if t, err = x.sc.next(); err != nil {
+	attrs, selfClose, ok := x.plainRow()
+	for !ok {
+		t, err := x.sc.next()
+		if err != nil {
 			return x.readErr(err)
 		}
 		if t.kind == tokStart && string(t.name) == "row" {
-			break
+			attrs, selfClose, ok = t.attrs, t.selfClose, true
 		}
 		if t.kind == tokEnd && string(t.name) == "sheetData" {
 			x.done = true
@@ -122,18 +146,22 @@ func (x *sheetRows) readRow() error {
 		}
 	}
 	n := x.row + 1
-	if r := attr(t.attrs, "r"); r != nil {
+	x.rowRefN = 0
+	if r := rowNumber(attrs); r != nil {
 		var ok bool
 		if n, ok = atoiBytes(r); !ok || n < 1 || n > maxExcelRow {
 			return x.malformed("a row number %q is not one of Excel's (1 to %d).", clip(r, 32), maxExcelRow)
+		}
+		if len(r) < 8 {
+			x.rowRef, x.rowMask, x.rowRefN = wordOf(r)|'"'<<(8*len(r)), byteMask(len(r)+1), len(r)+1
 		}
 	}
 	if n > x.row {
 		x.gap = n - x.row - 1
 	}
 	x.row, x.held = n, true
-	x.buf, x.spans, x.width, x.cells = x.buf[:0], x.spans[:0], 0, x.cells[:0]
-	if t.selfClose {
+	x.cells, x.cellsKn, x.buf, x.inScan, x.size, x.width = x.cells[:0], x.cellsKn[:0], x.buf[:0], x.inScan[:0], 0, 0
+	if selfClose {
 		return nil
 	}
 	col := 0
@@ -145,6 +173,7 @@ func (x *sheetRows) readRow() error {
 			x.sc.pos += len(rowEnd)
 			break
 		}
+		x.own() // the scanner may move on
 		t, err := x.sc.next()
 		if err != nil {
 			if err == io.EOF {
@@ -192,20 +221,51 @@ func (x *sheetRows) readRow() error {
 			return err
 		}
 	}
-	cells := x.cells[:0]
-	for range min(x.width, x.maxCols) {
-		cells = append(cells, nil)
+	for n := min(x.width, x.maxCols); len(x.cells) < n; {
+		x.cells, x.cellsKn = append(x.cells, nil), append(x.cellsKn, known{}) // a column past the last kept
 	}
-	for _, s := range x.spans {
-		if s.col <= len(cells) {
-			cells[s.col-1] = x.buf[s.start:s.end]
-		}
-	}
-	x.cells = cells
 	return nil
 }
 
+// knowns says what the cells next gave last hold, one a cell.
+func (x *sheetRows) knowns() []known { return x.cellsKn }
+
 var rowEnd = []byte("</row>")
+
+// rowNumber is a <row> tag's r attribute (attr), read at once when it comes first.
+func rowNumber(attrs []byte) []byte {
+	if len(attrs) > 4 && string(attrs[:4]) == ` r="` {
+		if k := scanTo(attrs[4:], '"'); k >= 0 {
+			return attrs[4 : 4+k]
+		}
+	}
+	return attr(attrs, "r")
+}
+
+// plainRow reads the <row> tag at the scanner's position when it is whole in its
+// buffer, as the general reading would; ok is false when there is none.
+func (x *sheetRows) plainRow() (attrs []byte, selfClose, ok bool) {
+	sc := x.sc
+	b := sc.buf[sc.pos:sc.end]
+	skip := 0 // the line ends and indents between rows, text the general reading skips
+	for skip < len(b) && isSpace(b[skip]) {
+		skip++
+	}
+	b = b[skip:]
+	if len(b) < 5 || string(b[:4]) != "<row" || b[4] != ' ' && b[4] != '>' && b[4] != '/' {
+		return nil, false, false
+	}
+	i := tagEnd(b, 4)
+	if i < 0 {
+		return nil, false, false
+	}
+	sc.pos += skip + i + 1
+	attrs, selfClose = b[4:i], b[i-1] == '/'
+	if selfClose {
+		attrs = attrs[:len(attrs)-1]
+	}
+	return attrs, selfClose, true
+}
 
 // plainCells reads the cells at the scanner's position that are whole in its buffer
 // and of the commonest forms, in one pass each: <c> with unprefixed attributes
@@ -215,104 +275,275 @@ var rowEnd = []byte("</row>")
 func (x *sheetRows) plainCells(col *int) error {
 	sc := x.sc
 	b := sc.buf[:sc.end]
-	p := sc.pos
-	defer func() { sc.pos = p }()
-	for p+3 <= len(b) && b[p] == '<' && b[p+1] == 'c' && b[p+2] == ' ' {
-		q := p + 3
-		var ref, typ, style []byte
-		selfClose, whole := false, false
-		for {
-			for q < len(b) && b[q] == ' ' {
-				q++
-			}
-			if q+1 >= len(b) {
+	p, c := sc.pos, *col
+	for len(b)-p > 3 && b[p] == '<' && b[p+1] == 'c' && b[p+2] == ' ' {
+		var q, ref, style int
+		var typ cellType
+		var selfClose bool
+		if end, m := x.sameTag(b, p, c+1); m != nil {
+			q, ref, typ, style, selfClose = end, c+1, m.typ, m.style, m.selfClose
+		} else {
+			var ok bool
+			if q, ref, typ, style, selfClose, ok = cellTag(b, p+3); !ok {
 				break
 			}
-			if b[q] == '>' {
-				q++
-				whole = true
+			x.remember(b[p:q], ref, typ, style, selfClose)
+		}
+		var text []byte
+		value, special, inline := false, false, false
+		if !selfClose {
+			rest := b[q:]
+			if len(rest) < 8 {
 				break
 			}
-			if b[q] == '/' {
-				selfClose, whole = b[q+1] == '>', b[q+1] == '>'
-				q += 2
-				break
+			switch w := binary.LittleEndian.Uint64(rest); {
+			case w&0xffffff == plainV:
+				e, sp := textEnd(rest[3:])
+				if e < 0 || len(rest) < 3+e+8 || binary.LittleEndian.Uint64(rest[3+e:]) != plainVEnd {
+					break
+				}
+				text, value, special = rest[3:3+e], true, sp
+				q += 3 + e + 8
+			case w&0xffffffffffffff == plainIsT:
+				e, sp := textEnd(rest[7:])
+				if e < 0 || len(rest) < 7+e+13 || string(rest[7+e:7+e+13]) != "</t></is></c>" {
+					break
+				}
+				text, value, special, inline = rest[7:7+e], true, sp, true
+				q += 7 + e + 13
 			}
-			j := q + 1 // r=, t= and s= are the attributes read, and the commonest
+			if !value {
+				break // a value of another form
+			}
+		}
+		next := c + 1
+		if ref > 0 {
+			next = ref
+		} else if next > maxExcelCol {
+			return x.malformed("row %d holds more than Excel's %d columns.", x.row, maxExcelCol)
+		}
+		c, p = next, q
+		if selfClose {
+			continue
+		}
+		if err := x.keepPlain(c, typ, style, text, inline, special); err != nil {
+			return err
+		}
+	}
+	sc.pos, *col = p, c
+	return nil
+}
+
+// sameTag reads the tag of the cell at b[p:] when it is <c r=" and the reference of
+// column col in the row, then what followed the reference in the column's last tag:
+// where it ends, and what it says; nil otherwise.
+func (x *sheetRows) sameTag(b []byte, p, col int) (int, *tagMemo) {
+	if col >= len(x.tags) || x.rowRefN == 0 || len(b)-p < 48 {
+		return 0, nil
+	}
+	m := &x.tags[col]
+	w := b[p : p+48]
+	if m.n == 0 || binary.LittleEndian.Uint64(w)&m.openMask != m.open {
+		return 0, nil
+	}
+	q := m.openN
+	if binary.LittleEndian.Uint64(w[q:])&x.rowMask != x.rowRef {
+		return 0, nil
+	}
+	q += x.rowRefN
+	if binary.LittleEndian.Uint64(w[q:])&m.m1 != m.w1 || binary.LittleEndian.Uint64(w[q+8:])&m.m2 != m.w2 {
+		return 0, nil
+	}
+	return p + q + m.n, m
+}
+
+// remember keeps tag, the start tag of a cell of column col read whole, for sameTag:
+// when it starts with its reference, followed by at most 16 bytes that hold no other.
+func (x *sheetRows) remember(tag []byte, col int, typ cellType, style int, selfClose bool) {
+	if col <= 0 || col >= maxTagMemos || len(tag) < 8 || binary.LittleEndian.Uint64(tag)&byteMask(6) != cellRefOpen {
+		return
+	}
+	k := bytes.IndexByte(tag[6:], '"')
+	if k < 0 {
+		return
+	}
+	rest := tag[7+k:]
+	if len(rest) > 16 {
+		return
+	}
+	for i := 1; i+1 < len(rest); i++ {
+		if rest[i] == 'r' && rest[i+1] == '=' && isSpace(rest[i-1]) {
+			return // another reference
+		}
+	}
+	for len(x.tags) <= col {
+		x.tags = append(x.tags, tagMemo{})
+	}
+	letters, n := columnLetters(col)
+	n1 := min(len(rest), 8)
+	x.tags[col] = tagMemo{open: cellRefOpen | letters<<48, openMask: byteMask(6 + n), openN: 6 + n,
+		w1: wordOf(rest[:n1]), m1: byteMask(n1), w2: wordOf(rest[n1:]), m2: byteMask(len(rest) - n1),
+		n: len(rest), typ: typ, style: style, selfClose: selfClose}
+}
+
+// cellRefOpen is <c r=", as a little-endian word of six bytes.
+var cellRefOpen = wordOf([]byte(`<c r="`))
+
+// wordOf is b (at most 8 bytes) as a little-endian word.
+func wordOf(b []byte) uint64 {
+	var w uint64
+	for i, c := range b[:min(len(b), 8)] {
+		w |= uint64(c) << (8 * i)
+	}
+	return w
+}
+
+// byteMask is the mask of the first n (at most 8) bytes of a little-endian word.
+func byteMask(n int) uint64 {
+	if n >= 8 {
+		return ^uint64(0)
+	}
+	return 1<<(8*n) - 1
+}
+
+// columnLetters is column col's name (A, AB, XFD) as a little-endian word of n bytes.
+func columnLetters(col int) (w uint64, n int) {
+	switch {
+	case col <= 26:
+		return uint64('A' + col - 1), 1
+	case col <= 26+26*26:
+		col -= 27
+		return uint64('A'+col/26) | uint64('A'+col%26)<<8, 2
+	}
+	col -= 27 + 26*26
+	return uint64('A'+col/676) | uint64('A'+col/26%26)<<8 | uint64('A'+col%26)<<16, 3
+}
+
+// <v> and <is><t>, as little-endian words.
+var (
+	plainV   = binary.LittleEndian.Uint64([]byte("<v>\x00\x00\x00\x00\x00"))
+	plainIsT = binary.LittleEndian.Uint64([]byte("<is><t>\x00"))
+)
+
+// cellTag reads the attributes of a cell's start tag from b[q:] (after "<c ") when the
+// tag is whole in b and plain: each attribute a name, = and a value in double quotes,
+// and r a reference. It gives where the tag ends, the column r gives (0 for none), the
+// type and style, and whether the tag closes the cell; ok is false for another tag.
+func cellTag(b []byte, q int) (end, col int, typ cellType, style int, selfClose, ok bool) {
+	style = -1
+	for q+16 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[q:])
+		switch byte(w) {
+		case ' ', '\t', '\n', '\r':
+			q++
+			continue
+		case '>':
+			return q + 1, col, typ, style, false, true
+		case '/':
+			return q + 2, col, typ, style, true, byte(w>>8) == '>'
+		}
+		name := byte(w)
+		var v []byte
+		if uint16(w>>8) == '='|'"'<<8 { // the commonest: r="A1"
+			v = b[q+3:]
+			k := 0
+			if m := swarEq(binary.LittleEndian.Uint64(v), '"'); m != 0 {
+				k = bits.TrailingZeros64(m) >> 3
+			} else if k = scanTo(v, '"'); k < 0 {
+				return 0, 0, 0, 0, false, false
+			}
+			v, q = v[:k], q+4+k
+		} else {
+			j := q + 1
 			for j < len(b) && b[j] != '=' && b[j] != '>' && !isSpace(b[j]) {
 				j++
 			}
 			if j+1 >= len(b) || b[j] != '=' || b[j+1] != '"' && b[j+1] != '\'' {
-				break
+				return 0, 0, 0, 0, false, false
 			}
 			k := scanTo(b[j+2:], b[j+1])
 			if k < 0 {
-				break
+				return 0, 0, 0, 0, false, false
 			}
-			if j == q+1 {
-				switch v := b[j+2 : j+2+k]; b[q] {
-				case 'r':
-					ref = v
-				case 't':
-					typ = v
-				case 's':
-					style = v
-				}
+			if j > q+1 {
+				name = 0 // r, t and s are the attributes read
 			}
-			q = j + 3 + k
+			v, q = b[j+2:j+2+k], j+3+k
 		}
-		if !whole {
-			return nil
-		}
-		var text []byte
-		special, inline := false, false
-		if !selfClose {
-			switch rest := b[q:]; {
-			case len(rest) > 3 && rest[0] == '<' && rest[1] == 'v' && rest[2] == '>':
-				e, sp := textEnd(rest[3:])
-				if e < 0 || len(rest) < 3+e+8 || binary.LittleEndian.Uint64(rest[3+e:]) != plainVEnd {
-					return nil
-				}
-				text, special = rest[3:3+e], sp
-				q += 3 + e + 8
-			case len(rest) > 7 && string(rest[:7]) == "<is><t>":
-				e, sp := textEnd(rest[7:])
-				if e < 0 || len(rest) < 7+e+13 || string(rest[7+e:7+e+13]) != "</t></is></c>" {
-					return nil
-				}
-				text, special, inline = rest[7:7+e], sp, true
-				q += 7 + e + 13
-			default:
-				return nil
+		switch name {
+		case 'r':
+			c, ok := cellColumn(v)
+			if !ok {
+				return 0, 0, 0, 0, false, false
 			}
-		}
-		c := *col + 1
-		if ref != nil {
-			var ok bool
-			if c, ok = cellColumn(ref); !ok {
-				return x.malformed("a cell reference %q is not one of Excel's.", clip(ref, 32))
-			}
-		} else if c > maxExcelCol {
-			return x.malformed("row %d holds more than Excel's %d columns.", x.row, maxExcelCol)
-		}
-		*col, p = c, q
-		if selfClose {
-			continue
-		}
-		if special {
-			text = appendText(x.vBuf[:0], text)
-			x.vBuf = text
-		}
-		if inline {
-			x.v, x.is = nil, text
-		} else {
-			x.v, x.is = text, nil
-		}
-		if err := x.keep(c, typeOf(typ), styleOf(style), false, inline); err != nil {
-			return err
+			col = c
+		case 't':
+			typ = typeOf(v)
+		case 's':
+			style = styleOf(v)
 		}
 	}
-	return nil
+	return 0, 0, 0, 0, false, false
+}
+
+// keepPlain keeps the value of a cell plainCells read, text being its <v> or inline
+// string as the XML holds it in the scanner's buffer (special: with an entity or a
+// carriage return). A value shown as it is held is kept in place.
+func (x *sheetRows) keepPlain(col int, typ cellType, style int, text []byte, inline, special bool) error {
+	if !special {
+		switch typ {
+		case cellNumber:
+			k := x.styleKind(style)
+			if k == kNull {
+				if kn := plainNumber(text); kn.k != kNull {
+					return x.put(col, text, kn, true)
+				}
+				break
+			}
+			if f, ok := parseFloat(trim(text)); ok {
+				start := len(x.buf)
+				if buf, kn, ok := appendSerialKnown(x.buf, f, k, x.wb.date1904); ok {
+					x.buf = buf
+					return x.putBuf(col, start, kn, false)
+				}
+			}
+		case cellInline:
+			if !inline || bytes.IndexByte(text, '_') < 0 {
+				return x.putInScan(col, text)
+			}
+		case cellString, cellError:
+			return x.putInScan(col, text)
+		case cellShared:
+			i, ok := atoiBytes(trim(text))
+			if !ok {
+				return nil // no string: an empty value
+			}
+			if s, ok := x.wb.sst.inMemory(i); ok {
+				if len(s) == 0 {
+					return nil
+				}
+				return x.put(col, s, known{}, false)
+			}
+		}
+	}
+	if special {
+		text = appendText(x.vBuf[:0], text)
+		x.vBuf = text
+	}
+	if inline {
+		x.v, x.is = nil, text
+	} else {
+		x.v, x.is = text, nil
+	}
+	return x.keep(col, typ, style, false, inline)
+}
+
+// putInScan keeps v, in the scanner's buffer, unless it is empty.
+func (x *sheetRows) putInScan(col int, v []byte) error {
+	if len(v) == 0 {
+		return nil
+	}
+	return x.put(col, v, known{}, true)
 }
 
 // plainVEnd is </v></c>, as a little-endian word.
@@ -476,26 +707,72 @@ func textEnd(b []byte) (int, bool) {
 	return -1, special
 }
 
-// keep appends the value of the cell just read to the row.
+// keep appends the value of the cell just read (x.v, x.is) to the row.
 func (x *sheetRows) keep(col int, typ cellType, style int, formula, inline bool) error {
 	start := len(x.buf)
 	var err error
 	if x.buf, err = x.appendValue(x.buf, typ, style, inline); err != nil {
 		return err
 	}
-	if len(x.buf) == start && !formula {
+	return x.putBuf(col, start, known{}, formula)
+}
+
+// putBuf keeps buf[start:], the value of the cell just read, in the row: an empty one
+// only for a formula's cell (whose cached value is empty text).
+func (x *sheetRows) putBuf(col, start int, kn known, formula bool) error {
+	end := len(x.buf)
+	if end == start && !formula {
 		return nil
 	}
-	x.width = max(x.width, col)
 	if col > x.maxCols {
 		x.buf = x.buf[:start]
+	}
+	return x.put(col, x.buf[start:end:end], kn, false)
+}
+
+// put keeps v as the value of the cell in column col (from 1), of which kn says what
+// it holds; inScan: v is in the scanner's buffer.
+func (x *sheetRows) put(col int, v []byte, kn known, inScan bool) error {
+	x.width = max(x.width, col)
+	if col > x.maxCols {
 		return nil
 	}
-	if len(x.buf) > x.maxBytes {
+	if x.size += len(v); x.size > x.maxBytes {
 		return x.malformed("row %d is longer than %d bytes.", x.row, x.maxBytes)
 	}
-	x.spans = append(x.spans, cellSpan{col: col, start: start, end: len(x.buf)})
+	i := col - 1
+	for len(x.cells) < i {
+		x.cells, x.cellsKn = append(x.cells, nil), append(x.cellsKn, known{})
+	}
+	if i == len(x.cells) { // the commonest: the next column
+		x.cells, x.cellsKn = append(x.cells, v), append(x.cellsKn, kn)
+	} else {
+		x.cells[i], x.cellsKn[i] = v, kn
+	}
+	if inScan {
+		x.inScan = append(x.inScan, int32(i))
+	}
 	return nil
+}
+
+// own copies the cells read in place in the scanner's buffer into buf: reading on
+// moves that buffer, and gives it back to be filled again.
+func (x *sheetRows) own() {
+	for _, i := range x.inScan {
+		start := len(x.buf)
+		x.buf = append(x.buf, x.cells[i]...)
+		x.cells[i] = x.buf[start:len(x.buf):len(x.buf)]
+	}
+	x.inScan = x.inScan[:0]
+}
+
+// styleKind is what cell style id shows of a number: kDate, kDatetime, kText (a time of
+// day), or kNull (none of these, or no such style).
+func (x *sheetRows) styleKind(id int) kind {
+	if id >= 0 && id < len(x.wb.styles) {
+		return x.wb.styles[id]
+	}
+	return kNull
 }
 
 func (x *sheetRows) appendValue(dst []byte, typ cellType, style int, inline bool) ([]byte, error) {
@@ -528,11 +805,7 @@ func (x *sheetRows) appendValue(dst []byte, typ cellType, style int, inline bool
 	case cellDate:
 		return x.appendISODate(dst, style), nil
 	}
-	k := kNull
-	if style >= 0 && style < len(x.wb.styles) {
-		k = x.wb.styles[style]
-	}
-	if k != kNull {
+	if k := x.styleKind(style); k != kNull {
 		if f, ok := parseFloat(trim(x.v)); ok {
 			if d, ok := appendSerial(dst, f, k, x.wb.date1904); ok {
 				return d, nil
@@ -568,8 +841,14 @@ const maxSerial = 2958466
 // appendSerial appends serial date f as k shows it (kDate, kDatetime, or kText for a
 // time of day), to the second; false when f is no date Excel has.
 func appendSerial(dst []byte, f float64, k kind, date1904 bool) ([]byte, bool) {
+	dst, _, ok := appendSerialKnown(dst, f, k, date1904)
+	return dst, ok
+}
+
+// appendSerialKnown is appendSerial, with what classify says of what it appends.
+func appendSerialKnown(dst []byte, f float64, k kind, date1904 bool) ([]byte, known, bool) {
 	if f < 0 || f >= maxSerial || math.IsNaN(f) {
-		return dst, false
+		return dst, known{}, false
 	}
 	secs := int64(math.Round(f * 86400))
 	days, secs := secs/86400, secs%86400
@@ -582,15 +861,15 @@ func appendSerial(dst []byte, f float64, k kind, date1904 bool) ([]byte, bool) {
 		days += epoch1900Days
 	}
 	if days > lastCivilDay {
-		return dst, false
+		return dst, known{}, false
 	}
 	switch k {
 	case kDate:
-		return appendCivil(dst, days), true
+		return appendCivil(dst, days), known{k: kDate, v: float64(days * 86400)}, true
 	case kDatetime:
-		return appendClock(append(appendCivil(dst, days), ' '), secs), true
+		return appendClock(append(appendCivil(dst, days), ' '), secs), known{k: kDatetime, v: float64(days*86400 + secs)}, true
 	}
-	return appendClock(dst, secs), true
+	return appendClock(dst, secs), known{k: kText}, true
 }
 
 // The epochs, and 9999-12-31, in days from 1970-01-01.
@@ -604,11 +883,8 @@ const (
 // 9999), computed as in Howard Hinnant's civil_from_days: time.Time.AppendFormat was a
 // tenth of reading a sheet of dates.
 func appendCivil(dst []byte, days int64) []byte {
-	z := days + 719468
+	z := uint64(days + 719468) // from 0000-03-01: not negative, for the years written
 	era := z / 146097
-	if z < 0 {
-		era = (z - 146096) / 146097
-	}
 	doe := z - era*146097
 	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
 	y := yoe + era*400
@@ -622,9 +898,15 @@ func appendCivil(dst []byte, days int64) []byte {
 	if m <= 2 {
 		y++
 	}
-	return append(dst, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
-		byte('0'+m/10), byte('0'+m%10), '-', byte('0'+d/10), byte('0'+d%10))
+	hi, lo := 2*(y/100), 2*(y%100)
+	return append(dst, twoDigits[hi], twoDigits[hi+1], twoDigits[lo], twoDigits[lo+1], '-',
+		twoDigits[2*m], twoDigits[2*m+1], '-', twoDigits[2*d], twoDigits[2*d+1])
 }
+
+// twoDigits are 00 to 99, end to end.
+const twoDigits = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"4041424344454647484950515253545556575859606162636465666768697071727374757677787980" +
+	"81828384858687888990919293949596979899"
 
 // appendClock appends secs after midnight as hh:mm:ss.
 func appendClock(dst []byte, secs int64) []byte {
@@ -636,7 +918,7 @@ func appendClock(dst []byte, secs int64) []byte {
 // format: plainly, to 15 significant digits (0.30000000000000004 is 0.3), without an
 // exponent unless that needs one. Text that is no number is appended as it is.
 func appendNumber(dst, v []byte) []byte {
-	if plainNumber(v) {
+	if plainNumber(v).k != kNull {
 		return append(dst, v...)
 	}
 	s := string(v)
@@ -655,37 +937,52 @@ func appendNumber(dst, v []byte) []byte {
 	return plain
 }
 
-// plainNumber tells whether v is a number already in the form appendNumber gives: an
+// plainNumber tells whether v is a number already in the form appendNumber gives (an
 // optional minus, digits without a leading zero, an optional fraction not ending in 0,
-// at most 15 characters besides the point.
-func plainNumber(v []byte) bool {
+// at most 15 characters besides the point), and what classify says of it: kInt or
+// kFloat with its value; the zero known when it is not one.
+func plainNumber(v []byte) known {
 	i := 0
 	if len(v) > 0 && v[0] == '-' {
 		i++
 	}
 	start, digits, point := i, 0, -1
+	var mant uint64
 	for ; i < len(v); i++ {
 		c := v[i]
 		switch {
 		case c >= '0' && c <= '9':
+			mant = mant*10 + uint64(c-'0')
 			digits++
 		case c == '.' && point < 0:
 			point = i
 		default:
-			return false
+			return known{}
 		}
 	}
 	switch {
 	case digits == 0 || len(v)-min(point+1, 1) > 15 || point == start || point == len(v)-1:
-		return false
+		return known{}
 	case v[start] == '0' && len(v) > start+1 && v[start+1] != '.':
-		return false // a leading zero
+		return known{} // a leading zero
 	case point > 0 && v[len(v)-1] == '0':
-		return false // a trailing zero in the fraction
+		return known{} // a trailing zero in the fraction
 	case point < 0 && v[start] == '0' && start > 0:
-		return false // -0
+		return known{} // -0
 	}
-	return true
+	// As parseInt and parseFloat compute them: at most 15 digits are exact.
+	if point < 0 {
+		n := int64(mant)
+		if start > 0 {
+			n = -n
+		}
+		return known{k: kInt, v: float64(n)}
+	}
+	f := float64(mant) / pow10[len(v)-point-1]
+	if start > 0 {
+		f = -f
+	}
+	return known{k: kFloat, v: f}
 }
 
 // within15 tells whether s is an integer whose digits past the 15th are zeros, which
@@ -722,15 +1019,28 @@ func cellColumn(ref []byte) (int, bool) {
 			return 0, false
 		}
 	}
-	if i == 0 || i == len(ref) {
+	if i == 0 || i == len(ref) || !allDigits(ref[i:]) {
 		return 0, false
 	}
-	for _, c := range ref[i:] {
-		if c < '0' || c > '9' {
-			return 0, false
+	return col, true
+}
+
+// allDigits tells whether b is ASCII digits only. Up to eight are tested at once,
+// read past b's end into its capacity (the scanner's buffer) when it has one; a byte
+// is no digit when adding 0x46 or taking 0x30 sets its top bit (carries and borrows
+// only spread from a byte that is no digit).
+func allDigits(b []byte) bool {
+	if len(b) <= 8 && cap(b) >= 8 {
+		past := ^uint64(0) << (8 * len(b)) // the bytes past b, made zeros
+		w := binary.LittleEndian.Uint64(b[:8])&^past | 0x3030303030303030&past
+		return (w+0x4646464646464646|w-0x3030303030303030)&0x8080808080808080 == 0
+	}
+	for _, c := range b {
+		if c-'0' > 9 {
+			return false
 		}
 	}
-	return col, true
+	return true
 }
 
 // atoiBytes reads a non-negative decimal of at most 9 digits.

@@ -8,7 +8,7 @@ import (
 )
 
 // kind is what one cell holds.
-type kind int
+type kind uint8
 
 const (
 	kNull kind = iota
@@ -19,6 +19,14 @@ const (
 	kDatetime
 	kText
 )
+
+// known is what a cell holds as classify says it, when reading the cell told it: a
+// workbook's number cell, its number; a date cell, its day. The zero known tells
+// nothing.
+type known struct {
+	v float64 // the number; or the date or time as classify's seconds (below 2⁵³: exact)
+	k kind
+}
 
 // dateLayouts and datetimeLayouts are tried in order; a slash date is read month
 // first, as Excel's US default and pandas do.

@@ -45,3 +45,48 @@ func TestHashIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownsAreClassify: what reading a workbook's cell says it holds (a plain number,
+// a serial date as its style shows it) is what classify says of the value it shows.
+func TestKnownsAreClassify(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	check := func(v []byte, kn known) {
+		t.Helper()
+		k, f, sec := classify(v)
+		want := known{k: k, v: f}
+		if k == kDate || k == kDatetime {
+			want.v = float64(sec)
+		}
+		if kn != want {
+			t.Fatalf("%q: known %+v, classify %+v", v, kn, want)
+		}
+	}
+	for range 200000 {
+		var v []byte
+		if rng.IntN(2) == 0 {
+			v = fmt.Append(nil, rng.Int64N(1<<(1+rng.IntN(52)))*int64(1-2*rng.IntN(2)))
+		} else {
+			v = fmt.Append(nil, float64(rng.Int64N(1<<(1+rng.IntN(50))))/float64(int64(1)<<rng.IntN(30))*float64(1-2*rng.IntN(2)))
+		}
+		if kn := plainNumber(v); kn.k != kNull {
+			check(v, kn)
+		}
+	}
+	for _, v := range []string{"0", "-1", "0.5", "-0.25", "123456789012345", "99999999999999.9", "1.00000000000001"} {
+		kn := plainNumber([]byte(v))
+		if kn.k == kNull {
+			t.Fatalf("%s is a plain number", v)
+		}
+		check([]byte(v), kn)
+	}
+	for range 100000 {
+		f := rng.Float64() * maxSerial
+		for _, k := range []kind{kDate, kDatetime, kText} {
+			v, kn, ok := appendSerialKnown(nil, f, k, rng.IntN(2) == 0)
+			if ok {
+				check(v, kn)
+			}
+		}
+	}
+}

@@ -392,6 +392,19 @@ func (s *sharedStrings) get(i int) ([]byte, bool, error) {
 	return b, true, nil
 }
 
+// inMemory is string i where it is held in memory; ok is false for no such string, or
+// one in the temp file.
+func (s *sharedStrings) inMemory(i int) (str []byte, ok bool) {
+	if i < 0 || i >= len(s.ends) || s.file != nil && s.ends[i] > s.fileBase {
+		return nil, false
+	}
+	start := uint32(0)
+	if i > 0 {
+		start = s.ends[i-1]
+	}
+	return s.mem[start:s.ends[i]:s.ends[i]], true
+}
+
 func (s *sharedStrings) close() {
 	if s.file != nil {
 		s.file.Close()

@@ -112,7 +112,12 @@ func (s *xmlScanner) next() (*xmlToken, error) {
 		if b[0] != '<' {
 			i := bytes.IndexByte(b, '<')
 			if i < 0 {
-				i = len(b)
+				if i = textCut(b); i == 0 {
+					if s.fill() {
+						continue
+					}
+					i = len(b) // the input's end
+				}
 			}
 			s.pos += i
 			*t = xmlToken{kind: tokText, text: b[:i]}
@@ -171,32 +176,39 @@ func (s *xmlScanner) tag() ([]byte, error) {
 			}
 		}
 	}
-	from := 1 // the < is at s.pos
 	for {
-		b := s.buf[s.pos:s.end]
-		var quote byte
-		for i := from; i < len(b); i++ {
-			c := b[i]
-			switch {
-			case quote != 0:
-				if c == quote {
-					quote = 0
-				}
-			case c == '"' || c == '\'':
-				quote = c
-			case c == '>':
-				s.pos += i + 1
-				if i == 1 {
-					return nil, errorf(Malformed, "The workbook's XML is malformed (an empty tag).")
-				}
-				return b[1:i], nil
+		b := s.buf[s.pos:s.end] // the < is at s.pos
+		if i := tagEnd(b, 1); i >= 0 {
+			s.pos += i + 1
+			if i == 1 {
+				return nil, errorf(Malformed, "The workbook's XML is malformed (an empty tag).")
 			}
+			return b[1:i], nil
 		}
 		// Rescanning from the tag's start after a refill keeps the quote state right.
 		if !s.fill() {
 			return nil, s.errInMarkup()
 		}
 	}
+}
+
+// tagEnd is where the > that ends the tag b starts is, looking from b[from] on, outside
+// the tag's quoted attribute values; -1 when b holds none.
+func tagEnd(b []byte, from int) int {
+	var quote byte
+	for i := from; i < len(b); i++ {
+		switch c := b[i]; {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '>':
+			return i
+		}
+	}
+	return -1
 }
 
 // until consumes input up to and including end and returns what came before it (from
@@ -301,6 +313,23 @@ func attr(attrs []byte, name string) []byte {
 	}
 }
 
+// textCut is how much of text b, which ends the buffer, is handed out: not a reference
+// (&amp;) or a line end (\r\n) that what follows may finish, which are read whole.
+func textCut(b []byte) int {
+	n := len(b)
+	tail := max(0, n-maxReference)
+	if j := bytes.LastIndexByte(b[tail:], '&'); j >= 0 && bytes.IndexByte(b[tail+j:], ';') < 0 {
+		n = tail + j
+	}
+	if n > 0 && b[n-1] == '\r' {
+		n--
+	}
+	return n
+}
+
+// maxReference is the longest reference appendText reads, &#x10FFFF; and shorter.
+const maxReference = 12
+
 // textSpecial are the bytes after which text needs more than a copy: an entity, and the
 // line ends XML normalizes (\r\n and \r are \n).
 var textSpecial = [256]bool{'&': true, '\r': true}
@@ -322,7 +351,7 @@ func appendText(dst, b []byte) []byte {
 			}
 			continue
 		case '&':
-			j := bytes.IndexByte(b[i:min(len(b), i+12)], ';')
+			j := bytes.IndexByte(b[i:min(len(b), i+maxReference)], ';')
 			if j > 1 {
 				if r, ok := entity(b[i+1 : i+j]); ok {
 					dst = utf8.AppendRune(dst, r)
