@@ -297,10 +297,14 @@ func TestFaults(t *testing.T) {
 		}
 		next := alice.post(conv, "again") // the conversation is free at once: no 409
 		alice.finishTurn(conv, next)
+		// The run's record, refused during the outage, is written once Postgres is back
+		// (after the turn, on a busy machine): it lands, once.
 		var n int
 		db := f.pg.conn(t)
-		if err := db.QueryRow(ctx, `select count(*) from executions where conversation_id = $1 and status = 'success'`, conv).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("%d successful executions (%v), want 1", n, err)
+		if _, ok := poll(30*time.Second, func() bool {
+			return db.QueryRow(ctx, `select count(*) from executions where conversation_id = $1 and status = 'success'`, conv).Scan(&n) == nil && n >= 1
+		}); !ok || n != 1 {
+			t.Fatalf("%d successful executions, want 1", n)
 		}
 	})
 
