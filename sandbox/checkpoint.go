@@ -123,7 +123,14 @@ func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
 	if !due {
 		return
 	}
-	if err := c.save(ctx, lv, "", version, budget); err != nil && !expectedCheckpointErr(err) {
+	err := c.save(ctx, lv, "", version, budget)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// The call's deadline stops the process (ErrGone): said here, or a machine too
+		// busy to save heaps in time would bring sessions back by replay without a word.
+		c.log.Warn("sandbox checkpoint before "+before+" did not finish in time; the session comes back by its log", "session", lv.name(), "err", context.Cause(ctx))
+	case !expectedCheckpointErr(err):
 		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.name(), "err", err)
 	}
 }

@@ -92,6 +92,9 @@ func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Conte
 		return err
 	}
 	defer func() { _ = l.st.Release(context.WithoutCancel(ctx), key, token) }()
+	// The lease's life counts from here, not from when the renewing goroutine first runs
+	// (late on a busy machine): what the log says of a lost lease must be its real age.
+	held := time.Now()
 
 	lctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
@@ -100,7 +103,6 @@ func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Conte
 	wg.Go(func() {
 		t := time.NewTicker(leaseTTL / 3)
 		defer t.Stop()
-		held := time.Now()
 		for {
 			select {
 			case <-stop:

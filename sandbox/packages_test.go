@@ -42,7 +42,7 @@ func TestPackages(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.evictFirst {
-				evictLive(t, e, "pkg")
+				evictSaved(t, e, "pkg")
 			}
 			r := mustSucceed(t, e, "pkg", tt.code)
 			if got := resultOf(r); got != tt.want {

@@ -80,7 +80,7 @@ func TestPip(t *testing.T) {
 		}
 	})
 	t.Run("the installed package survives a restore from Redis in a new process", func(t *testing.T) {
-		evictLive(t, e, "main")
+		evictSaved(t, e, "main")
 		r := mustSucceed(t, e, "main", "import importlib, sandchat_pipdep, sandchat_pipmain\nimportlib.reload(sandchat_pipdep)\nimportlib.reload(sandchat_pipmain).hello()")
 		if resultOf(r) != want || r.Session.RestoredFrom != FromSnapshot {
 			t.Fatalf("got %s from %s (stderr %q)", resultOf(r), r.Session.RestoredFrom, r.Stderr)
