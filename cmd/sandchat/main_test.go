@@ -310,9 +310,14 @@ func (c *client) dialWith(d *websocket.Dialer, header http.Header, query string)
 
 func (c *client) socket() *socket {
 	c.t.Helper()
-	conn, _, err := c.dial(http.Header{"Authorization": {"Bearer " + c.token}}, "")
+	conn, resp, err := c.dial(http.Header{"Authorization": {"Bearer " + c.token}}, "")
 	if err != nil {
-		c.t.Fatalf("dial: %v", err)
+		why := ""
+		if resp != nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+			why = fmt.Sprintf(" (%s: %s)", resp.Status, body)
+		}
+		c.t.Fatalf("dial: %v%s", err, why)
 	}
 	c.t.Cleanup(func() { conn.Close() })
 	return &socket{t: c.t, conn: conn}
