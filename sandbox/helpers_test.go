@@ -64,7 +64,11 @@ func testConfig(prefix string) Config {
 	// where scheduling is that slow: .ci/cgroup2 sets it for its one-CPU VM, a user-mode
 	// kernel whose every context switch and page fault are host round trips, so that a
 	// host busy with the rest of the suite stalls the guest for seconds.
-	if g, err := time.ParseDuration(os.Getenv("SANDCHAT_SANDBOX_GRACE")); err == nil {
+	if v := os.Getenv("SANDCHAT_SANDBOX_GRACE"); v != "" {
+		g, err := time.ParseDuration(v)
+		if err != nil {
+			panic(fmt.Sprintf("SANDCHAT_SANDBOX_GRACE: %v", err))
+		}
 		c.Grace = g
 	}
 	c.RedisPrefix = prefix
