@@ -3,6 +3,7 @@ package frontendapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -159,6 +160,10 @@ func (h *Hub) join(ctx context.Context, cl *client, name string, convID int64) e
 	}
 	h.subMu.Unlock()
 	if err != nil {
+		err = h.resubscribe(ctx, name, c.ready, err)
+	}
+	if err != nil {
+		h.log.Warn("subscribe", "channel", name, "err", err)
 		h.leave(cl, name)
 		return err
 	}
@@ -169,6 +174,38 @@ func (h *Hub) join(ctx context.Context, cl *client, name string, convID int64) e
 		h.leave(cl, name)
 		return ctx.Err()
 	}
+}
+
+// subscribeRetries are the pauses before each new SUBSCRIBE after one fails. go-redis
+// drops a pub/sub connection whose command fails and dials anew on the next one,
+// subscribing again every channel it holds: a connection cut by the server (a failover,
+// an output buffer over its limit) fails one SUBSCRIBE and a later one succeeds. A
+// Redis that stays down fails them all, in about a second when it refuses connections.
+var subscribeRetries = []time.Duration{50 * time.Millisecond, 250 * time.Millisecond, 750 * time.Millisecond}
+
+// resubscribe sends SUBSCRIBE for name again after failed, until Redis takes it, ready
+// closes (a reconnect subscribed it), the retries run out or ctx ends. The channel
+// cannot go while its joining client is in it, so the pauses are taken without subMu:
+// other sockets join and leave meanwhile.
+func (h *Hub) resubscribe(ctx context.Context, name string, ready <-chan struct{}, failed error) error {
+	err := failed
+	for _, pause := range subscribeRetries {
+		h.log.Info("subscribe failed, trying again", "channel", name, "in", pause, "err", err)
+		select {
+		case <-ready:
+			return nil
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(pause):
+		}
+		h.subMu.Lock()
+		err = h.ps.Subscribe(ctx, name)
+		h.subMu.Unlock()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func (h *Hub) leave(cl *client, name string) {

@@ -2,11 +2,18 @@ package frontendapi
 
 import (
 	"context"
-	"github.com/sandchat/sandchat/migrations/testenv"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
 )
 
 // fakeClient is a socket without a connection: what the hub hands it stays in its
@@ -196,5 +203,86 @@ func TestCloseCodeFirstWins(t *testing.T) {
 	restarting.enqueue(outItem{op: opFrame, payload: make([]byte, 11)})
 	if restarting.closeCode != closeRestart || counter(t, h.metrics.slowClosed) != 1 {
 		t.Fatalf("close code %d, slow disconnects %v: want 1012 and the first client's 1", restarting.closeCode, counter(t, h.metrics.slowClosed))
+	}
+}
+
+// flakyDialer dials Redis for a client whose connections a test can cut: while down it
+// refuses to dial, as a Redis failing over does.
+type flakyDialer struct {
+	mu      sync.Mutex
+	down    bool
+	refused int
+	last    string // local address of the last connection, as Redis names its client
+}
+
+func (d *flakyDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		d.refused++
+		return nil, fmt.Errorf("dial %s: connection refused (the test holds Redis down)", addr)
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		d.last = conn.LocalAddr().String()
+	}
+	return conn, err
+}
+
+func (d *flakyDialer) set(down bool) (last string, refused int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = down
+	return d.last, d.refused
+}
+
+// TestHubJoinAcrossCut: a socket that joins while the hub's pub/sub connection has just
+// been cut (Redis dropped it, and the first dial again failed) is not refused: the hub
+// tries the SUBSCRIBE again and go-redis, dialing anew, subscribes every channel, so the
+// client already there gets a resync and both get what is published next.
+func TestHubJoinAcrossCut(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	dialer := &flakyDialer{}
+	opts := *rdb.Options()
+	opts.Dialer = dialer.dial
+	flaky := redis.NewClient(&opts)
+	t.Cleanup(func() { flaky.Close() })
+	bus := testBus{rdb: flaky, prefix: prefix}
+	h := NewHub(bus, openConversations{}, WSConfig{}, slog.New(slog.NewTextHandler(logWriter{t}, nil)))
+	t.Cleanup(func() { _ = h.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	there, joining := fakeClient(h), fakeClient(h)
+	if err := h.join(ctx, there, bus.ConversationChannel(7), 7); err != nil {
+		t.Fatal(err)
+	}
+	pubsub, _ := dialer.set(true)
+	if err := rdb.ClientKillByFilter(ctx, "ADDR", pubsub).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis has seen the cut and failed to dial again: the next SUBSCRIBE dials and fails.
+	testenv.Eventually(t, 5*time.Second, "a dial refused after the cut", func() bool {
+		_, refused := dialer.set(true)
+		return refused > 0
+	})
+	time.AfterFunc(100*time.Millisecond, func() { dialer.set(false) })
+	if err := h.join(ctx, joining, bus.ConversationChannel(8), 8); err != nil {
+		t.Fatalf("join while the pub/sub connection was being restored: %v, want it to wait for the new connection", err)
+	}
+	for i, cl := range []*client{there, joining} {
+		conv := int64(7 + i)
+		if err := rdb.Publish(ctx, bus.ConversationChannel(conv), fmt.Sprintf(`{"type":"message.delta","conversation_id":%d,"seq":5}`, conv)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var got []outItem
+		testenv.Eventually(t, 5*time.Second, "the event delivered after the cut", func() bool {
+			got = append(got, cl.taken()...)
+			return slices.ContainsFunc(got, func(it outItem) bool { return it.op == opEvent && it.conv == conv && it.seq == 5 })
+		})
+		if conv == 7 && !slices.ContainsFunc(got, func(it outItem) bool { return it.op == opResync }) {
+			t.Fatalf("the client joined before the cut got %+v, want a resync for what the cut lost", got)
+		}
 	}
 }
