@@ -229,10 +229,15 @@ func (d *flakyDialer) dial(ctx context.Context, network, addr string) (net.Conn,
 	return conn, err
 }
 
-func (d *flakyDialer) set(down bool) (last string, refused int) {
+func (d *flakyDialer) hold(down bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.down = down
+}
+
+func (d *flakyDialer) seen() (last string, refused int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return d.last, d.refused
 }
 
@@ -258,16 +263,17 @@ func TestHubJoinAcrossCut(t *testing.T) {
 	if err := h.join(ctx, there, bus.ConversationChannel(7), 7); err != nil {
 		t.Fatal(err)
 	}
-	pubsub, _ := dialer.set(true)
+	dialer.hold(true)
+	pubsub, _ := dialer.seen()
 	if err := rdb.ClientKillByFilter(ctx, "ADDR", pubsub).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// go-redis has seen the cut and failed to dial again: the next SUBSCRIBE dials and fails.
 	testenv.Eventually(t, 5*time.Second, "a dial refused after the cut", func() bool {
-		_, refused := dialer.set(true)
+		_, refused := dialer.seen()
 		return refused > 0
 	})
-	time.AfterFunc(100*time.Millisecond, func() { dialer.set(false) })
+	time.AfterFunc(100*time.Millisecond, func() { dialer.hold(false) })
 	if err := h.join(ctx, joining, bus.ConversationChannel(8), 8); err != nil {
 		t.Fatalf("join while the pub/sub connection was being restored: %v, want it to wait for the new connection", err)
 	}
