@@ -31,6 +31,7 @@ func TestBrowserPreview(t *testing.T) {
 		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
 		chromedp.Click("#login button", chromedp.ByQuery),
 		until(`document.querySelector("#conv-title").textContent === "test" && document.querySelectorAll("#attachments .chip-row").length === 3`),
+		until(socketOpen),
 	)
 	tb.run(t, "Data analysis is in the toolbar popup like any tool, with its toast",
 		chromedp.Click("#tools-button", chromedp.ByID),

@@ -132,8 +132,10 @@ func openTab(t *testing.T, root context.Context, name, dir string) *tab {
 				return err
 			}
 		}
-		if _, err := page.AddScriptToEvaluateOnNewDocument(toastLog).Do(ctx); err != nil {
-			return err
+		for _, script := range []string{toastLog, socketLog} {
+			if _, err := page.AddScriptToEvaluateOnNewDocument(script).Do(ctx); err != nil {
+				return err
+			}
 		}
 		return cdplog.Enable().Do(ctx)
 	})); err != nil {
@@ -152,6 +154,29 @@ const toastLog = `addEventListener("DOMContentLoaded", () => {
 		if (!seen.has(t)) { seen.add(t); seenToasts.push(t.className + ": " + t.textContent); }
 	})).observe(box, { childList: true, subtree: true });
 });`
+
+// socketLog keeps what the page's WebSockets did (opened, closed and why) in
+// window.socketLog, for a failed step to say. A toast goes out on the user's channel to the
+// sockets open then and is not replayed: a step that waits for one starts once the page's
+// socket is open (socketOpen).
+const socketLog = `(() => {
+	const Real = window.WebSocket;
+	let last = null;
+	window.socketLog = [];
+	window.socketOpen = () => last?.readyState === Real.OPEN;
+	window.WebSocket = class extends Real {
+		constructor(...args) {
+			super(...args);
+			last = this;
+			const t0 = performance.now(), ms = () => Math.round(performance.now() - t0) + " ms";
+			this.addEventListener("open", () => socketLog.push("opened after " + ms()));
+			this.addEventListener("close", (e) => socketLog.push("closed after " + ms() + ": " + e.code + " " + e.reason));
+		}
+	};
+})()`
+
+// socketOpen is a JS condition: the page's newest WebSocket is open.
+const socketOpen = `window.socketOpen()`
 
 func (tb *tab) fail(msg string) {
 	tb.mu.Lock()
@@ -194,13 +219,14 @@ func (tb *tab) run(t *testing.T, what string, actions ...chromedp.Action) {
 		var png []byte
 		dctx, dcancel := context.WithTimeout(tb.ctx, 5*time.Second)
 		defer dcancel()
-		var toasts string
+		var toasts, sockets string
 		_ = chromedp.Run(dctx, page.BringToFront(), chromedp.Evaluate(`JSON.stringify(window.seenToasts || [])`, &toasts),
+			chromedp.Evaluate(`JSON.stringify(window.socketLog || [])`, &sockets),
 			chromedp.OuterHTML("html", &html, chromedp.ByQuery), chromedp.CaptureScreenshot(&png))
 		name := filepath.Join(tb.dir, "failure-"+strings.NewReplacer(" ", "-", "/", "-", "'", "").Replace(what)+".png")
 		_ = os.WriteFile(name, png, 0o644)
 		tb.check(t)
-		t.Fatalf("%s: %s: %v (screenshot %s)\ntoasts shown in this page: %s\npage: %.4000s", tb.name, what, err, name, toasts, html)
+		t.Fatalf("%s: %s: %v (screenshot %s)\ntoasts shown in this page: %s\nits WebSockets: %s\npage: %.4000s", tb.name, what, err, name, toasts, sockets, html)
 	}
 	tb.check(t)
 }
@@ -354,7 +380,7 @@ func TestBrowserChat(t *testing.T) {
 
 	t.Run("the popup shows it on from the agent; off toasts in two tabs; a click outside closes it", func(t *testing.T) {
 		// The second tab has no conversation open: its toast names the one changed.
-		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`))
+		tab2.run(t, "tab 2 is signed in by the kept token", chromedp.Navigate(base+"/"), until(`document.querySelector("#me").textContent === "alice"`), until(socketOpen))
 		tab1.run(t, "the button says the sandbox is on before it opens", until(toolsButton("Internal tools: Python sandbox on", "Python")))
 		tab1.run(t, "open the popup",
 			chromedp.Click("#tools-button", chromedp.ByID),
