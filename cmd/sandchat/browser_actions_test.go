@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/accessibility"
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
@@ -74,10 +76,10 @@ func press(role, name, selector string) chromedp.Action {
 		aimed := false
 		poll(5*time.Second, func() bool {
 			if err = controls(role, name, selector, &found).Do(ctx); err != nil || len(found) != 1 {
-				return err != nil
+				return err != nil && !redrawn(&err)
 			}
 			aimed, err = aim(ctx, found[0], &x, &y)
-			return err != nil || aimed
+			return (err != nil && !redrawn(&err)) || aimed
 		})
 		if err != nil {
 			return err
@@ -90,6 +92,18 @@ func press(role, name, selector string) chromedp.Action {
 		}
 		return chromedp.MouseClickXY(x, y).Do(ctx)
 	})
+}
+
+// redrawn tells whether *err is the browser's answer about a node the page removed after
+// it was found (it redraws a list when an event comes), and then clears it: the caller
+// looks for the control again.
+func redrawn(err *error) bool {
+	var ce *cdproto.Error
+	if !errors.As(*err, &ce) || !strings.Contains(ce.Message, "Node is detached from document") && !strings.Contains(ce.Message, "No node with given id found") {
+		return false
+	}
+	*err = nil
+	return true
 }
 
 // aim scrolls node into view and sets x, y to its middle if the page shows the node
