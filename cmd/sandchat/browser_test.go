@@ -665,13 +665,21 @@ func TestBrowserChat(t *testing.T) {
 	})
 
 	t.Run("keyboard only: open a conversation", func(t *testing.T) {
-		tab2.run(t, "load the chat", chromedp.Reload(), until(`document.querySelectorAll("#convs a").length === 1`))
+		// Tab moves only among what is shown: the list is drawn and shown, and the page is
+		// signed in, before the first press.
+		tab2.run(t, "load the chat", chromedp.Reload(),
+			until(`document.querySelector("#me").textContent === "alice" && document.querySelectorAll("#convs a").length === 1 && document.querySelector("#convs a").checkVisibility()`))
 		var found bool
+		var trail []string
 		for i := 0; i < 40 && !found; i++ {
-			tab2.run(t, "tab", chromedp.KeyEvent(kb.Tab), chromedp.Evaluate(`document.activeElement.matches("#convs a")`, &found))
+			var at string
+			tab2.run(t, "tab", chromedp.KeyEvent(kb.Tab),
+				chromedp.Evaluate(`(() => { const a = document.activeElement; return a ? a.tagName.toLowerCase() + (a.id ? "#" + a.id : "") + (a.className ? "." + String(a.className).split(" ")[0] : "") : "none" })()`, &at),
+				chromedp.Evaluate(`document.activeElement.matches("#convs a")`, &found))
+			trail = append(trail, at)
 		}
 		if !found {
-			t.Fatal("Tab never reached the conversation list")
+			t.Fatalf("Tab never reached the conversation list; the focus went %s", strings.Join(trail, " → "))
 		}
 		var outline string
 		tab2.run(t, "focus is visible", chromedp.Evaluate(`getComputedStyle(document.activeElement).boxShadow`, &outline))

@@ -116,25 +116,26 @@ func TestBrowserSmallTruths(t *testing.T) {
 	t.Run("the output box follows its output, during and after the run", func(t *testing.T) {
 		const tag = "box"
 		code := fmt.Sprintf("```python\nimport time\nfor i in range(40):\n    print('%s line', i, flush=True)\n    time.sleep(0.05)\n```", tag)
-		var top, height, scroll float64
+		// Where the box is and how far it can go are read at one instant: a line may come
+		// between two reads, and the box follows it at once.
+		var box struct{ Top, End float64 }
+		read := chromedp.Evaluate(`(() => { const p = `+outBox(tag)+`; return { Top: p.scrollTop, End: p.scrollHeight - p.clientHeight } })()`, &box)
 		tb.run(t, "run it and watch the box while lines come",
 			say(code),
 			until(fmt.Sprintf(`%s.length >= 25`, linesOf(tag))),
 			until(fmt.Sprintf(`!%s.dataset.done`, cellOf(tag))),
-			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
-			chromedp.Evaluate(outBox(tag)+`.scrollHeight - `+outBox(tag)+`.clientHeight`, &height),
+			read,
 		)
 		tb.shot(t, "01-box-following")
-		if height <= 40 || height-top > 2 {
-			t.Errorf("while lines come the box is at %v of %v", top, height)
+		if box.End <= 40 || box.End-box.Top > 2 {
+			t.Errorf("while lines come the box is at %v of %v", box.Top, box.End)
 		}
 		tb.run(t, "after the run the box shows its last line",
 			until(fmt.Sprintf(`%s.dataset.done && !document.querySelector("#send").hidden`, cellOf(tag))),
-			chromedp.Evaluate(outBox(tag)+`.scrollTop`, &top),
-			chromedp.Evaluate(outBox(tag)+`.scrollHeight - `+outBox(tag)+`.clientHeight`, &scroll),
+			read,
 		)
-		if scroll <= 40 || scroll-top > 2 {
-			t.Errorf("after the run the box is at %v of %v", top, scroll)
+		if box.End <= 40 || box.End-box.Top > 2 {
+			t.Errorf("after the run the box is at %v of %v", box.Top, box.End)
 		}
 	})
 
