@@ -37,7 +37,8 @@ type RunEnd struct {
 // bound, and the process says when it is done (once: a second word, which user code
 // can forge, never extends the limit). At the limit, or when ctx ends, the code is
 // interrupted; if it does not stop within Grace, kill is called (it must stop the
-// process) and Run returns once the call has.
+// process) and Run returns once the call has. Grace counts only time this server ran
+// (awakeFor): code is not killed for a pause it could not have stopped in.
 func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, h RunHooks, kill func()) RunEnd {
 	started := make(chan struct{}, 1)
 	p.setHooks(h, func() {
@@ -89,9 +90,11 @@ wait:
 		select {
 		case <-sent:
 			p.interrupt()
+			stop := make(chan struct{})
 			select {
 			case end = <-done:
-			case <-time.After(grace):
+				close(stop)
+			case <-awakeFor(grace, stop):
 				kill()
 				end = <-done
 				end.Stuck = true
@@ -109,4 +112,52 @@ wait:
 		}
 	}
 	return end
+}
+
+// A grace is counted in steps of awakeStep. A step that took over stoodStill means the
+// server stood still meanwhile (a paused or starved VM, a stopped process, a suspended
+// host): the session's process stood still with it, so the step counts as one step, not
+// as its length.
+const (
+	awakeStep  = 100 * time.Millisecond
+	stoodStill = time.Second
+)
+
+// awakeFor is closed after d of time in which this server ran, unless stop is closed
+// first.
+func awakeFor(d time.Duration, stop <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		t := time.NewTicker(awakeStep)
+		defer t.Stop()
+		a := awake{last: time.Now()}
+		for !a.add(time.Now(), d) {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+		close(out)
+	}()
+	return out
+}
+
+// awake sums the time a server ran, from the instants it looked at the clock.
+type awake struct {
+	ran  time.Duration
+	last time.Time
+}
+
+// add counts the time up to now and tells whether d has been reached.
+func (a *awake) add(now time.Time, d time.Duration) bool {
+	step := now.Sub(a.last)
+	if step > stoodStill {
+		step = awakeStep
+	}
+	if step > 0 {
+		a.ran += step
+	}
+	a.last = now
+	return a.ran >= d
 }
