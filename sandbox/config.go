@@ -15,6 +15,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // Isolation modes.
@@ -61,6 +62,10 @@ type Config struct {
 	// RestoreTimeout bounds bringing a session back (restore, packages, replay); a
 	// process that takes longer is killed.
 	RestoreTimeout time.Duration
+	// LeaseTTL is how long a session's lease outlives its node's last renewal: another
+	// node takes over a dead node's sessions after it, and a node that stood still longer
+	// (a paused VM) loses the runs it held.
+	LeaseTTL time.Duration
 
 	MemoryBytes int64 // the interpreter's WebAssembly heap: past it Python gets MemoryError
 	// RuntimeOverheadBytes is what Deno, V8 and the compiled wasm need beside the heap:
@@ -114,6 +119,7 @@ func DefaultConfig() Config {
 		MaxTimeout:           300 * time.Second,
 		Grace:                3 * time.Second,
 		RestoreTimeout:       2 * time.Minute,
+		LeaseTTL:             state.LeaseTTL,
 		MemoryBytes:          512 << 20,
 		RuntimeOverheadBytes: 384 << 20,
 		MaxStateBytes:        64 << 20,
@@ -199,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.Grace < 100*time.Millisecond || c.Grace > time.Minute {
 		bad("sandbox grace must be between 100ms and 1m, got %s", c.Grace)
+	}
+	if c.LeaseTTL < time.Second || c.LeaseTTL > 5*time.Minute {
+		bad("sandbox lease TTL must be between 1s and 5m, got %s", c.LeaseTTL)
 	}
 	if c.MemoryBytes < 64<<20 || c.MemoryBytes > 4<<30 {
 		bad("sandbox memory must be between 64 MiB and 4 GiB (wasm32), got %d bytes", c.MemoryBytes)

@@ -181,6 +181,10 @@ func TestLeaseLostStopsRun(t *testing.T) {
 	ctx := context.Background()
 	// The run takes its lease.
 	testenv.Eventually(t, 20*time.Second, "the lease taken", func() bool { return b.rdb.Get(ctx, lease).Val() != "" })
+	// for the engine's LeaseTTL, not longer
+	if ttl := b.rdb.PTTL(ctx, lease).Val(); ttl <= 0 || ttl > b.cfg.LeaseTTL {
+		t.Fatalf("the lease expires in %v, want within the engine's LeaseTTL (%v)", ttl, b.cfg.LeaseTTL)
+	}
 	time.Sleep(500 * time.Millisecond)
 	if err := b.rdb.Set(ctx, lease, "another-server", time.Minute).Err(); err != nil {
 		t.Fatal(err)

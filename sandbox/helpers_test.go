@@ -64,12 +64,16 @@ func testConfig(prefix string) Config {
 	// where scheduling is that slow: .ci/cgroup2 sets it for its one-CPU VM, a user-mode
 	// kernel whose every context switch and page fault are host round trips, so that a
 	// host busy with the rest of the suite stalls the guest for seconds.
-	if v := os.Getenv("SANDCHAT_SANDBOX_GRACE"); v != "" {
-		g, err := time.ParseDuration(v)
-		if err != nil {
-			panic(fmt.Sprintf("SANDCHAT_SANDBOX_GRACE: %v", err))
+	// SANDCHAT_SANDBOX_LEASE_TTL likewise: a guest that stands still longer than a lease
+	// loses the runs it holds, as a paused server does.
+	for env, d := range map[string]*time.Duration{"SANDCHAT_SANDBOX_GRACE": &c.Grace, "SANDCHAT_SANDBOX_LEASE_TTL": &c.LeaseTTL} {
+		if v := os.Getenv(env); v != "" {
+			g, err := time.ParseDuration(v)
+			if err != nil {
+				panic(fmt.Sprintf("%s: %v", env, err))
+			}
+			*d = g
 		}
-		c.Grace = g
 	}
 	c.RedisPrefix = prefix
 	c.QueueDepth = 32

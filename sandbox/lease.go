@@ -83,12 +83,13 @@ func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Conte
 		return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 2,
 			Message: fmt.Sprintf("This session already has %d runs waiting; try again shortly.", l.cfg.QueueDepth)}
 	}
+	ttl := l.cfg.LeaseTTL
 	unlock, err := l.locks.lock(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := l.st.Acquire(ctx, key, token); err != nil {
+	if err := l.st.Acquire(ctx, key, token, ttl); err != nil {
 		return err
 	}
 	defer func() { _ = l.st.Release(context.WithoutCancel(ctx), key, token) }()
@@ -101,21 +102,21 @@ func (l *leases) with(ctx context.Context, key string, fn func(ctx context.Conte
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(leaseTTL / 3)
+		t := time.NewTicker(ttl / 3)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.Background(), leaseTTL/3)
+				rctx, cancel := context.WithTimeout(context.Background(), ttl/3)
 				asked := time.Now()
-				ok, err := l.st.Renew(rctx, key, token)
+				ok, err := l.st.Renew(rctx, key, token, ttl)
 				cancel()
 				switch {
 				case err == nil && ok:
 					held = time.Now()
-				case err == nil, time.Since(held) >= leaseTTL:
+				case err == nil, time.Since(held) >= ttl:
 					why := "another holder or expired"
 					if err != nil {
 						why = err.Error()

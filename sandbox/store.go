@@ -37,8 +37,8 @@ type sessionStore interface {
 type leaseStore interface {
 	Admit(ctx context.Context, session, token string, depth int, stale time.Duration) (bool, error)
 	Leave(ctx context.Context, session, token string) error
-	Acquire(ctx context.Context, session, token string) error
-	Renew(ctx context.Context, session, token string) (bool, error)
+	Acquire(ctx context.Context, session, token string, ttl time.Duration) error
+	Renew(ctx context.Context, session, token string, ttl time.Duration) (bool, error)
 	Release(ctx context.Context, session, token string) error
 }
 
@@ -51,7 +51,6 @@ type baseStore interface {
 const (
 	modeSnapshot = state.ModeSnapshot
 	modeReplay   = state.ModeReplay
-	leaseTTL     = state.LeaseTTL
 )
 
 var (

@@ -140,6 +140,8 @@ var sandboxSettings = func() []setting {
 			into: duration(func(c *Config) *time.Duration { return &engine(c).MaxTimeout })},
 		{env: "SANDBOX_GRACE", def: dur(def.Grace), help: "how long code may ignore the interrupt before its process is killed",
 			into: duration(func(c *Config) *time.Duration { return &engine(c).Grace })},
+		{env: "SANDBOX_LEASE_TTL", def: dur(def.LeaseTTL), help: "how long a session's lease outlives its server's last renewal: another server takes a dead one's sessions after it, and a server that stood still longer loses the runs it held",
+			into: duration(func(c *Config) *time.Duration { return &engine(c).LeaseTTL })},
 		{env: "SANDBOX_RESTORE_TIMEOUT", def: dur(def.RestoreTimeout), help: "how long bringing a session back may take (restore, packages, replay)",
 			into: duration(func(c *Config) *time.Duration { return &engine(c).RestoreTimeout })},
 		{env: "SANDBOX_ADMIT_TIMEOUT", def: dur(def.AdmitTimeout), help: "the longest a run waits for a session process before a 429",

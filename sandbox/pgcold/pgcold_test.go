@@ -52,7 +52,7 @@ func (d *deployment) save(session string, from int64, heap []byte, files map[str
 	d.t.Helper()
 	ctx := context.Background()
 	token := state.NewToken()
-	if err := d.st.Acquire(ctx, session, token); err != nil {
+	if err := d.st.Acquire(ctx, session, token, state.LeaseTTL); err != nil {
 		d.t.Fatal(err)
 	}
 	defer func() { _ = d.st.Release(ctx, session, token) }()
@@ -147,7 +147,7 @@ func TestUnchangedBlobsAreNotRewritten(t *testing.T) {
 	}
 	v = d.save("conv:1", v, heap, nil)
 	token := state.NewToken()
-	if err := d.st.Acquire(ctx, "conv:1", token); err != nil {
+	if err := d.st.Acquire(ctx, "conv:1", token, state.LeaseTTL); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.st.Checkpoint(ctx, "conv:1", state.Checkpoint{Token: token, Version: v, Base: "base", Build: "build",

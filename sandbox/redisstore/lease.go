@@ -5,12 +5,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// Leases: one run at a time per session, across nodes. A lease expires state.LeaseTTL
-// after its last renewal, so a node that died gives its sessions up in seconds.
+// Leases: one run at a time per session, across nodes. A lease expires ttl after its last
+// renewal (the engine's LeaseTTL), so a node that died gives its sessions up in seconds.
 
 var renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -22,11 +20,11 @@ return 0`)
 
 // Acquire waits for the session's lease. Local waiters are already serialised by the
 // engine, so this polls only for runs on other nodes.
-func (s *Store) Acquire(ctx context.Context, session, token string) error {
+func (s *Store) Acquire(ctx context.Context, session, token string, ttl time.Duration) error {
 	k := s.key(session, "lease")
 	wait := 5 * time.Millisecond
 	for {
-		ok, err := s.rdb.SetNX(ctx, k, token, state.LeaseTTL).Result()
+		ok, err := s.rdb.SetNX(ctx, k, token, ttl).Result()
 		if err != nil {
 			return fail(ctx, err)
 		}
@@ -43,8 +41,8 @@ func (s *Store) Acquire(ctx context.Context, session, token string) error {
 }
 
 // Renew extends a lease still held by token.
-func (s *Store) Renew(ctx context.Context, session, token string) (bool, error) {
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.key(session, "lease")}, token, state.LeaseTTL.Milliseconds()).Int64()
+func (s *Store) Renew(ctx context.Context, session, token string, ttl time.Duration) (bool, error) {
+	n, err := renewScript.Run(ctx, s.rdb, []string{s.key(session, "lease")}, token, ttl.Milliseconds()).Int64()
 	return n == 1, fail(ctx, err)
 }
 

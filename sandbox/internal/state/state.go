@@ -18,9 +18,11 @@ const (
 	ModeReplay   = "replay"   // no heap (compiled extensions, JS objects): the cells are run again
 )
 
-// LeaseTTL is how long a node that died keeps a session's lease: a live node renews it
-// every third of it, so a dead one's run is taken over in seconds.
-const LeaseTTL = 4 * time.Second
+// LeaseTTL is how long, by default, a node that died keeps a session's lease: a live
+// node renews it every third of it, so a dead one's run is taken over in seconds. A node
+// that stands still longer (a paused VM, a starved process: a loaded machine stalled one
+// for over 4 s) loses its leases (Config.LeaseTTL).
+const LeaseTTL = 10 * time.Second
 
 // State is what survives a process, a server restart or a move to another node.
 type State struct {
