@@ -45,10 +45,18 @@ func TestAdmission(t *testing.T) {
 	t.Parallel()
 	t.Run("a burst never holds more processes than the bound, and loses nothing", func(t *testing.T) {
 		const bound, sessions = 2, 5
-		e, _ := newEngine(t, func(c *Config) { c.MaxProcesses, c.MaxStarting, c.MaxLive = bound, 1, 8 })
+		// Each run waits for room as long as it takes: this is about the bound and about
+		// losing nothing, not about the deadline of a wait (the next test's). Under load
+		// five starts through one slot outlast the default 30 s.
+		e, _ := newEngine(t, func(c *Config) {
+			c.MaxProcesses, c.MaxStarting, c.MaxLive, c.AdmitTimeout = bound, 1, 8, 10*time.Minute
+		})
 		stop := make(chan struct{})
 		var most atomic.Int32
 		var sampler sync.WaitGroup
+		// The sampler ends before the engine does, however the test ends.
+		stopSampler := sync.OnceFunc(func() { close(stop); sampler.Wait() })
+		defer stopSampler()
 		sampler.Go(func() {
 			for {
 				if n := int32(sessionProcesses(t, e)); n > most.Load() {
@@ -78,8 +86,7 @@ func TestAdmission(t *testing.T) {
 				t.Errorf("session %d after eviction: x = %s", i, got)
 			}
 		}
-		close(stop)
-		sampler.Wait()
+		stopSampler()
 		if m := most.Load(); m > bound {
 			t.Fatalf("%d session processes at once; the bound is %d", m, bound)
 		}
