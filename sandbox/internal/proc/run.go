@@ -38,7 +38,7 @@ type RunEnd struct {
 // can forge, never extends the limit). At the limit, or when ctx ends, the code is
 // interrupted; if it does not stop within Grace, kill is called (it must stop the
 // process) and Run returns once the call has. Grace counts only time this server ran
-// (awakeFor): code is not killed for a pause it could not have stopped in.
+// (awaitAwake): code is not killed for a pause it could not have stopped in.
 func (p *Process) Run(ctx context.Context, msg RunReq, o *Blobs, lim RunLimits, h RunHooks, kill func()) RunEnd {
 	started := make(chan struct{}, 1)
 	p.setHooks(h, func() {
@@ -90,11 +90,8 @@ wait:
 		select {
 		case <-sent:
 			p.interrupt()
-			stop := make(chan struct{})
-			select {
-			case end = <-done:
-				close(stop)
-			case <-awakeFor(grace, stop):
+			var ok bool
+			if end, ok = awaitAwake(done, grace); !ok {
 				kill()
 				end = <-done
 				end.Stuck = true
@@ -123,24 +120,21 @@ const (
 	stoodStill = time.Second
 )
 
-// awakeFor is closed after d of time in which this server ran, unless stop is closed
-// first.
-func awakeFor(d time.Duration, stop <-chan struct{}) <-chan struct{} {
-	out := make(chan struct{})
-	go func() {
-		t := time.NewTicker(awakeStep)
-		defer t.Stop()
-		a := awake{last: time.Now()}
-		for !a.add(time.Now(), d) {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
+// awaitAwake waits for done for d of time in which this server ran: false, it did not
+// come within it.
+func awaitAwake(done <-chan RunEnd, d time.Duration) (RunEnd, bool) {
+	t := time.NewTicker(awakeStep)
+	defer t.Stop()
+	for a := (awake{last: time.Now()}); ; {
+		select {
+		case end := <-done:
+			return end, true
+		case <-t.C:
+			if a.add(time.Now(), d) {
+				return RunEnd{}, false
 			}
 		}
-		close(out)
-	}()
-	return out
+	}
 }
 
 // awake sums the time a server ran, from the instants it looked at the clock.
@@ -155,9 +149,7 @@ func (a *awake) add(now time.Time, d time.Duration) bool {
 	if step > stoodStill {
 		step = awakeStep
 	}
-	if step > 0 {
-		a.ran += step
-	}
+	a.ran += step
 	a.last = now
 	return a.ran >= d
 }

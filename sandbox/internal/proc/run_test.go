@@ -28,20 +28,19 @@ func TestAwakeSkipsWhatStoodStill(t *testing.T) {
 	}
 }
 
-// TestAwakeFor: the channel closes once the time has passed, and not when stopped first.
-func TestAwakeFor(t *testing.T) {
+// TestAwaitAwake: the answer is taken when it comes, and waited for no less than the
+// time counted.
+func TestAwaitAwake(t *testing.T) {
 	start := time.Now()
-	<-awakeFor(300*time.Millisecond, nil)
-	if d := time.Since(start); d < 300*time.Millisecond {
-		t.Fatalf("closed after %v, before the 300 ms it counts", d)
+	if _, ok := awaitAwake(nil, 300*time.Millisecond); ok {
+		t.Fatal("an answer that never came was taken")
 	}
-	stop := make(chan struct{})
-	c := awakeFor(200*time.Millisecond, stop)
-	close(stop)
-	<-awakeFor(600*time.Millisecond, nil)
-	select {
-	case <-c:
-		t.Fatal("closed although stopped")
-	default:
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("gave up after %v, before the 300 ms it counts", d)
+	}
+	done := make(chan RunEnd, 1)
+	done <- RunEnd{Started: true}
+	if end, ok := awaitAwake(done, time.Hour); !ok || !end.Started {
+		t.Fatalf("the answer that came: %+v, %v", end, ok)
 	}
 }
