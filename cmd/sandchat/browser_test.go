@@ -669,16 +669,17 @@ func TestBrowserChat(t *testing.T) {
 		// signed in, before the first press.
 		tab2.run(t, "load the chat", chromedp.Reload(),
 			until(`document.querySelector("#me").textContent === "alice" && document.querySelectorAll("#convs a").length === 1 && document.querySelector("#convs a").checkVisibility()`))
-		var found bool
-		var trail []string
-		for i := 0; i < 40 && !found; i++ {
-			var at string
-			tab2.run(t, "tab", chromedp.KeyEvent(kb.Tab),
-				chromedp.Evaluate(`(() => { const a = document.activeElement; return a ? a.tagName.toLowerCase() + (a.id ? "#" + a.id : "") + (a.className ? "." + String(a.className).split(" ")[0] : "") : "none" })()`, &at),
-				chromedp.Evaluate(`document.activeElement.matches("#convs a")`, &found))
-			trail = append(trail, at)
+		var focus struct {
+			At    string // where the press put the focus
+			Found bool   // on a conversation link
 		}
-		if !found {
+		var trail []string
+		for i := 0; i < 40 && !focus.Found; i++ {
+			tab2.run(t, "tab", chromedp.KeyEvent(kb.Tab),
+				chromedp.Evaluate(`(() => { const a = document.activeElement; return { At: a ? a.tagName.toLowerCase() + (a.id ? "#" + a.id : "") + (a.className ? "." + String(a.className).split(" ")[0] : "") : "none", Found: !!a?.matches("#convs a") } })()`, &focus))
+			trail = append(trail, focus.At)
+		}
+		if !focus.Found {
 			t.Fatalf("Tab never reached the conversation list; the focus went %s", strings.Join(trail, " → "))
 		}
 		var outline string
