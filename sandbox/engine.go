@@ -35,8 +35,9 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
-	history History // nil: a session the store lost starts fresh
-	leases  *leases // a session's runs, one at a time across nodes (lease.go)
+	history History  // nil: a session the store lost starts fresh
+	obs     Observer // what the engine does, for metrics (observe.go); never nil
+	leases  *leases  // a session's runs, one at a time across nodes (lease.go)
 
 	sess *sessions    // the live sessions of this node (sessions.go)
 	ckpt *checkpoints // their heaps, saved off the runs' path (checkpoint.go)
@@ -78,6 +79,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.obs = noObserver{}
 	e.res = &residency{cfg: &e.cfg, sess: e.sess}
 	e.adm = newAdmission(cfg, e.res.reclaim)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
