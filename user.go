@@ -48,4 +48,8 @@ type UserService interface {
 	CreateUser(ctx context.Context, name string, admin bool) (*User, string, error)
 	// Authenticate returns the user a token belongs to, or EUNAUTHORIZED.
 	Authenticate(ctx context.Context, token string) (*User, error)
+	// AuthenticateToken is Authenticate with the credential the token is: its id and
+	// expiry. A revoked or expired token, and any token of a disabled account, is
+	// EUNAUTHORIZED.
+	AuthenticateToken(ctx context.Context, token string) (*User, Credential, error)
 }
