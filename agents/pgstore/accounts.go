@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -35,15 +34,20 @@ func (s *Users) Accounts(ctx context.Context) ([]sandchat.Account, error) {
 	if err := sandchat.RequireAdmin(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, `select `+accountColumns+` from users u order by u.id`)
+	return list(ctx, s.db, "User", scanAccount, `select `+accountColumns+` from users u order by u.id`)
+}
+
+// list runs a query and scans each of its rows with scan.
+func list[T any](ctx context.Context, q pgdb.Querier, noun string, scan func(pgx.Row, *T) error, sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, pgdb.PgError(err, "User")
+		return nil, pgdb.PgError(err, noun)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.Account, error) {
-		var a sandchat.Account
-		return a, scanAccount(r, &a)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) {
+		var v T
+		return v, scan(r, &v)
 	})
-	return out, pgdb.PgError(err, "User")
+	return out, pgdb.PgError(err, noun)
 }
 
 // Account is one user.
@@ -72,25 +76,16 @@ func notYourself(ctx context.Context, id int64, what string) error {
 // adminTx runs fn in a transaction for an administrator, with the user's row locked:
 // what fn reads of the user stays true until it commits.
 func (s *Users) adminTx(ctx context.Context, userID int64, fn func(tx pgx.Tx, a sandchat.Account) error) error {
-	if err := sandchat.RequireAdmin(ctx); err != nil {
-		return err
-	}
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `select 1 from users where id = $1 for update`, userID); err != nil {
-		return pgdb.PgError(err, "User")
-	}
-	a, err := account(ctx, tx, userID)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx, a); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return s.auditedChange(ctx, func(tx pgx.Tx) (bool, error) {
+		if _, err := tx.Exec(ctx, `select 1 from users where id = $1 for update`, userID); err != nil {
+			return false, pgdb.PgError(err, "User")
+		}
+		a, err := account(ctx, tx, userID)
+		if err != nil {
+			return false, err
+		}
+		return true, fn(tx, a)
+	})
 }
 
 // SetDisabled disables or enables the account. A disabled account's tokens and browser
@@ -236,16 +231,8 @@ func (s *Users) Tokens(ctx context.Context, userID int64) ([]sandchat.Token, err
 	if err := sandchat.RequireAdmin(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, `select `+tokenColumns+` from api_tokens t join users u on u.id = t.user_id
+	return list(ctx, s.db, "token", scanToken, `select `+tokenColumns+` from api_tokens t join users u on u.id = t.user_id
 		where $1::bigint = 0 or t.user_id = $1 order by t.id`, userID)
-	if err != nil {
-		return nil, pgdb.PgError(err, "token")
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.Token, error) {
-		var t sandchat.Token
-		return t, scanToken(r, &t)
-	})
-	return out, pgdb.PgError(err, "token")
 }
 
 // MaxTokenTTL bounds a token's life: ten years is as good as never for a person, and a
@@ -326,16 +313,8 @@ func (s *Users) WebSessions(ctx context.Context, userID int64) ([]sandchat.WebSe
 	if err := sandchat.RequireAdmin(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, `select `+webSessionColumns+` from web_sessions s join users u on u.id = s.user_id
+	return list(ctx, s.db, "session", scanWebSession, `select `+webSessionColumns+` from web_sessions s join users u on u.id = s.user_id
 		where s.expires_at > now() and ($1::bigint = 0 or s.user_id = $1) order by s.id`, userID)
-	if err != nil {
-		return nil, pgdb.PgError(err, "session")
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.WebSession, error) {
-		var ws sandchat.WebSession
-		return ws, scanWebSession(r, &ws)
-	})
-	return out, pgdb.PgError(err, "session")
 }
 
 // RevokeWebSession ends a browser session, as its own sign-out does.
@@ -373,21 +352,15 @@ func (s *Users) Audit(ctx context.Context, q sandchat.AuditQuery) ([]sandchat.Au
 		q.Limit = 100
 	}
 	q.Limit = min(q.Limit, MaxAuditPage)
-	rows, err := s.db.Query(ctx, `select id, at, coalesce(actor_user_id, 0), coalesce(actor_cli, ''), action, target_type, coalesce(target_id, 0), details
-		from admin_audit where ($1::bigint = 0 or id < $1) and ($2::text = '' or (target_type = $2 and ($3::bigint = 0 or target_id = $3)))
+	return list(ctx, s.db, "audit entry", scanAuditEntry, `select id, at, coalesce(actor_user_id, 0), coalesce(actor_cli, ''),
+		action, target_type, coalesce(target_id, 0), details from admin_audit
+		where ($1::bigint = 0 or id < $1) and ($2::text = '' or (target_type = $2 and ($3::bigint = 0 or target_id = $3)))
 		order by id desc limit $4`, q.BeforeID, q.TargetType, q.TargetID, q.Limit)
-	if err != nil {
-		return nil, pgdb.PgError(err, "audit entry")
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandchat.AuditEntry, error) {
-		var e sandchat.AuditEntry
-		var details []byte
-		err := r.Scan(&e.ID, &e.At, &e.Actor.UserID, &e.Actor.CLI, &e.Action, &e.TargetType, &e.TargetID, &details)
-		e.Details = json.RawMessage(details)
-		return e, err
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
-	}
-	return out, pgdb.PgError(err, "audit entry")
+}
+
+func scanAuditEntry(row pgx.Row, e *sandchat.AuditEntry) error {
+	var details []byte
+	err := row.Scan(&e.ID, &e.At, &e.Actor.UserID, &e.Actor.CLI, &e.Action, &e.TargetType, &e.TargetID, &details)
+	e.Details = json.RawMessage(details)
+	return err
 }
