@@ -35,6 +35,8 @@ const (
 	HeaderCSRF = "X-CSRF-Token"
 	// localSession holds the id of the session a request is signed in by.
 	localSession = "sandchat.session"
+	// localCredential holds the sandchat.Credential a request is signed in by.
+	localCredential = "sandchat.credential"
 )
 
 // How long a login link works, and the session it starts lasts, unless configured.
@@ -155,6 +157,7 @@ func (s *Server) authenticateSession(c *fiber.Ctx, secret string) error {
 	c.SetUserContext(sandchat.WithUser(ctx, sess.User))
 	c.Locals("user", sess.User)
 	c.Locals(localSession, sess.ID)
+	c.Locals(localCredential, sandchat.Credential{SessionID: sess.ID, ExpiresAt: sess.ExpiresAt})
 	return c.Next()
 }
 
