@@ -3,11 +3,13 @@ package frontendapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -232,6 +234,11 @@ func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	_ = os.Remove(f.Name())
 	if err := s.admin.Export(c.UserContext(), userID, f); err != nil {
 		f.Close()
+		if errors.Is(err, syscall.ENOSPC) {
+			s.log.WarnContext(c.UserContext(), "no room for an export in the temporary directory", "dir", os.TempDir(), "user_id", userID)
+			return &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 60,
+				Message: "This server has no room left to prepare the export right now; try again later, or ask an administrator."}
+		}
 		return err
 	}
 	size, err := f.Seek(0, io.SeekCurrent)
