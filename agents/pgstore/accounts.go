@@ -182,7 +182,7 @@ func (s *Users) DeleteUser(ctx context.Context, id int64) error {
 
 // EraseAccount deletes the account of a user whose data was erased (conversations,
 // agents, what they wrote elsewhere: conversations/pgstore's EraseAuthor), and takes
-// their name out of the audit's records about them; erased says what the erase did, for
+// their name, and their tokens' notes, out of the audit's records about them; erased says what the erase did, for
 // its own record. It refuses while the user still owns a conversation, which must go
 // with its Python state first.
 func (s *Users) EraseAccount(ctx context.Context, id int64, erased any) error {
@@ -197,8 +197,10 @@ func (s *Users) EraseAccount(ctx context.Context, id int64, erased any) error {
 		if h.Conversations > 0 {
 			return sandchat.Errorf(sandchat.ECONFLICT, "User %d still owns %s (made while the erase ran?): erase again.", id, count(h.Conversations, "conversation"))
 		}
-		if _, err := tx.Exec(ctx, `update admin_audit set details = details - 'name' - 'from' - 'to'
-			where target_type = $1 and target_id = $2`, sandchat.AuditTargetUser, id); err != nil {
+		// Names, and notes on their tokens, are what the records say of them in words.
+		if _, err := tx.Exec(ctx, `update admin_audit set details = details - 'name' - 'from' - 'to' - 'note'
+			where (target_type = $1 and target_id = $2) or (target_type = $3 and details->>'user_id' = $2::text)`,
+			sandchat.AuditTargetUser, id, sandchat.AuditTargetToken); err != nil {
 			return pgdb.PgError(err, "audit entry")
 		}
 		return deleteAccount(ctx, tx, id, sandchat.ActionUserErase, erased)

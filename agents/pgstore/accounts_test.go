@@ -336,6 +336,12 @@ func TestEraseAccount(t *testing.T) {
 	if _, err := a.users.RenameUser(a.asAdmin, a.bob.ID, "Robert Tables"); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := a.users.IssueToken(a.asAdmin, a.bob.ID, 0, "Robert's phone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.users.IssueToken(a.asAdmin, a.admin.ID, 0, "root's own"); err != nil {
+		t.Fatal(err)
+	}
 	var conv int64
 	if err := a.db.QueryRow(context.Background(), `insert into conversations (owner_id) values ($1) returning id`, a.bob.ID).Scan(&conv); err != nil {
 		t.Fatal(err)
@@ -353,10 +359,14 @@ func TestEraseAccount(t *testing.T) {
 	if len(entries) != 2 || entries[0].Action != sandchat.ActionUserErase || entries[1].Action != sandchat.ActionUserRename {
 		t.Fatalf("%+v", entries)
 	}
-	for _, e := range entries {
+	all := a.audit(sandchat.AuditQuery{})
+	for _, e := range all {
 		if strings.Contains(string(e.Details), "Robert") || strings.Contains(string(e.Details), "bob") {
 			t.Fatalf("the audit still names the erased user: %s %s", e.Action, e.Details)
 		}
+	}
+	if len(all) != 4 || !strings.Contains(string(all[1].Details), "root's own") {
+		t.Fatalf("the erase took what was not the erased user's: %+v", all)
 	}
 	if _, err := a.users.SetDisabled(context.Background(), a.admin.ID, true); code(err) != sandchat.EFORBIDDEN {
 		t.Fatalf("a change with no actor: %v", err)
