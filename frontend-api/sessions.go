@@ -173,7 +173,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	if s.logins != nil {
-		if err := s.logins.AllowKey(ctx, "logins", c.IP()); err != nil {
+		if err := s.logins.AllowKey(ctx, "logins", s.clientIP(c)); err != nil {
 			return err
 		}
 	}
