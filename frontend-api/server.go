@@ -102,6 +102,7 @@ type Deps struct {
 	Users         sandchat.UserService
 	Sessions      sandchat.SessionService
 	Logins        LoginLimiter // optional: without it sign-ins are not counted
+	Tickets       sandchat.TicketService
 	Agents        agents.Service
 	Conversations conversations.Service
 	Tools         ToolSettings
@@ -127,6 +128,7 @@ type Server struct {
 	users         sandchat.UserService
 	sessions      sandchat.SessionService
 	logins        LoginLimiter
+	tickets       sandchat.TicketService
 	agents        agents.Service
 	conversations conversations.Service
 	tools         ToolSettings
@@ -163,7 +165,7 @@ const headerTimeout = 5 * time.Second
 func New(d Deps) (_ *Server, err error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
+		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Tickets": d.Tickets != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
 		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
 		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
 	} {
@@ -196,7 +198,7 @@ func New(d Deps) (_ *Server, err error) {
 	}
 	s := &Server{
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
-		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
+		users: d.Users, sessions: d.Sessions, logins: d.Logins, tickets: d.Tickets, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
 		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
 	}
@@ -248,6 +250,7 @@ func (s *Server) routes() {
 
 	v1 := app.Group("/api/v1", s.authenticate)
 	v1.Post("/auth/logout", s.logout)
+	v1.Post("/tickets", s.createTicket)
 	v1.Get("/me", s.me)
 	v1.Post("/users", s.createUser)
 	v1.Post("/users/:id/login-link", s.createLoginLink)
