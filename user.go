@@ -48,4 +48,7 @@ type UserService interface {
 	CreateUser(ctx context.Context, name string, admin bool) (*User, string, error)
 	// Authenticate returns the user a token belongs to, or EUNAUTHORIZED.
 	Authenticate(ctx context.Context, token string) (*User, error)
+	// AuthenticateHash is Authenticate for the token whose SecretHash is hash: how a
+	// ticket checks that the token that made it still signs its user in.
+	AuthenticateHash(ctx context.Context, hash []byte) (*User, error)
 }

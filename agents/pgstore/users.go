@@ -5,7 +5,6 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 
@@ -65,8 +64,7 @@ func newToken(ctx context.Context, q pgdb.Querier, userID int64) (string, error)
 		return "", err
 	}
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
-	hash := sha256.Sum256([]byte(token))
-	if _, err := q.Exec(ctx, `insert into api_tokens (user_id, token_hash) values ($1, $2)`, userID, hash[:]); err != nil {
+	if _, err := q.Exec(ctx, `insert into api_tokens (user_id, token_hash) values ($1, $2)`, userID, sandchat.SecretHash(token)); err != nil {
 		return "", pgdb.PgError(err, "user")
 	}
 	return token, nil
@@ -78,13 +76,17 @@ func (s *Users) Authenticate(ctx context.Context, token string) (*sandchat.User,
 	if !strings.HasPrefix(token, tokenPrefix) || len(token) > 128 {
 		return nil, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
 	}
-	hash := sha256.Sum256([]byte(token))
+	return s.AuthenticateHash(ctx, sandchat.SecretHash(token))
+}
+
+// AuthenticateHash resolves a token by its hash: every check of a token is this one.
+func (s *Users) AuthenticateHash(ctx context.Context, hash []byte) (*sandchat.User, error) {
 	u := &sandchat.User{}
 	var tokenID int64
 	var stale bool
 	err := s.db.QueryRow(ctx, `select t.id, coalesce(t.last_used_at < now() - interval '1 minute', true),
 		u.id, u.name, u.admin, u.created_at from api_tokens t join users u on u.id = t.user_id
-		where t.token_hash = $1`, hash[:]).Scan(&tokenID, &stale, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
+		where t.token_hash = $1`, hash).Scan(&tokenID, &stale, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "token")) == sandchat.ENOTFOUND {
 			return nil, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
