@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-e2e test-race test-cgroup2 services build vet bench
+.PHONY: run test test-e2e test-race test-cgroup2 services build vet bench soak
 
 services:
 	@./.ci/services
@@ -48,3 +48,10 @@ test-cgroup2: services
 ## bench: the sandbox engine's figures (see docs/sandbox.md).
 bench: services build
 	./bin/sandchat bench
+
+## soak: TestSoak for SOAK (10m by default): two nodes on one database and Redis, one killed
+## and started again, cells cancelled while their sessions restore; every cell checked
+## against its record (nothing lost, nothing applied twice).
+SOAK ?= 10m
+soak: services
+	SANDCHAT_SOAK=$(SOAK) $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/sandchat

@@ -58,15 +58,6 @@ type WebSession struct {
 	LastSeenAt *time.Time `json:"last_seen_at"`
 }
 
-// Credential is what signed a request in: an API token or a browser session, by id,
-// and when it stops working (zero: never). A socket it opened closes when it is revoked
-// or expires.
-type Credential struct {
-	TokenID   int64
-	SessionID int64
-	ExpiresAt time.Time
-}
-
 // Actor is who an administrative action is recorded as done by: a signed-in admin, or
 // the command line with the operating-system user who ran it.
 type Actor struct {

@@ -47,11 +47,19 @@ const EventCredentialsRevoked = "credentials.revoked"
 // Sockets closes a user's sockets on every node, through their user channel.
 type Sockets struct{ Events UserEvents }
 
-// CloseSockets closes the sockets the credential opened (its token or session), or all
-// the user's when cred is zero; reason is the close frame's text (at most 123 bytes).
+// CloseSockets closes the sockets the credential opened (the token or session its Kind
+// and ID name), or all the user's when cred is zero; reason is the close frame's text
+// (at most 123 bytes).
 func (s Sockets) CloseSockets(ctx context.Context, userID int64, cred sandchat.Credential, reason string) error {
-	data, _ := json.Marshal(map[string]any{"token_id": cred.TokenID, "session_id": cred.SessionID, "reason": reason})
-	return s.Events.PublishUser(ctx, userID, conversations.Event{Type: EventCredentialsRevoked, Data: data})
+	data := map[string]any{"reason": reason}
+	switch cred.Kind {
+	case sandchat.CredentialToken:
+		data["token_id"] = cred.ID
+	case sandchat.CredentialSession:
+		data["session_id"] = cred.ID
+	}
+	raw, _ := json.Marshal(data)
+	return s.Events.PublishUser(ctx, userID, conversations.Event{Type: EventCredentialsRevoked, Data: raw})
 }
 
 func (s *Server) adminRoutes(v1 fiber.Router) {

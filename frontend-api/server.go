@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -54,6 +55,11 @@ type Config struct {
 	ExecutionTimeout time.Duration
 	BodyLimit        int
 	WS               WSConfig
+	// TrustedProxies are the addresses (IPs or CIDR ranges) of the proxies in front of
+	// the server: only their ProxyHeader (X-Forwarded-For unless set) and
+	// X-Forwarded-Proto are believed. None: the peer is the client.
+	TrustedProxies []string
+	ProxyHeader    string
 }
 
 // ToolSettings reads and changes a conversation's internal tools (toolkits.Service).
@@ -96,6 +102,7 @@ type Deps struct {
 	Users         sandchat.UserService
 	Sessions      sandchat.SessionService
 	Logins        LoginLimiter // optional: without it sign-ins are not counted
+	Tickets       sandchat.TicketService
 	Agents        agents.Service
 	Conversations conversations.Service
 	Tools         ToolSettings
@@ -122,6 +129,7 @@ type Server struct {
 	users         sandchat.UserService
 	sessions      sandchat.SessionService
 	logins        LoginLimiter
+	tickets       sandchat.TicketService
 	agents        agents.Service
 	conversations conversations.Service
 	tools         ToolSettings
@@ -136,6 +144,8 @@ type Server struct {
 	messages      MessageStore
 	tables        TablePreviewer
 	admin         AdminService
+	// proxies are the trusted proxies' addresses (Config.TrustedProxies).
+	proxies []netip.Prefix
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.
@@ -154,10 +164,10 @@ var shutdownProblem = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2
 const headerTimeout = 5 * time.Second
 
 // New builds the app with its routes, refusing deps that lack a required service.
-func New(d Deps) (*Server, error) {
+func New(d Deps) (_ *Server, err error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
+		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Tickets": d.Tickets != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
 		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
 		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
 		"Admin": d.Admin != nil,
@@ -186,14 +196,20 @@ func New(d Deps) (*Server, error) {
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
+	if cfg.ProxyHeader == "" {
+		cfg.ProxyHeader = fiber.HeaderXForwardedFor
+	}
 	s := &Server{
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
-		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
+		users: d.Users, sessions: d.Sessions, logins: d.Logins, tickets: d.Tickets, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
 		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, admin: d.Admin,
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
 	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
+	if s.proxies, err = parseProxies(cfg.TrustedProxies); err != nil {
+		return nil, err
+	}
 	s.app = fiber.New(fiber.Config{
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
@@ -204,6 +220,12 @@ func New(d Deps) (*Server, error) {
 		ReadTimeout: headerTimeout,
 		IdleTimeout: 2 * time.Minute,
 		AppName:     "sandchat",
+
+		// Behind proxies, what they say of the client (its address, TLS) is believed
+		// from them only.
+		EnableTrustedProxyCheck: len(s.proxies) > 0,
+		TrustedProxies:          cfg.TrustedProxies,
+		ProxyHeader:             cfg.ProxyHeader,
 	})
 	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{ReadTimeout: time.Minute}
@@ -231,6 +253,7 @@ func (s *Server) routes() {
 
 	v1 := app.Group("/api/v1", s.authenticate)
 	v1.Post("/auth/logout", s.logout)
+	v1.Post("/tickets", s.createTicket)
 	v1.Get("/me", s.me)
 	v1.Post("/users", s.createUser)
 	v1.Post("/users/:id/login-link", s.createLoginLink)
@@ -277,8 +300,11 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	}
 	ctx, cancel := context.WithTimeout(s.base, timeout)
 	defer cancel()
+	ctx, report := sandchat.WithRateReport(ctx)
 	c.SetUserContext(ctx)
-	return c.Next()
+	err := c.Next()
+	setRateLimitHeaders(c, report)
+	return err
 }
 
 // Serve answers on ln until Shutdown. With no allowed origins configured, the

@@ -239,11 +239,11 @@ func TestTokenAdministration(t *testing.T) {
 	if d := time.Until(*tok.ExpiresAt); d < 719*time.Hour || d > 721*time.Hour {
 		t.Fatalf("a 720h token expires in %s", d)
 	}
-	u, cred, err := a.users.AuthenticateToken(ctx, secret)
-	if err != nil || u.ID != a.bob.ID || cred.TokenID != tok.ID || !cred.ExpiresAt.Equal(*tok.ExpiresAt) {
+	u, cred, err := a.users.AuthenticateHash(ctx, sandchat.SecretHash(secret))
+	if err != nil || u.ID != a.bob.ID || cred.Kind != sandchat.CredentialToken || cred.ID != tok.ID || !cred.ExpiresAt.Equal(*tok.ExpiresAt) {
 		t.Fatalf("%+v %+v %v", u, cred, err)
 	}
-	if _, cred, _ := a.users.AuthenticateToken(ctx, a.bobToken); !cred.ExpiresAt.IsZero() {
+	if _, cred, _ := a.users.AuthenticateHash(ctx, sandchat.SecretHash(a.bobToken)); !cred.ExpiresAt.IsZero() {
 		t.Fatalf("the first token never expires, yet its credential says %v", cred.ExpiresAt)
 	}
 

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 	"time"
@@ -35,19 +34,13 @@ func newSecret(prefix string) (secret string, hash []byte) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw) // never fails (crypto/rand)
 	secret = prefix + base64.RawURLEncoding.EncodeToString(raw)
-	sum := sha256.Sum256([]byte(secret))
-	return secret, sum[:]
+	return secret, sandchat.SecretHash(secret)
 }
 
 // wellFormed reports whether s could be a secret with prefix, so nothing else reaches a
 // query.
 func wellFormed(s, prefix string) bool {
 	return strings.HasPrefix(s, prefix) && len(s) == len(prefix)+43
-}
-
-func hashOf(secret string) []byte {
-	sum := sha256.Sum256([]byte(secret))
-	return sum[:]
 }
 
 // CreateLoginLink stores a new link's hash for the user; a disabled user gets none. An
@@ -96,7 +89,7 @@ func (s *Users) ExchangeLoginLink(ctx context.Context, secret string, ttl time.D
 	var disabled bool
 	err = tx.QueryRow(ctx, `update login_links l set used_at = now() from users u
 		where l.secret_hash = $1 and l.used_at is null and l.expires_at > now() and u.id = l.user_id
-		returning l.user_id, u.disabled_at is not null`, hashOf(secret)).Scan(&userID, &disabled)
+		returning l.user_id, u.disabled_at is not null`, sandchat.SecretHash(secret)).Scan(&userID, &disabled)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "link")) == sandchat.ENOTFOUND {
 			return nil, badLink()
@@ -128,12 +121,18 @@ func (s *Users) Session(ctx context.Context, secret string) (*sandchat.Session, 
 	if !wellFormed(secret, sessionPrefix) {
 		return nil, badSession()
 	}
+	return s.SessionByHash(ctx, sandchat.SecretHash(secret))
+}
+
+// SessionByHash resolves a session by its secret's hash: every check of a session is
+// this one.
+func (s *Users) SessionByHash(ctx context.Context, hash []byte) (*sandchat.Session, error) {
 	sess := &sandchat.Session{User: &sandchat.User{}}
 	u := sess.User
 	var stale, disabled bool
 	err := s.db.QueryRow(ctx, `select s.id, s.expires_at, coalesce(s.last_seen_at < now() - interval '1 minute', true),
 		u.disabled_at is not null, u.id, u.name, u.admin, u.created_at from web_sessions s join users u on u.id = s.user_id
-		where s.secret_hash = $1 and s.expires_at > now()`, hashOf(secret)).
+		where s.secret_hash = $1 and s.expires_at > now()`, hash).
 		Scan(&sess.ID, &sess.ExpiresAt, &stale, &disabled, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "session")) == sandchat.ENOTFOUND {

@@ -5,7 +5,6 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 	"time"
@@ -69,7 +68,6 @@ func newToken(ctx context.Context, q pgdb.Querier, userID int64, ttl time.Durati
 		return "", sandchat.Token{}, err
 	}
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
-	hash := sha256.Sum256([]byte(token))
 	var expires *int64
 	if ttl > 0 {
 		ms := ttl.Milliseconds()
@@ -78,7 +76,7 @@ func newToken(ctx context.Context, q pgdb.Querier, userID int64, ttl time.Durati
 	t := sandchat.Token{UserID: userID, Note: note}
 	err := q.QueryRow(ctx, `insert into api_tokens (user_id, token_hash, note, expires_at)
 		values ($1, $2, $3, now() + $4 * interval '1 millisecond') returning id, created_at, expires_at`,
-		userID, hash[:], note, expires).Scan(&t.ID, &t.CreatedAt, &t.ExpiresAt)
+		userID, sandchat.SecretHash(token), note, expires).Scan(&t.ID, &t.CreatedAt, &t.ExpiresAt)
 	if err != nil {
 		return "", t, pgdb.PgError(err, "user")
 	}
@@ -87,27 +85,26 @@ func newToken(ctx context.Context, q pgdb.Querier, userID int64, ttl time.Durati
 
 // Authenticate resolves a token to its user.
 func (s *Users) Authenticate(ctx context.Context, token string) (*sandchat.User, error) {
-	u, _, err := s.AuthenticateToken(ctx, token)
+	if !strings.HasPrefix(token, tokenPrefix) || len(token) > 128 {
+		return nil, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
+	}
+	u, _, err := s.AuthenticateHash(ctx, sandchat.SecretHash(token))
 	return u, err
 }
 
-// AuthenticateToken resolves a token to its user and the credential it is. Only its
-// sha256 is looked up, so the lookup's timing says nothing about stored tokens. Nothing
-// is cached: a token revoked, expired or whose account was disabled is refused by the
-// next request on every node.
-func (s *Users) AuthenticateToken(ctx context.Context, token string) (*sandchat.User, sandchat.Credential, error) {
-	var cred sandchat.Credential
-	if !strings.HasPrefix(token, tokenPrefix) || len(token) > 128 {
-		return nil, cred, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
-	}
-	hash := sha256.Sum256([]byte(token))
+// AuthenticateHash resolves a token by its hash, to its user and the credential it is:
+// every check of a token is this one. Only the sha256 is looked up, so the lookup's
+// timing says nothing about stored tokens. Nothing is cached: a token revoked, expired
+// or whose account was disabled is refused by the next request on every node.
+func (s *Users) AuthenticateHash(ctx context.Context, hash []byte) (*sandchat.User, sandchat.Credential, error) {
+	cred := sandchat.Credential{Kind: sandchat.CredentialToken, Hash: hash}
 	u := &sandchat.User{}
 	var stale, revoked, expired, disabled bool
 	var expires *time.Time
 	err := s.db.QueryRow(ctx, `select t.id, coalesce(t.last_used_at < now() - interval '1 minute', true),
 		t.revoked_at is not null, coalesce(t.expires_at <= now(), false), t.expires_at, u.disabled_at is not null,
 		u.id, u.name, u.admin, u.created_at from api_tokens t join users u on u.id = t.user_id
-		where t.token_hash = $1`, hash[:]).Scan(&cred.TokenID, &stale, &revoked, &expired, &expires, &disabled, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
+		where t.token_hash = $1`, hash).Scan(&cred.ID, &stale, &revoked, &expired, &expires, &disabled, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "token")) == sandchat.ENOTFOUND {
 			return nil, cred, sandchat.Errorf(sandchat.EUNAUTHORIZED, "Invalid API token.")
@@ -127,7 +124,7 @@ func (s *Users) AuthenticateToken(ctx context.Context, token string) (*sandchat.
 	}
 	// last_used_at is for operators, to a minute: not a write on every request.
 	if stale {
-		if _, err := s.db.Exec(ctx, `update api_tokens set last_used_at = now() where id = $1`, cred.TokenID); err != nil {
+		if _, err := s.db.Exec(ctx, `update api_tokens set last_used_at = now() where id = $1`, cred.ID); err != nil {
 			return nil, cred, pgdb.PgError(err, "token")
 		}
 	}

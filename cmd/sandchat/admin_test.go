@@ -111,6 +111,14 @@ func TestAdminAPI(t *testing.T) {
 		ciSocket, bobSocket := ci.socket(), bobAtB.socket()
 		ciSocket.alive()
 		bobSocket.alive()
+		// A socket the token opened with a ticket is the token's too.
+		var tk ticketJSON
+		ci.must(201, "POST", "/api/v1/tickets", map[string]string{"use": "websocket"}, &tk)
+		byTicket, resp, err := websocket.DefaultDialer.Dial(strings.Replace(ci.base, "http://", "ws://", 1)+tk.URL, nil)
+		if err != nil {
+			t.Fatalf("dial with a ticket: %v %v", err, resp)
+		}
+		defer byTicket.Close()
 		var list []sandchat.Token
 		root.must(200, "GET", fmt.Sprintf("/api/v1/admin/tokens?user_id=%d", bobID), nil, &list)
 		if len(list) != 2 || list[1].ID != made.Token.ID || list[1].LastUsedAt == nil || list[1].Note != "ci" || list[1].RevokedAt != nil {
@@ -123,8 +131,10 @@ func TestAdminAPI(t *testing.T) {
 			t.Fatalf("revoked %+v", revoked)
 		}
 		ci.must(401, "GET", "/api/v1/me", nil, nil) // on the other node, at once
-		if why := closedWith(t, ciSocket.conn, 4001); why != "token revoked" {
-			t.Fatalf("the revoked token's socket closed saying %q", why)
+		for _, conn := range []*websocket.Conn{ciSocket.conn, byTicket} {
+			if why := closedWith(t, conn, 4001); why != "token revoked" {
+				t.Fatalf("a socket of the revoked token closed saying %q", why)
+			}
 		}
 		bobSocket.alive() // opened by another token of bob's
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -42,6 +43,10 @@ type Config struct {
 	SessionTTL   time.Duration
 	// RateLogins bounds sign-in attempts per client address per minute; 0: unlimited.
 	RateLogins int
+	// TrustedProxies are the proxies in front of the server (IPs, CIDR ranges), whose
+	// ProxyHeader names the client's address.
+	TrustedProxies []string
+	ProxyHeader    string
 	// WSQueueBytes bounds what may wait to be written to one WebSocket (queued, or unsent
 	// in the kernel); a client that falls further behind is disconnected and reconnects
 	// with since.
@@ -198,6 +203,24 @@ var serveSettings = []setting{
 		into: durationIn(5*time.Minute, 365*24*time.Hour, func(c *Config) *time.Duration { return &c.SessionTTL })},
 	{env: "RATE_LOGINS", def: "10", help: "sign-in attempts (login links exchanged) one client address may make per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateLogins }), check: func(c *Config) error { return unlimitedOrPositive(c.RateLogins) }},
+	{env: "TRUSTED_PROXIES", help: "comma-separated addresses or CIDR ranges of the proxies in front of the server: the client's address is read from what they forward (SANDCHAT_PROXY_HEADER), and only from them; default none: the peer is the client", serve: true,
+		into: commaList(func(c *Config) *[]string { return &c.TrustedProxies }), check: func(c *Config) error {
+			for _, p := range c.TrustedProxies {
+				if _, err := netip.ParsePrefix(p); err != nil {
+					if _, err := netip.ParseAddr(p); err != nil {
+						return fmt.Errorf("%q is not an IP address or a CIDR range (10.0.0.0/8)", p)
+					}
+				}
+			}
+			return nil
+		}},
+	{env: "PROXY_HEADER", def: "X-Forwarded-For", help: "the header in which the trusted proxies name the client's address: X-Forwarded-For (the proxies' chain, read from the right) or one a proxy sets alone, such as X-Real-IP", serve: true,
+		into: text(func(c *Config) *string { return &c.ProxyHeader }), check: func(c *Config) error {
+			if c.ProxyHeader == "" || strings.ContainsAny(c.ProxyHeader, " :\t\r\n") {
+				return fmt.Errorf("%q is not a header name", c.ProxyHeader)
+			}
+			return nil
+		}},
 	{env: "RATE_EXECUTIONS", def: "120", help: "sandbox runs one user may start per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateExecutions }), check: func(c *Config) error { return unlimitedOrPositive(c.RateExecutions) }},
 	{env: "CONVERSATION_QUOTA", def: "256MiB", help: "what one conversation may store: uploads, files from runs and Python session state together", serve: true,

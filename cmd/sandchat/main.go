@@ -519,8 +519,9 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
 	m.HTTP, err = frontendapi.New(frontendapi.Deps{
 		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins, PublicURL: cfg.PublicURL,
-			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL}, Log: m.Log,
-		Users: m.Users, Sessions: m.Users, Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
+			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL,
+			TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}, Log: m.Log,
+		Users: m.Users, Sessions: m.Users, Tickets: redisbus.NewTickets(m.Redis, cfg.RedisPrefix), Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
 		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Admin: m.Admin,
 	})

@@ -69,8 +69,8 @@ type Agents interface {
 	FindAgents(ctx context.Context) ([]*agents.Agent, error)
 }
 
-// Sockets closes WebSockets on every node: the user's whose credential cred names, or
-// all of theirs when cred is zero (frontendapi.Sockets).
+// Sockets closes WebSockets on every node: the user's that the token or session cred
+// names (its Kind and ID) opened, or all of theirs when cred is zero (frontendapi.Sockets).
 type Sockets interface {
 	CloseSockets(ctx context.Context, userID int64, cred sandchat.Credential, reason string) error
 }
@@ -236,7 +236,7 @@ func (s *Service) RevokeToken(ctx context.Context, id int64) (sandchat.Token, er
 	if err != nil {
 		return t, err
 	}
-	s.closeSockets(ctx, t.UserID, sandchat.Credential{TokenID: id}, "token revoked")
+	s.closeSockets(ctx, t.UserID, sandchat.Credential{Kind: sandchat.CredentialToken, ID: id}, "token revoked")
 	return t, nil
 }
 
@@ -252,7 +252,7 @@ func (s *Service) RevokeSession(ctx context.Context, id int64) (sandchat.WebSess
 	if err != nil {
 		return ws, err
 	}
-	s.closeSockets(ctx, ws.UserID, sandchat.Credential{SessionID: id}, "signed out by an administrator")
+	s.closeSockets(ctx, ws.UserID, sandchat.Credential{Kind: sandchat.CredentialSession, ID: id}, "signed out by an administrator")
 	return ws, nil
 }
 
