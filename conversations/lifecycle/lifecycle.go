@@ -171,7 +171,11 @@ func (s *Service) Erase(ctx context.Context, id int64) (Erasure, error) {
 		return out, err
 	}
 	for _, c := range convs {
-		if err := s.deleteConversation(owner, c.ID); err != nil {
+		err := s.deleteConversation(owner, c.ID)
+		switch {
+		case sandchat.ErrorCode(err) == sandchat.ENOTFOUND:
+			continue // deleted meanwhile (by retention, or its owner just before)
+		case err != nil:
 			return out, fmt.Errorf("delete conversation %d: %w", c.ID, err)
 		}
 		out.ConversationsDeleted++
