@@ -40,10 +40,15 @@ const (
 )
 
 // Credential names how a request was signed in, without the secret: its kind and the
-// hash the store keeps of it (SecretHash).
+// hash the store keeps of it (SecretHash). The check that accepts it also says which
+// token or session it is and when it stops working (zero: never): a socket it opens is
+// closed when it is revoked or expires. A ticket keeps the kind and hash only; its use
+// checks them again.
 type Credential struct {
-	Kind string `json:"kind"`
-	Hash []byte `json:"hash"`
+	Kind      string    `json:"kind"`
+	Hash      []byte    `json:"hash"`
+	ID        int64     `json:"-"`
+	ExpiresAt time.Time `json:"-"`
 }
 
 // SecretHash is how the stores keep a secret (a token, a link, a session's cookie):

@@ -111,8 +111,10 @@ func (h *Hub) deliver(name string, payload []byte) {
 		ConversationID int64  `json:"conversation_id"`
 		Seq            int64  `json:"seq"`
 		Data           struct {
-			ConversationID int64 `json:"conversation_id"`
-			SessionID      int64 `json:"session_id"`
+			ConversationID int64  `json:"conversation_id"`
+			SessionID      int64  `json:"session_id"`
+			TokenID        int64  `json:"token_id"`
+			Reason         string `json:"reason"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
@@ -136,6 +138,14 @@ func (h *Hub) deliver(name string, payload []byte) {
 		for cl := range c.clients {
 			if cl.session != 0 && cl.session == head.Data.SessionID {
 				cl.shutdown(closeSignedOut, "signed out")
+			}
+		}
+		return
+	}
+	if head.Type == EventCredentialsRevoked && c.convID == 0 {
+		for cl := range c.clients {
+			if cl.signedInBy(head.Data.TokenID, head.Data.SessionID) {
+				cl.shutdown(closeSignedOut, head.Data.Reason)
 			}
 		}
 		return

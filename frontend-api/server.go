@@ -116,6 +116,7 @@ type Deps struct {
 	Turns         TurnService
 	Messages      MessageStore
 	Tables        TablePreviewer // optional: without it previews are 503
+	Admin         AdminService
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -142,6 +143,7 @@ type Server struct {
 	turns         TurnService
 	messages      MessageStore
 	tables        TablePreviewer
+	admin         AdminService
 	// proxies are the trusted proxies' addresses (Config.TrustedProxies).
 	proxies []netip.Prefix
 
@@ -168,6 +170,7 @@ func New(d Deps) (_ *Server, err error) {
 		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Tickets": d.Tickets != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
 		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
 		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
+		"Admin": d.Admin != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -200,7 +203,7 @@ func New(d Deps) (_ *Server, err error) {
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
 		users: d.Users, sessions: d.Sessions, logins: d.Logins, tickets: d.Tickets, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, admin: d.Admin,
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
 	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
@@ -275,6 +278,7 @@ func (s *Server) routes() {
 	s.sandboxRoutes(v1)
 	s.previewRoutes(v1)
 	s.turnRoutes(v1)
+	s.adminRoutes(v1)
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {
@@ -290,7 +294,8 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	timeout := s.cfg.RequestTimeout
-	if strings.HasSuffix(c.Path(), "/sandbox/executions") {
+	// A run, and what reads or deletes all of a user's data, may take minutes.
+	if p := c.Path(); strings.HasSuffix(p, "/sandbox/executions") || strings.HasSuffix(p, "/export") || strings.HasSuffix(p, "/erase") {
 		timeout = s.cfg.ExecutionTimeout
 	}
 	ctx, cancel := context.WithTimeout(s.base, timeout)

@@ -155,7 +155,7 @@ func (s *Server) authenticateSession(c *fiber.Ctx, secret string) error {
 	c.SetUserContext(sandchat.WithUser(ctx, sess.User))
 	c.Locals("user", sess.User)
 	c.Locals(localSession, sess.ID)
-	c.Locals(localCredential, sandchat.Credential{Kind: sandchat.CredentialSession, Hash: sandchat.SecretHash(secret)})
+	c.Locals(localCredential, sandchat.Credential{Kind: sandchat.CredentialSession, Hash: sandchat.SecretHash(secret), ID: sess.ID, ExpiresAt: sess.ExpiresAt})
 	return c.Next()
 }
 

@@ -68,13 +68,15 @@ func (s *Server) authenticateTicket(c *fiber.Ctx, secret string) error {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "This ticket was made for another request; it is spent now. Ask for one for this request.")
 	}
 	var user *sandchat.User
+	cred := t.Via
 	switch t.Via.Kind {
 	case sandchat.CredentialToken:
-		user, err = s.users.AuthenticateHash(ctx, t.Via.Hash)
+		user, cred, err = s.users.AuthenticateHash(ctx, t.Via.Hash)
 	case sandchat.CredentialSession:
 		var sess *sandchat.Session
 		if sess, err = s.sessions.SessionByHash(ctx, t.Via.Hash); err == nil {
 			user = sess.User
+			cred.ID, cred.ExpiresAt = sess.ID, sess.ExpiresAt
 			c.Locals(localSession, sess.ID)
 			if socket {
 				err = s.checkOrigin(c, true)
@@ -91,6 +93,6 @@ func (s *Server) authenticateTicket(c *fiber.Ctx, secret string) error {
 	}
 	c.SetUserContext(sandchat.WithUser(ctx, user))
 	c.Locals("user", user)
-	c.Locals(localCredential, t.Via)
+	c.Locals(localCredential, cred)
 	return c.Next()
 }

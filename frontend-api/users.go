@@ -39,14 +39,14 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Sign in first: an API token (Authorization: Bearer <token>) or a browser session is required.")
 	}
 	ctx := c.UserContext()
-	u, err := s.users.Authenticate(ctx, token)
+	u, cred, err := s.users.AuthenticateHash(ctx, sandchat.SecretHash(token))
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat", error="invalid_token"`)
 		return err
 	}
 	c.SetUserContext(sandchat.WithUser(ctx, u))
 	c.Locals("user", u)
-	c.Locals(localCredential, sandchat.Credential{Kind: sandchat.CredentialToken, Hash: sandchat.SecretHash(token)})
+	c.Locals(localCredential, cred)
 	return c.Next()
 }
 

@@ -98,6 +98,10 @@ type client struct {
 	// session is the browser session that opened the socket (0: an API token); its
 	// sign-out closes the socket.
 	session int64
+	// token is the API token that opened the socket (0: a browser session); revoking it
+	// closes the socket, and so does expires, when the credential stops working.
+	token   int64
+	expires time.Time
 	ctx     context.Context
 	cancel  context.CancelFunc
 
@@ -219,6 +223,18 @@ func (cl *client) shutdown(code int, msg string) {
 	cl.cancel()
 }
 
+// signedInBy reports whether a revocation of the user's credentials (a token, a browser
+// session, or all of them when both are 0) covers this socket.
+func (cl *client) signedInBy(tokenID, sessionID int64) bool {
+	switch {
+	case tokenID != 0:
+		return cl.token == tokenID
+	case sessionID != 0:
+		return cl.session == sessionID
+	}
+	return true
+}
+
 func (cl *client) frame(typ string, conv int64, data any) {
 	raw, _ := json.Marshal(data)
 	payload, _ := json.Marshal(conversations.Event{Type: typ, ConversationID: conv, Data: raw})
@@ -249,8 +265,15 @@ func (s *Server) websocket() fiber.Handler {
 		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
 		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
-		session, _ := c.Locals(localSession).(int64)
-		cl := &client{hub: h, user: user, session: session, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		cred, _ := c.Locals(localCredential).(sandchat.Credential)
+		cl := &client{hub: h, user: user, expires: cred.ExpiresAt,
+			ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		switch cred.Kind {
+		case sandchat.CredentialSession:
+			cl.session = cred.ID
+		case sandchat.CredentialToken:
+			cl.token = cred.ID
+		}
 		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
@@ -274,6 +297,10 @@ func (cl *client) run() {
 	h.add(cl)
 	h.metrics.clients.Inc()
 	defer h.running.Done()
+	if !cl.expires.IsZero() {
+		expiry := time.AfterFunc(time.Until(cl.expires), func() { cl.shutdown(closeSignedOut, "sign-in expired") })
+		defer expiry.Stop()
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)

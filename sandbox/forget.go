@@ -20,3 +20,13 @@ func (e *Engine) Forget(ctx context.Context, key string) error {
 	// was just deleted, so that run stops) and closes the process.
 	return e.Reset(ctx, key)
 }
+
+// Drop closes key's live process on this node, if it holds one, without touching the
+// store: another node deleted the session for good (Forget), so its state is gone from
+// every tier already, and a run of it still going here has lost its lease. A node that
+// never hears of the delete closes the process when it falls idle: its save is refused.
+func (e *Engine) Drop(key string) {
+	if lv := e.sess.take(key); lv != nil {
+		lv.process().Close("the session was deleted")
+	}
+}

@@ -35,6 +35,11 @@ type Engine interface {
 	DataVersions(key string) map[string]string
 }
 
+// Peers reach the other nodes (redisbus.Bus).
+type Peers interface {
+	PublishForget(ctx context.Context, node, key string) error
+}
+
 // ExecutionStore records runs with their artifacts and hands the conversation's
 // uploads to the sandbox.
 type ExecutionStore interface {
@@ -85,7 +90,11 @@ type Sandbox struct {
 	// MaxStateBytes is the engine's own limit on one session's state: a refused save
 	// names the conversation's quota only when the quota left less than this.
 	MaxStateBytes int64
-	Log           *slog.Logger
+	// Peers, when set, are told of each session deleted for good, as Node: a node that
+	// holds its live process closes it at once instead of when it falls idle.
+	Peers Peers
+	Node  string
+	Log   *slog.Logger
 
 	background sync.WaitGroup
 	closing    atomic.Bool
@@ -214,6 +223,14 @@ func (s *Sandbox) ForgetConversation(ctx context.Context, convID int64) error {
 	for _, key := range s.sessions(convID, files) {
 		if err := s.Engine.Forget(ctx, key); err != nil {
 			return err
+		}
+		if s.Peers == nil {
+			continue
+		}
+		// The state is gone in every tier: a node that misses this closes its process
+		// when it falls idle, since its save is refused.
+		if err := s.Peers.PublishForget(ctx, s.Node, key); err != nil {
+			s.log().WarnContext(ctx, "tell the other nodes of a deleted session", "session", key, "err", err)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandchat/sandchat/conversations/lifecycle"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -61,6 +62,12 @@ type Config struct {
 	// TurnStaleAfter: a running turn whose node has not renewed it for this long is
 	// failed (its node crashed).
 	TurnStaleAfter time.Duration
+	// Retention deletes conversations no one used for this long, with all their data;
+	// 0: off.
+	Retention time.Duration
+	// NoMigrate: serve applies no migrations (`sandchat migrate` does, once per upgrade)
+	// and refuses a database behind this build.
+	NoMigrate bool
 }
 
 // LLMConfig selects the model behind agents.
@@ -251,6 +258,10 @@ var serveSettings = []setting{
 		into: durationIn(time.Second, time.Hour, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{env: "TURN_STALE_AFTER", def: "30s", help: "a running turn its node stopped renewing this long ago is failed", serve: true,
 		into: durationIn(5*time.Second, 24*time.Hour, func(c *Config) *time.Duration { return &c.TurnStaleAfter })},
+	{env: "RETENTION", def: "off", help: "delete conversations no one used for this long (e.g. 2160h), with their messages, runs, files and Python state; off: keep them", serve: true,
+		into: durationOrOff(lifecycle.MinRetention, 100*365*24*time.Hour, func(c *Config) *time.Duration { return &c.Retention })},
+	{env: "NO_MIGRATE", def: "false", help: "apply no migrations at start (`sandchat migrate` does, once per upgrade) and refuse a database behind this build", serve: true,
+		into: boolean(func(c *Config) *bool { return &c.NoMigrate })},
 }
 
 // bind registers the flags every subcommand that talks to the stores shares.
@@ -389,6 +400,21 @@ func durationIn(min, max time.Duration, field func(*Config) *time.Duration) pars
 		*field(c) = d
 		return nil
 	}}
+}
+
+// durationOrOff reads "off" (0) or a duration between min and max.
+func durationOrOff(min, max time.Duration, field func(*Config) *time.Duration) parser {
+	p := durationIn(min, max, field)
+	p.helpSuffix = fmt.Sprintf(", off or %s to %s", min, max)
+	set := p.set
+	p.set = func(c *Config, raw string) error {
+		if strings.TrimSpace(raw) == "off" {
+			*field(c) = 0
+			return nil
+		}
+		return set(c, raw)
+	}
+	return p
 }
 
 // commaList reads comma-separated values, dropping blanks.

@@ -24,6 +24,7 @@ import (
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/agents/openai"
 	agentstore "github.com/sandchat/sandchat/agents/pgstore"
+	"github.com/sandchat/sandchat/conversations/lifecycle"
 	convstore "github.com/sandchat/sandchat/conversations/pgstore"
 	"github.com/sandchat/sandchat/conversations/redisbus"
 	frontendapi "github.com/sandchat/sandchat/frontend-api"
@@ -38,13 +39,17 @@ import (
 const usage = `sandchat — the backend of a chat product whose assistant runs Python.
 
 Usage:
-  sandchat [serve] [flags]            run the server (the default)
+  sandchat [serve] [flags]            run the server (the default; --no-migrate: leave migrations
+                                      to sandchat migrate)
   sandchat migrate [flags]            apply database migrations and exit
   sandchat user create --name N [--admin]
                                       create a user; prints its API token, alone, on stdout,
                                       and a one-time login link for a browser on stderr
   sandchat user login-link (--name N | --id ID)
                                       print a new one-time login link for a user
+  sandchat user|token|session|audit …  administration: users listed, disabled, deleted, erased,
+                                      exported; tokens and browser sessions listed and revoked;
+                                      the audit of it all (sandchat user --help lists them)
   sandchat doctor                     check the Python sandbox (Deno, Pyodide, Redis, a real run)
   sandchat exec [--session K] [code]  run Python through the sandbox engine (code or stdin)
   sandchat bench [-n N]               measure the sandbox engine (see docs/sandbox.md)
@@ -66,7 +71,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) > 0 && isHelp(args[0]) {
 		cmd = "help"
 	} else if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
 		cmd = "version"
@@ -85,8 +90,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case len(args) > 0 && args[0] == "login-link":
 			return runLoginLink(ctx, args[1:], stdout, stderr)
 		}
-		fmt.Fprint(stderr, "Usage: sandchat user create --name N [--admin]\n       sandchat user login-link (--name N | --id ID)\n")
+		if ok, err := runAdmin(ctx, cmd, args, stdout, stderr); ok {
+			return err
+		}
+		help := "Usage: sandchat user create --name N [--admin]\n       sandchat user login-link (--name N | --id ID)\n\n" + adminUsage
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprint(stdout, help)
+			return nil
+		}
+		fmt.Fprint(stderr, help)
 		return errors.New("unknown user subcommand")
+	case "token", "session", "audit":
+		if ok, err := runAdmin(ctx, cmd, args, stdout, stderr); ok {
+			return err
+		}
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprint(stdout, adminUsage)
+			return nil
+		}
+		fmt.Fprint(stderr, adminUsage)
+		return fmt.Errorf("unknown %s subcommand", cmd)
 	case "doctor":
 		return runDoctor(ctx, args, stdout, stderr)
 	case "exec":
@@ -103,6 +126,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -183,6 +208,7 @@ func runUserCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer db.Close()
 	users := agentstore.NewUsers(db)
+	ctx = sandchat.WithCLI(ctx, osUser()) // recorded in the audit as the command line's
 	u, token, err := users.CreateUser(ctx, *name, *admin)
 	if err != nil {
 		return errors.New(sandchat.ErrorMessage(err))
@@ -220,6 +246,7 @@ func runLoginLink(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer db.Close()
 	users := agentstore.NewUsers(db)
+	ctx = sandchat.WithCLI(ctx, osUser())
 	if *id == 0 {
 		found, err := users.FindUsersByName(ctx, strings.TrimSpace(*name))
 		if err != nil {
@@ -309,6 +336,21 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pgxpool.New(ctx, url)
 }
 
+// openMigratedDB opens a pool on a database another process migrates (`sandchat
+// migrate`, once per upgrade): one behind this build is refused, since its queries need
+// the newer schema; one ahead, migrated by a newer build during a rolling upgrade, is
+// used, since each migration leaves the schema usable by the release before it.
+func openMigratedDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	v, err := migrations.Current(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
+	}
+	if want := migrations.Latest(); v < want {
+		return nil, fmt.Errorf("the database is at version %d and this build needs %d: run `sandchat migrate` first (it is started with --no-migrate)", v, want)
+	}
+	return pgxpool.New(ctx, url)
+}
+
 // Main is the wired server: main builds it from Config, tests too.
 type Main struct {
 	Config Config
@@ -333,9 +375,17 @@ type Main struct {
 	// of sandbox.Engine (fault tests script the engine's side of the contract).
 	SandboxEngine toolkits.Engine
 
+	// Admin is what administrators do (the admin API; the command line builds its own).
+	Admin *lifecycle.Service
+	// Retention deletes conversations idle past SANDCHAT_RETENTION; nil when it is off.
+	Retention *lifecycle.Retention
+	// RetentionMin, when set before Run, lowers retention's minimum (tests).
+	RetentionMin time.Duration
+
 	// quotaLocks is the pool the conversations' quota locks are held on, apart from DB
 	// (conversations/pgstore's quota.go says why).
 	quotaLocks *pgxpool.Pool
+	node       string // this process among the nodes: its turns' owner, its pub/sub messages' sender
 	ln         net.Listener
 	served     chan error
 	cancel     context.CancelFunc
@@ -367,7 +417,11 @@ func (m *Main) Run(ctx context.Context) error {
 // openStores creates and migrates the database if needed and connects to Postgres and
 // Redis, failing with a hint when either is not running.
 func (m *Main) openStores(ctx context.Context) (err error) {
-	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
+	open := openDB
+	if m.Config.NoMigrate {
+		open = openMigratedDB
+	}
+	if m.DB, err = open(ctx, m.Config.DatabaseURL); err != nil {
 		return err
 	}
 	if m.quotaLocks, err = pgxpool.New(ctx, m.Config.DatabaseURL); err != nil {
@@ -433,6 +487,7 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 // buildServices wires the stores, the tools, the turn runner and the HTTP server.
 func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) (err error) {
 	cfg := m.Config
+	m.node = nodeID()
 	m.Users = agentstore.NewUsers(m.DB)
 	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
 	bus := redisbus.New(m.Redis, cfg.RedisPrefix)
@@ -448,7 +503,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	tools := &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
 	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
 		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Quota: cfg.ConversationQuota, MaxStateBytes: cfg.Sandbox.Engine.MaxStateBytes,
-		Log: m.Log.With("component", "executions")}
+		Peers: bus, Node: m.node, Log: m.Log.With("component", "executions")}
 	m.tables = &toolkits.Tables{Files: m.Store}
 	var status frontendapi.SandboxStatus
 	if m.Engine != nil {
@@ -460,6 +515,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	if err := m.startRunner(bg, agentStore, catalogue, bus); err != nil {
 		return err
 	}
+	m.Admin = newAdmin(m.Users, m.Store, agentStore, m.sandbox, bus, m.Log.With("component", "admin"))
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
 	m.HTTP, err = frontendapi.New(frontendapi.Deps{
 		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins, PublicURL: cfg.PublicURL,
@@ -467,9 +523,12 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 			TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}, Log: m.Log,
 		Users: m.Users, Sessions: m.Users, Tickets: redisbus.NewTickets(m.Redis, cfg.RedisPrefix), Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
-		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Admin: m.Admin,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return m.startLifecycle(bg, bus)
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for
@@ -480,7 +539,7 @@ func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, ca
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
 		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))).WithData(m.tables),
 		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
-		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+		NodeID: m.node, MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(m.Redis, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
 		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
 	}); err != nil {
@@ -661,6 +720,7 @@ func (m *Main) close() error {
 // printSignIn writes where the server listens and how to sign in as its admin: a
 // one-time login link for a browser and the API token kept in tokenFile.
 func (m *Main) printSignIn(ctx context.Context, tokenFile string, w io.Writer) error {
+	ctx = sandchat.WithCLI(ctx, osUser()) // the admin and link it makes are the operator's
 	token, err := m.adminToken(ctx, tokenFile)
 	if err != nil {
 		return err
