@@ -10,8 +10,12 @@ GO ?= go
 services:
 	@./.ci/services
 
+## VERSION is what `sandchat --version` and sandchat_build_info say: the nearest tag and
+## the commits since (or the commit alone), -dirty when the work tree has changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 build:
-	$(GO) build -o bin/sandchat ./cmd/sandchat
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/sandchat ./cmd/sandchat
 
 ## run: the server with its defaults on http://127.0.0.1:8080, printing a one-time sign-in link
 ## for the admin and an admin API token.

@@ -5,20 +5,21 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics lives in a registry of its own, so several servers in one test process do
-// not collide, and other packages register their collectors on it.
+// metrics are the HTTP layer's collectors. They are registered by main, with every
+// other part's, in the process's registry (a registry per process, so several servers
+// in one test process do not collide).
 type metrics struct {
-	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
+
+// DurationBuckets reach 300 s, the longest a sandbox run may take, so that a slow run's
+// request is measured instead of falling past the last bucket.
+var DurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // hubMetrics are the hub's collectors; main registers them with Server.Registry.
 type hubMetrics struct {
@@ -47,23 +48,21 @@ func (h *Hub) Collectors() []prometheus.Collector {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
+	return &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandchat_http_requests_total", Help: "HTTP requests by route and status.",
 		}, []string{"method", "route", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sandchat_http_request_duration_seconds", Help: "HTTP request latency by route.",
-			Buckets: prometheus.DefBuckets,
+			Buckets: DurationBuckets,
 		}, []string{"method", "route"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }
 
-// Registry is where other parts of the process add their collectors.
-func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+// Collectors are the HTTP layer's metrics; main registers them with the hub's.
+func (s *Server) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.metrics.requests, s.metrics.duration}
+}
 
 func (m *metrics) middleware(c *fiber.Ctx) error {
 	start := time.Now()
@@ -98,7 +97,3 @@ func (m *metrics) middleware(c *fiber.Ctx) error {
 // localUnmatched is set by the catch-all handler, whose route would otherwise label
 // every unknown path alike with "/" and hide that it matched nothing.
 const localUnmatched = "sandchat.unmatched"
-
-func (m *metrics) handler() fiber.Handler {
-	return adaptor.HTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/valyala/fasthttp"
 
@@ -109,6 +111,9 @@ type Deps struct {
 	Turns         TurnService
 	Messages      MessageStore
 	Tables        TablePreviewer // optional: without it previews are 503
+	// Metrics, when set, is served at /metrics; main leaves it out when the metrics
+	// have a listener of their own (SANDCHAT_METRICS_ADDR).
+	Metrics http.Handler
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -134,6 +139,7 @@ type Server struct {
 	turns         TurnService
 	messages      MessageStore
 	tables        TablePreviewer
+	metricsPage   http.Handler
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.
@@ -187,10 +193,9 @@ func New(d Deps) (*Server, error) {
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
 		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, metricsPage: d.Metrics,
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
-	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
 	s.app = fiber.New(fiber.Config{
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
@@ -220,7 +225,9 @@ func (s *Server) routes() {
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
-	app.Get("/metrics", s.metrics.handler())
+	if s.metricsPage != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(s.metricsPage))
+	}
 	s.webRoutes()
 	// Before the group: they sign in, or say whether the cookie does.
 	app.Post("/api/v1/auth/login", s.login)

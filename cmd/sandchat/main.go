@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat"
@@ -323,7 +325,9 @@ type Main struct {
 	Engine  *sandbox.Engine
 	Limiter *redisbus.Limiter
 	Runner  *agents.Runner
-	openai  agents.Provider
+	// Metrics is the process's registry: every part's collectors (metrics.go).
+	Metrics *prometheus.Registry
+	openai  *openai.Provider
 	sandbox *toolkits.Sandbox
 	tables  *toolkits.Tables // the data analysis tool's reads, shared with the preview endpoint
 	// Probes, when set before Run, replace the availability checks of the catalogue's
@@ -337,6 +341,7 @@ type Main struct {
 	// (conversations/pgstore's quota.go says why).
 	quotaLocks *pgxpool.Pool
 	ln         net.Listener
+	metricsLn  *metricsServer // SANDCHAT_METRICS_ADDR's listener, when set
 	served     chan error
 	cancel     context.CancelFunc
 	closeOnce  sync.Once
@@ -461,14 +466,29 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 		return err
 	}
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
+	m.Metrics = newRegistry()
+	var metricsPage http.Handler
+	if cfg.MetricsAddr == "" {
+		metricsPage = metricsHandler(m.Metrics)
+	}
 	m.HTTP, err = frontendapi.New(frontendapi.Deps{
 		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins, PublicURL: cfg.PublicURL,
 			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL}, Log: m.Log,
 		Users: m.Users, Sessions: m.Users, Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
-		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Metrics: metricsPage,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	m.registerMetrics()
+	return nil
+}
+
+// registerMetrics adds every part's collectors to the registry.
+func (m *Main) registerMetrics() {
+	m.Metrics.MustRegister(m.HTTP.Collectors()...)
+	m.Metrics.MustRegister(m.Hub.Collectors()...)
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for
@@ -523,6 +543,12 @@ func (m *Main) serve(bg context.Context) (err error) {
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return err
 	}
+	if m.Config.MetricsAddr != "" {
+		if m.metricsLn, err = startMetricsServer(m.Config.MetricsAddr, m.Metrics); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		m.Log.Info("sandchat metrics and pprof listening", "addr", m.metricsLn.ln.Addr().String())
+	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.HTTP.Serve(m.ln) }()
 	go m.pruneEvents(bg)
@@ -552,6 +578,9 @@ func nodeID() string {
 
 // Addr is where the server listens (useful with :0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// MetricsAddr is where /metrics and pprof listen when SANDCHAT_METRICS_ADDR is set.
+func (m *Main) MetricsAddr() string { return m.metricsLn.ln.Addr().String() }
 
 func (m *Main) pruneEvents(ctx context.Context) {
 	t := time.NewTicker(10 * time.Minute)
@@ -625,6 +654,10 @@ func (m *Main) close() error {
 		<-m.served
 	}
 	turns.Wait()
+	if m.metricsLn != nil {
+		// Scraped until the requests are done, so the last figures of a drain are seen.
+		errs = append(errs, m.metricsLn.close(ctx))
+	}
 	if m.cancel != nil {
 		m.cancel()
 	}
