@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/toolkits"
@@ -127,6 +129,9 @@ type Runner struct {
 	writeRetry  time.Duration
 	finishRetry time.Duration
 
+	// turns counts the turns this node ended, by status.
+	turns *prometheus.CounterVec
+
 	mu       sync.Mutex
 	running  map[int64]*activeTurn
 	closing  bool
@@ -160,10 +165,16 @@ func NewRunner(d RunnerDeps) (*Runner, error) {
 		maxSteps: cmp.Or(d.MaxSteps, 12), maxDepth: cmp.Or(d.MaxDepth, 3),
 		staleAfter: positive(d.StaleAfter, 30*time.Second), nodeTTL: positive(d.NodeTTL, 3*time.Second),
 		writeRetry: positive(d.WriteRetry, 15*time.Second), finishRetry: positive(d.FinishRetry, 10*time.Minute),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandchat_turns_total", Help: "Assistant turns ended on this node, by status: completed, failed, cancelled.",
+		}, []string{"status"}),
 	}
 	r.quietAfter = min(positive(d.QuietAfter, r.nodeTTL+time.Second), r.staleAfter)
 	return r, nil
 }
+
+// Collectors are the turn runner's metrics; main registers them.
+func (r *Runner) Collectors() []prometheus.Collector { return []prometheus.Collector{r.turns} }
 
 func positive(d, def time.Duration) time.Duration {
 	if d <= 0 {
@@ -398,6 +409,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 		// The turn stays in running (and renewed) until its end is stored, so no other
 		// node fails it with a wrong reason meanwhile.
 		if status != "" {
+			r.turns.WithLabelValues(status).Inc()
 			r.finish(ctx, t, status, errText)
 		}
 		r.mu.Lock()

@@ -359,6 +359,9 @@ func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Executi
 	if err != nil {
 		return nil, "", err
 	}
+	if notKept != "" {
+		s.refused(RefusedArtifacts)
+	}
 	return files, notKept, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
@@ -93,6 +95,9 @@ type Sandbox struct {
 	cutOnce    sync.Once
 	cut        chan struct{}
 	cutClose   sync.Once
+
+	metricsOnce sync.Once
+	refusals    *prometheus.CounterVec // by what (metrics.go)
 }
 
 // Shutdown marks the server as stopping: a run the engine fails from now on was cut

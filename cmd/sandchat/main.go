@@ -489,6 +489,9 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 func (m *Main) registerMetrics() {
 	m.Metrics.MustRegister(m.HTTP.Collectors()...)
 	m.Metrics.MustRegister(m.Hub.Collectors()...)
+	m.Metrics.MustRegister(m.Limiter.Collectors()...)
+	m.Metrics.MustRegister(m.Runner.Collectors()...)
+	m.Metrics.MustRegister(m.sandbox.Collectors()...)
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -193,4 +194,58 @@ func TestVersionFromBuild(t *testing.T) {
 		t.Fatalf("--version: %q %v, want sandchat %s", out, err, want)
 	}
 	_ = os.Remove(bin)
+}
+
+// TestTurnAndLimitMetrics: turns are counted by how they ended, rate limits by the
+// action they refused, and an upload the quota refuses by what it refused, each read
+// from /metrics after doing it.
+func TestTurnAndLimitMetrics(t *testing.T) {
+	t.Parallel()
+	m := newEnv(t).node(func(c *Config, _ *Main) {
+		c.RateMessages, c.RateLogins, c.ConversationQuota = 2, 1, 1<<20
+	})
+	alice, _ := m.user(t, "alice", false)
+
+	t.Run("turns by status", func(t *testing.T) {
+		conv := alice.createConversation(0)
+		if tj := alice.finishTurn(conv, alice.post(conv, "hello")); tj.Status != "completed" {
+			t.Fatalf("turn %+v", tj)
+		}
+		m.awaitMetric(t, 1, "sandchat_turns_total", "status", "completed")
+		// A model no endpoint serves fails the turn.
+		agent := alice.createAgent(map[string]any{"name": "Remote", "model": "gpt-none"})
+		other := alice.createConversation(agent.ID)
+		if tj := alice.finishTurn(other, alice.post(other, "hello")); tj.Status != "failed" {
+			t.Fatalf("turn %+v", tj)
+		}
+		m.awaitMetric(t, 1, "sandchat_turns_total", "status", "failed")
+	})
+	t.Run("rate limits by action", func(t *testing.T) {
+		conv := alice.createConversation(0)
+		// Two messages were allowed this minute; the third is refused, whatever the first
+		// two did (the minute may turn between them: then the refusal comes later).
+		for refused := false; !refused; {
+			code := alice.do("POST", fmt.Sprintf("/api/v1/conversations/%d/messages", conv), map[string]any{"content": "hi"}, nil)
+			refused = code == 429
+		}
+		if v := m.metric(t, "sandchat_rate_limited_total", "action", "messages"); v < 1 {
+			t.Fatalf("messages refused: %v", v)
+		}
+		anon := m.as(t, "")
+		for refused := false; !refused; {
+			refused = anon.do("POST", "/api/v1/auth/login", map[string]any{"token": "scl_wrong"}, nil) == 429
+		}
+		if v := m.metric(t, "sandchat_rate_limited_total", "action", "logins"); v < 1 {
+			t.Fatalf("logins refused: %v", v)
+		}
+	})
+	t.Run("an upload past the quota", func(t *testing.T) {
+		conv := alice.createConversation(0)
+		if code, body := alice.uploadAt(conv, "big.bin", "", strings.Repeat("b", 3<<19)); code != 413 {
+			t.Fatalf("upload past a 1 MiB quota: %d %s", code, body)
+		}
+		if v := m.metric(t, "sandchat_quota_refusals_total", "what", "upload"); v != 1 {
+			t.Fatalf("upload refusals: %v, want 1", v)
+		}
+	})
 }

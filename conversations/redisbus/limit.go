@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat"
@@ -17,12 +18,20 @@ type Limiter struct {
 	prefix string
 	limits map[string]int
 	now    func() time.Time
+	// refused counts refusals by action (the names in limits, a bounded set).
+	refused *prometheus.CounterVec
 }
 
 // NewLimiter returns a limiter with per-minute limits by action name.
 func NewLimiter(rdb redis.UniversalClient, prefix string, perMinute map[string]int) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix, limits: perMinute, now: time.Now}
+	return &Limiter{rdb: rdb, prefix: prefix, limits: perMinute, now: time.Now,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandchat_rate_limited_total", Help: "Actions refused by a per-minute rate limit (429), by action: messages, executions, logins.",
+		}, []string{"action"})}
 }
+
+// Collectors are the limiter's metrics; main registers them.
+func (l *Limiter) Collectors() []prometheus.Collector { return []prometheus.Collector{l.refused} }
 
 // Allow counts one action of the user in ctx, or refuses it with EBUSY and the seconds
 // until the window turns.
@@ -51,6 +60,7 @@ func (l *Limiter) AllowKey(ctx context.Context, action, who string) error {
 		return sandchat.RedisError(err)
 	}
 	if n := incr.Val(); n > int64(limit) {
+		l.refused.WithLabelValues(action).Inc()
 		retry := int((window+1)*60 - now.Unix())
 		if retry < 1 {
 			retry = 1
