@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
@@ -26,6 +27,7 @@ type attached struct {
 // caller's history when Redis lost it. Called with the lease held.
 func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
 	a := &attached{}
+	t0 := time.Now()
 	e.ckpt.awaitRetired(ctx, key)
 	stored, err := e.st.Version(ctx, key)
 	if err != nil {
@@ -60,6 +62,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		GraceMS: e.cfg.Grace.Milliseconds()}
 	var o proc.Blobs
 	var p *proc.Process
+	// The run needs a process from here on: how long it waited for room on the node is
+	// told however the attach ends.
+	var waited time.Duration
+	defer func() { e.obs.AdmissionWaited(waited) }()
 	mode := modeSnapshot
 	base := e.procs.currentHash()
 	var heapVersion int64
@@ -88,7 +94,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
 			}
 		}
-		if p, err = e.procs.readyProc(wait, ctx); err != nil {
+		if p, err = e.procs.readyProc(wait, ctx, &waited); err != nil {
 			return nil, err
 		}
 	default:
@@ -100,7 +106,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
-			if p, err = e.procs.restoreProc(wait, ctx, st); err != nil {
+			if p, err = e.procs.restoreProc(wait, ctx, &waited, st); err != nil {
 				var pe *proc.Error
 				if !errors.As(err, &pe) {
 					return nil, err
@@ -127,7 +133,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			}
 			at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
 			at.Reseed = true
-			if p, err = e.procs.readyProc(wait, ctx); err != nil {
+			if p, err = e.procs.readyProc(wait, ctx, &waited); err != nil {
 				return nil, err
 			}
 		}
@@ -196,6 +202,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		p.Close("the engine shut down")
 		return nil, errShutDown
 	}
+	e.obs.Restored(a.info.RestoredFrom, time.Since(t0)-waited)
 	return a, nil
 }
 

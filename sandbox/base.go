@@ -53,7 +53,7 @@ func (n *nodeProcs) ensureBase(ctx context.Context, build string) error {
 func (n *nodeProcs) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := n.spawn(ctx, ctx, nil, nil)
+	p, err := n.spawn(ctx, ctx, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}

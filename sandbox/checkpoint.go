@@ -48,7 +48,8 @@ type checkpoints struct {
 	sess  *sessions
 	ctx   context.Context // the engine's: ends with Close
 	lease func(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error
-	build string // the runtime's build, set by Start before any session is live
+	build string   // the runtime's build, set by Start before any session is live
+	obs   Observer // told of each checkpoint attempted
 	// idle is called when a checkpoint leaves its session idle: a session adopted while
 	// this one was busy may have left more live than the bound (residency.trim).
 	idle func()
@@ -160,7 +161,9 @@ func (c *checkpoints) live(ctx context.Context, lv *live) error {
 // save takes lv's heap and saves it as the state of version, within what budget (its
 // last run's) leaves when it is written; token is the lease held, or "" for a session no
 // run can reach.
-func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64, budget Budget) error {
+func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64, budget Budget) (err error) {
+	t0 := time.Now()
+	defer func() { c.obs.Checkpointed(time.Since(t0), err) }()
 	p := lv.process()
 	// The heap is compressed as it arrives (heapstream.go): the server never holds it
 	// whole, and keeps at most the state limit of it. The budget is reserved once it is

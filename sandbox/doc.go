@@ -39,7 +39,8 @@
 //     snapshots in Redis, the hot copy, bounded per session; pgcold: the cold tier for
 //     heaps and larger files; internal/state: the types both share).
 //   - inspect.go; preflight.go: the findings sandchat doctor prints; bench.go and
-//     bench_load.go: sandchat bench's figures.
+//     bench_load.go: sandchat bench's figures; observe.go: the Observer, told of runs,
+//     restores, checkpoints, process starts, the kernel's kills and resets, for metrics.
 //
 // Beneath it: internal/proc is the process side (see its package comment: bubblewrap,
 // cgroups, the frame protocol, one run's time limit and grace); internal/pkgs the

@@ -144,6 +144,15 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key is required.")
 	}
+	if err := e.reset(ctx, key); err != nil {
+		return err
+	}
+	e.obs.SessionReset(ResetByUser)
+	return nil
+}
+
+// reset forgets key's state and stops its live process, holding its lease.
+func (e *Engine) reset(ctx context.Context, key string) error {
 	return e.leases.with(ctx, key, func(context.Context, string) error {
 		if err := e.st.Reset(ctx, key, false); err != nil {
 			return err

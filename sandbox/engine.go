@@ -75,24 +75,24 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}),
+		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}), obs: noObserver{},
 		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
+	// Options first: the helpers built below take what they set (the observer).
+	for _, o := range opts {
+		o(e)
+	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.obs = noObserver{}
 	e.res = &residency{cfg: &e.cfg, sess: e.sess}
 	e.adm = newAdmission(cfg, e.res.reclaim)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
 	e.shape = shaperOf(&e.cfg)
-	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
+	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.procs.pool = e.pool
-	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
+	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with, obs: e.obs}
 	e.res.adm, e.res.pool, e.res.ckpt, e.res.procs = e.adm, e.pool, e.ckpt, e.procs
 	e.ckpt.idle = e.res.trim
-	for _, o := range opts {
-		o(e)
-	}
 	return e, nil
 }
 

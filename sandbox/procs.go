@@ -36,8 +36,9 @@ type nodeProcs struct {
 	bases baseFiles      // the base as processes are primed with it (basepack.go)
 	code  proc.CodeCache // what Deno compiles for a process, filled once
 
-	pool *pool // processes started ahead of demand
-	st   Store // older bases, for a session saved against one
+	pool *pool    // processes started ahead of demand
+	st   Store    // older bases, for a session saved against one
+	obs  Observer // told of each process started, and of each the kernel killed
 
 	mu       sync.Mutex // guards base and baseHash, which a new base replaces
 	base     []byte     // the base snapshot new sessions start from
@@ -65,8 +66,8 @@ func (n *nodeProcs) setBase(b []byte, hash string) {
 }
 
 // readyProc is a process with the base interpreter: from the warm pool, or started now
-// once the node has room for it (wait bounds the wait for room).
-func (n *nodeProcs) readyProc(wait, ctx context.Context) (*proc.Process, error) {
+// once the node has room for it (wait bounds the wait for room, which waited adds to).
+func (n *nodeProcs) readyProc(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
 	if p := n.pool.takeReady(); p != nil {
 		return p, nil
 	}
@@ -74,7 +75,7 @@ func (n *nodeProcs) readyProc(wait, ctx context.Context) (*proc.Process, error) 
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 	defer cancel()
-	return n.spawn(wait, ctx, n.currentBase(), func(p *proc.Process) error {
+	return n.spawn(wait, ctx, waited, n.currentBase(), func(p *proc.Process) error {
 		if _, err := p.Call(ctx, proc.LoadReq{Op: "load"}, nil); err != nil {
 			return procErr(err, p)
 		}
@@ -84,8 +85,8 @@ func (n *nodeProcs) readyProc(wait, ctx context.Context) (*proc.Process, error) 
 
 // restoreProc brings a saved heap back in a process primed with the base it was saved
 // against: a spare from the pool when that is the current base, else one started once
-// the node has room for it (wait bounds the wait for room).
-func (n *nodeProcs) restoreProc(wait, ctx context.Context, st *state.State) (*proc.Process, error) {
+// the node has room for it (wait bounds the wait for room, which waited adds to).
+func (n *nodeProcs) restoreProc(wait, ctx context.Context, waited *time.Duration, st *state.State) (*proc.Process, error) {
 	var p *proc.Process
 	if st.Base == n.currentHash() {
 		p = n.pool.takeSpare()
@@ -105,7 +106,7 @@ func (n *nodeProcs) restoreProc(wait, ctx context.Context, st *state.State) (*pr
 		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 		defer cancel()
 		var err error
-		if p, err = n.spawn(wait, start, base, nil); err != nil {
+		if p, err = n.spawn(wait, start, waited, base, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -153,10 +154,15 @@ func (n *nodeProcs) admitProc(wait context.Context) (*slot, error) {
 var errNoRoom = errors.New("no room for another session process")
 
 // spawn starts a session process within the node's bounds: it waits for room (as long
-// as wait and AdmitTimeout allow), then for a turn to start one, and runs prep (loading
-// a heap: the rest of the CPU-bound start) in that turn. ctx bounds the start itself.
-func (n *nodeProcs) spawn(wait, ctx context.Context, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
+// as wait and AdmitTimeout allow; waited, when not nil, adds how long), then for a turn
+// to start one, and runs prep (loading a heap: the rest of the CPU-bound start) in that
+// turn. ctx bounds the start itself.
+func (n *nodeProcs) spawn(wait, ctx context.Context, waited *time.Duration, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
+	t0 := time.Now()
 	s, err := n.admitProc(wait)
+	if waited != nil {
+		*waited += time.Since(t0)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +218,21 @@ func (n *nodeProcs) startProcWith(ctx context.Context, base []byte, warmup bool,
 		s.release()
 		return nil, err
 	}
-	return n.launch.Start(ctx, proc.Start{
+	p, err := n.launch.Start(ctx, proc.Start{
 		BaseFile: file, Base: base, Warmup: warmup,
 		Config: n.config, Code: code, Release: s.release,
 	})
+	if err != nil {
+		return nil, err
+	}
+	n.obs.ProcessStarted()
+	go func() {
+		<-p.Done()
+		if p.OOMKilled() {
+			n.obs.OOMKilled()
+		}
+	}()
+	return p, nil
 }
 
 // codeFills is how many processes fill the compiled-code cache, one after the other:

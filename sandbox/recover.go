@@ -163,6 +163,7 @@ func (e *Engine) resetBroken(ctx context.Context, key, why string) error {
 	if lv := e.sess.take(key); lv != nil {
 		lv.process().Close("reset: its saved state cannot run")
 	}
+	e.obs.SessionReset(ResetBroken)
 	e.log.Warn("sandbox: session reset, its saved state cannot run", "session", key, "why", why)
 	return nil
 }

@@ -60,7 +60,10 @@ func (c *Config) check(key string, req *Request) error {
 // "conv:42" or "conv:42/agent:7"). Runs of one session are serialised across nodes.
 // Cancelling ctx interrupts the running code; the interrupted Result comes back along
 // with ctx's error.
-func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, error) {
+func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Result, err error) {
+	t0 := time.Now()
+	reached := false // the run got its session's interpreter
+	defer func() { e.obs.RunDone(runStatus(res, err, reached), res.Session.RestoredFrom, time.Since(t0)) }()
 	if ok, why := e.Available(); !ok {
 		return Result{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
 	}
@@ -70,13 +73,11 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 	if req.Timeout == 0 {
 		req.Timeout = e.cfg.Timeout
 	}
-	var res Result
-	t0 := time.Now()
 	var waited time.Duration
-	err := e.leases.with(ctx, key, func(ctx context.Context, token string) error {
+	err = e.leases.with(ctx, key, func(ctx context.Context, token string) error {
 		waited = time.Since(t0)
 		var err error
-		res, err = e.runLocked(ctx, key, token, req)
+		res, reached, err = e.runLocked(ctx, key, token, req)
 		e.sizes(ctx, key, &res)
 		return err
 	})
@@ -98,16 +99,30 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 // on this node holds, or nil: a caller may then leave those files' Data out.
 func (e *Engine) DataVersions(key string) map[string]string { return e.sess.dataVersions(key) }
 
-func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (Result, error) {
+// runStatus is what the Observer is told of a run Execute answered with res and err;
+// reached says it got its session's interpreter.
+func runStatus(res Result, err error, reached bool) string {
+	switch {
+	case res.Status != "" && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Interrupted runs come back with their context's error: the code's outcome.
+		return res.Status
+	case reached:
+		return RunFailed
+	}
+	return RunRefused
+}
+
+// runLocked is a run under its lease; reached says it got its session's interpreter.
+func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (res Result, reached bool, err error) {
 	a, err := e.attachOrReset(ctx, key, req)
 	if err != nil {
-		return Result{}, err
+		return Result{}, false, err
 	}
 	res, failed, err := e.runIn(ctx, key, token, req, a)
 	if failed != nil {
-		return e.afterFailure(ctx, key, token, req, a, res, failed, err)
+		res, err = e.afterFailure(ctx, key, token, req, a, res, failed, err)
 	}
-	return res, err
+	return res, true, err
 }
 
 // interpreterFailed is a run whose interpreter failed (its process died, or the Worker
