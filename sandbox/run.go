@@ -63,7 +63,19 @@ func (c *Config) check(key string, req *Request) error {
 func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Result, err error) {
 	t0 := time.Now()
 	reached := false // the run got its session's interpreter
-	defer func() { e.obs.RunDone(runStatus(res, err, reached), res.Session.RestoredFrom, time.Since(t0)) }()
+	var waited time.Duration
+	defer func() {
+		status, took := runStatus(res, err, reached), time.Since(t0)
+		e.obs.RunDone(status, res.Session.RestoredFrom, took)
+		// One line per run, at info: what an operator follows a run by (the request's id
+		// comes with ctx).
+		attrs := []any{"session", key, "status", status, "from", res.Session.RestoredFrom, "queued_ms", waited.Milliseconds(),
+			"exec_ms", res.ExecutionMS, "total_ms", took.Milliseconds(), "state_bytes", res.Session.StateBytes}
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		e.log.InfoContext(ctx, "sandbox run", attrs...)
+	}()
 	if ok, why := e.Available(); !ok {
 		return Result{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
 	}
@@ -73,7 +85,6 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Resu
 	if req.Timeout == 0 {
 		req.Timeout = e.cfg.Timeout
 	}
-	var waited time.Duration
 	err = e.leases.with(ctx, key, func(ctx context.Context, token string) error {
 		waited = time.Since(t0)
 		var err error
@@ -90,8 +101,6 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Resu
 			res.Session.Packages = []string{}
 		}
 	}
-	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
-		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
 	return res, err
 }
 
