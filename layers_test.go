@@ -28,6 +28,7 @@ var layers = map[string][]string{
 	"sandbox/internal/pkgs/pkgstest": nil,
 	"sandbox/redisstore":             {"", "sandbox/internal/state"},
 	"sandbox/pgcold":                 {"", "migrations/pgdb"},
+	"sandbox/prommetrics":            {"sandbox"},
 	"conversations":                  {""},
 	"toolkits":                       {"", "conversations", "sandbox", "toolkits/tables"},
 	"toolkits/tables":                nil,

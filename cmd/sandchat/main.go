@@ -33,6 +33,7 @@ import (
 	"github.com/sandchat/sandchat/migrations/pgdb"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/sandbox/pgcold"
+	"github.com/sandchat/sandchat/sandbox/prommetrics"
 	"github.com/sandchat/sandchat/sandbox/redisstore"
 	"github.com/sandchat/sandchat/toolkits"
 )
@@ -342,10 +343,12 @@ type Main struct {
 	quotaLocks *pgxpool.Pool
 	ln         net.Listener
 	metricsLn  *metricsServer // SANDCHAT_METRICS_ADDR's listener, when set
-	served     chan error
-	cancel     context.CancelFunc
-	closeOnce  sync.Once
-	closeErr   error
+	// engineMetrics is what the engine tells of its runs, as Prometheus metrics.
+	engineMetrics *prommetrics.Observer
+	served        chan error
+	cancel        context.CancelFunc
+	closeOnce     sync.Once
+	closeErr      error
 }
 
 // NewMain returns an unstarted server.
@@ -408,7 +411,9 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		if err != nil {
 			return nil, err
 		}
-		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store)); err != nil {
+		m.engineMetrics = prommetrics.NewObserver()
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store),
+			sandbox.WithObserver(m.engineMetrics)); err != nil {
 			return nil, err
 		}
 		if m.Probes == nil {
@@ -492,6 +497,10 @@ func (m *Main) registerMetrics() {
 	m.Metrics.MustRegister(m.Limiter.Collectors()...)
 	m.Metrics.MustRegister(m.Runner.Collectors()...)
 	m.Metrics.MustRegister(m.sandbox.Collectors()...)
+	if m.Engine != nil {
+		m.Metrics.MustRegister(m.engineMetrics.Collectors()...)
+		m.Metrics.MustRegister(prommetrics.NewStatusCollector(m.Engine))
+	}
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for
