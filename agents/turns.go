@@ -43,7 +43,7 @@ type TurnStore interface {
 	// turn no longer runs for f.Owner.
 	AddMessage(ctx context.Context, f conversations.Fence, m conversations.Message) (conversations.Message, conversations.Event, error)
 	Emit(ctx context.Context, f conversations.Fence, convID int64, typ string, agentPath []string, data any) (conversations.Event, error)
-	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error)
+	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string, usage *conversations.Usage) (*conversations.Event, error)
 	StartHandoff(ctx context.Context, f conversations.Fence, convID, from, to int64, path []string, task string) (int64, conversations.Event, error)
 	FinishHandoff(ctx context.Context, f conversations.Fence, convID, id int64, path []string, status, result string) (conversations.Event, error)
 	// Heartbeat renews this node's turns and returns the ones it no longer runs and
@@ -440,7 +440,7 @@ func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string)
 	ctx = context.WithoutCancel(ctx)
 	var ev *conversations.Event
 	err := r.backoff(r.finishRetry).Retry(ctx, func() (err error) {
-		ev, err = r.store.FinishTurn(ctx, t.fence, t.convID, status, errText)
+		ev, err = r.store.FinishTurn(ctx, t.fence, t.convID, status, errText, t.used())
 		return err
 	}, r.worthRetrying)
 	switch {
@@ -493,6 +493,34 @@ type turnRun struct {
 	cancel context.CancelCauseFunc
 	// retry: the turn answers the latest user message again (Runner.Retry).
 	retry bool
+
+	mu    sync.Mutex
+	usage *Usage // the sum of what its model calls reported; guarded by mu
+}
+
+// addUsage adds what one model call reported to the turn's tokens.
+func (t *turnRun) addUsage(u *Usage) {
+	if u == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.usage == nil {
+		t.usage = &Usage{}
+	}
+	t.usage.PromptTokens += u.PromptTokens
+	t.usage.CompletionTokens += u.CompletionTokens
+}
+
+// used is the turn's tokens so far; nil when no model reported any.
+func (t *turnRun) used() *Usage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.usage == nil {
+		return nil
+	}
+	u := *t.usage
+	return &u
 }
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
@@ -531,6 +559,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		req.Messages = append(req.Messages, msgs...)
 		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
 		comp, err := provider.Complete(ctx, req, deltas.add)
+		t.addUsage(comp.Usage)
 		if ferr := deltas.Flush(); ferr != nil && err == nil {
 			err = ferr
 		}

@@ -65,6 +65,8 @@ type Provider struct {
 	cfg  Config
 	log  *slog.Logger
 	chat oai.ChatCompletionService
+	// metrics count each attempt (metrics.go).
+	metrics *metrics
 
 	// sleep waits between attempts; tests replace it to observe the backoff without waiting.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -121,7 +123,7 @@ func New(cfg Config, log *slog.Logger) (*Provider, error) {
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
-	return &Provider{cfg: cfg, log: log, chat: chat, sleep: sleepContext}, nil
+	return &Provider{cfg: cfg, log: log, chat: chat, metrics: newMetrics(), sleep: sleepContext}, nil
 }
 
 // Complete runs one step of a turn. On failure the returned Completion holds whatever
@@ -144,7 +146,9 @@ func (p *Provider) Complete(ctx context.Context, req agents.CompletionRequest, o
 	}
 
 	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
 		comp, relayed, err := p.stream(ctx, params, onDelta)
+		p.metrics.observe(ctx, params.Model, comp.Usage, time.Since(t0), err)
 		if err == nil {
 			return comp, nil
 		}

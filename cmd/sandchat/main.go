@@ -497,6 +497,9 @@ func (m *Main) registerMetrics() {
 	m.Metrics.MustRegister(m.Limiter.Collectors()...)
 	m.Metrics.MustRegister(m.Runner.Collectors()...)
 	m.Metrics.MustRegister(m.sandbox.Collectors()...)
+	if m.openai != nil {
+		m.Metrics.MustRegister(m.openai.Collectors()...)
+	}
 	if m.Engine != nil {
 		m.Metrics.MustRegister(m.engineMetrics.Collectors()...)
 		m.Metrics.MustRegister(prommetrics.NewStatusCollector(m.Engine))

@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/sandchat/sandchat/agents/openai/openaitest"
 )
 
 // metricsURL is where m serves /metrics: its own listener when it has one.
@@ -246,6 +248,71 @@ func TestTurnAndLimitMetrics(t *testing.T) {
 		}
 		if v := m.metric(t, "sandchat_quota_refusals_total", "what", "upload"); v != 1 {
 			t.Fatalf("upload refusals: %v, want 1", v)
+		}
+	})
+}
+
+// TestLLMUsage: each turn keeps the tokens its model calls used, summed over its steps,
+// and returns them with the turn; /metrics counts every request to the endpoint (a
+// retried one too) by model and status, their tokens and their durations.
+func TestLLMUsage(t *testing.T) {
+	t.Parallel()
+	srv := openaitest.New(t,
+		// turn 1: a 500, retried, then an answer
+		openaitest.Status{Code: 500},
+		openaitest.Reply{Text: "hello", Usage: &openaitest.Usage{PromptTokens: 100, CompletionTokens: 7}},
+		// turn 2: a call to a tool that is off, refused, then an answer
+		openaitest.Reply{ToolCalls: []openaitest.Call{{Name: "pyodide_sandbox", Arguments: `{"code":"1"}`}},
+			Usage: &openaitest.Usage{PromptTokens: 50, CompletionTokens: 5}},
+		openaitest.Reply{Text: "done", Usage: &openaitest.Usage{PromptTokens: 60, CompletionTokens: 6}},
+	)
+	m := newEnv(t).node(func(c *Config, _ *Main) {
+		c.LLM = LLMConfig{Provider: "openai", BaseURL: srv.URL, APIKey: srv.APIKey, Model: "fake-model", MaxRetries: 1}
+	})
+	alice, _ := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Chatty", "model": "fake-model"})
+	conv := alice.createConversation(agent.ID)
+	usage := func(turn int64) (int64, int64) {
+		t.Helper()
+		tj := alice.finishTurn(conv, turn)
+		if tj.Status != "completed" || tj.Usage == nil {
+			t.Fatalf("turn %+v", tj)
+		}
+		return tj.Usage.PromptTokens, tj.Usage.CompletionTokens
+	}
+	if p, c := usage(alice.post(conv, "hi")); p != 100 || c != 7 {
+		t.Fatalf("turn 1 used %d + %d tokens, want 100 + 7", p, c)
+	}
+	if p, c := usage(alice.post(conv, "run 1")); p != 110 || c != 11 {
+		t.Fatalf("turn 2 used %d + %d tokens, want 110 + 11 (its two steps)", p, c)
+	}
+	for i, r := range srv.Requests() {
+		if !r.IncludeUsage {
+			t.Fatalf("request %d does not ask for usage: %s", i, r.Body)
+		}
+	}
+	fams := scrape(t, m)
+	for _, s := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sandchat_llm_requests_total", []string{"model", "fake-model", "status", "http_500"}, 1},
+		{"sandchat_llm_requests_total", []string{"model", "fake-model", "status", "ok"}, 3},
+		{"sandchat_llm_tokens_total", []string{"model", "fake-model", "kind", "prompt"}, 210},
+		{"sandchat_llm_tokens_total", []string{"model", "fake-model", "kind", "completion"}, 18},
+		{"sandchat_llm_request_duration_seconds", []string{"model", "fake-model"}, 4},
+		{"sandchat_turns_total", []string{"status", "completed"}, 2},
+	} {
+		if v, _ := series(fams, s.name, s.labels...); v != s.want {
+			t.Errorf("%s%q = %v, want %v", s.name, s.labels, v, s.want)
+		}
+	}
+
+	t.Run("the builtin model reports none", func(t *testing.T) {
+		other := alice.createConversation(alice.createAgent(map[string]any{"name": "Offline", "model": "builtin"}).ID)
+		if tj := alice.finishTurn(other, alice.post(other, "hello")); tj.Status != "completed" || tj.Usage != nil {
+			t.Fatalf("builtin turn %+v: want no usage", tj)
 		}
 	})
 }
