@@ -293,7 +293,8 @@ func (r *Runner) launch(ctx context.Context, t *turnRun, evs []conversations.Eve
 	for _, ev := range evs {
 		r.publish(ctx, ev)
 	}
-	tctx, cancel := context.WithCancelCause(sandchat.WithUser(context.Background(), sandchat.UserFromContext(ctx)))
+	// The turn outlives its request, and keeps its id: its log lines are the request's.
+	tctx, cancel := context.WithCancelCause(sandchat.WithUser(sandchat.WithRequestID(context.Background(), sandchat.RequestID(ctx)), sandchat.UserFromContext(ctx)))
 	t.cancel = cancel
 	r.mu.Lock()
 	if r.running == nil {
@@ -334,7 +335,7 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	pctx, cancel := context.WithTimeout(ctx, cancelPublishTimeout)
 	defer cancel()
 	if err := r.cancels.PublishCancel(pctx, turnID); err != nil {
-		r.log.Warn("publish cancel; the runner's heartbeat will see it", "turn_id", turnID, "err", err)
+		r.log.WarnContext(ctx, "publish cancel; the runner's heartbeat will see it", "turn_id", turnID, "err", err)
 	}
 	return nil
 }
@@ -357,7 +358,7 @@ func (r *Runner) CancelLocal(turnID int64) bool {
 
 func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
 	if err := r.events.PublishConversation(context.WithoutCancel(ctx), ev); err != nil {
-		r.log.Warn("publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
+		r.log.WarnContext(ctx, "publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
 	}
 }
 
@@ -403,7 +404,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	status, errText := conversations.TurnCompleted, ""
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("turn panicked", "turn_id", t.turnID, "panic", p)
+			r.log.ErrorContext(ctx, "turn panicked", "turn_id", t.turnID, "panic", p)
 			status, errText = conversations.TurnFailed, "internal error"
 		}
 		// The turn stays in running (and renewed) until its end is stored, so no other
@@ -419,7 +420,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	err := t.turn(ctx)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errFenced) || errors.Is(err, conversations.ErrFenced):
-		r.log.Warn("turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
+		r.log.WarnContext(ctx, "turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
 		status = ""
 	case err == nil:
 	case errors.Is(cause, errCancelled):
@@ -429,7 +430,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	default:
 		status, errText = conversations.TurnFailed, sandchat.ErrorMessage(err)
 		if sandchat.ErrorCode(err) == sandchat.EINTERNAL {
-			r.log.Error("turn failed", "turn_id", t.turnID, "err", err)
+			r.log.ErrorContext(ctx, "turn failed", "turn_id", t.turnID, "err", err)
 		}
 	}
 }
@@ -447,9 +448,9 @@ func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string)
 	case err == nil:
 		r.publish(ctx, *ev)
 	case errors.Is(err, conversations.ErrFenced):
-		r.log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
+		r.log.WarnContext(ctx, "turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
 	default:
-		r.log.Error("finish turn", "turn_id", t.turnID, "err", err)
+		r.log.ErrorContext(ctx, "finish turn", "turn_id", t.turnID, "err", err)
 	}
 }
 

@@ -64,34 +64,28 @@ func (s *Server) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.metrics.requests, s.metrics.duration}
 }
 
-func (m *metrics) middleware(c *fiber.Ctx) error {
-	start := time.Now()
-	err := c.Next()
-	status := c.Response().StatusCode()
-	if err != nil {
-		// The error handler has not run yet; count what it will most likely answer.
-		if fe, ok := err.(*fiber.Error); ok {
-			status = fe.Code
-		} else {
-			status = codeStatus[codeOf(lastResort(c, err))]
-		}
-	}
-	// Labels outlive the request: Prometheus keeps them as map keys. Fiber's strings
-	// are views into fasthttp's reused buffers, so each is copied, and what a client
-	// chooses freely (path, method) is bounded so it cannot blow up the series count.
-	route := "unmatched"
+// count records one answered request.
+func (m *metrics) count(method, route string, status int, took time.Duration) {
+	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(method, route).Observe(took.Seconds())
+}
+
+// labels are a request's method and route as metrics and logs name them. Labels
+// outlive the request: Prometheus keeps them as map keys. Fiber's strings are views
+// into fasthttp's reused buffers, so each is copied, and what a client chooses freely
+// (path, method) is bounded so it cannot blow up the series count.
+func labels(c *fiber.Ctx) (method, route string) {
+	route = "unmatched"
 	if c.Locals(localUnmatched) == nil {
 		route = utils.CopyString(c.Route().Path)
 	}
-	method := "OTHER"
+	method = "OTHER"
 	switch c.Method() {
 	case fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
 		fiber.MethodDelete, fiber.MethodOptions:
 		method = utils.CopyString(c.Method())
 	}
-	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
-	return err
+	return method, route
 }
 
 // localUnmatched is set by the catch-all handler, whose route would otherwise label

@@ -219,8 +219,8 @@ func (s *Server) App() *fiber.App { return s.app }
 
 func (s *Server) routes() {
 	app := s.app
+	app.Use(s.observe)
 	app.Use(recover.New(recover.Config{EnableStackTrace: true}))
-	app.Use(s.metrics.middleware)
 	app.Use(s.requestContext)
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
@@ -277,7 +277,7 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if strings.HasSuffix(c.Path(), "/sandbox/executions") {
 		timeout = s.cfg.ExecutionTimeout
 	}
-	ctx, cancel := context.WithTimeout(s.base, timeout)
+	ctx, cancel := context.WithTimeout(c.UserContext(), timeout) // observe's: s.base's, with the request's id
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()

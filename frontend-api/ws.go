@@ -229,7 +229,8 @@ func (s *Server) websocket() fiber.Handler {
 		}
 		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
-		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
+		// The socket outlives the upgrade's request, and keeps its id for its logs.
+		ctx, cancel := context.WithCancel(sandchat.WithUser(context.WithoutCancel(c.UserContext()), user))
 		session, _ := c.Locals(localSession).(int64)
 		cl := &client{hub: h, user: user, session: session, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
 		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)

@@ -296,9 +296,9 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(contextHandler{slog.NewJSONHandler(w, opts)})
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(contextHandler{slog.NewTextHandler(w, opts)})
 }
 
 // openDB creates the database if needed, migrates it and opens a pool.
