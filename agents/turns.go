@@ -17,6 +17,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
@@ -92,6 +96,7 @@ type RunnerDeps struct {
 	Cancels   CancelBus
 	Limiter   toolkits.Limiter // optional: no rate limit on messages without it
 	Log       *slog.Logger
+	Tracer    trace.Tracer // optional: a span for each turn and each tool call
 	NodeID    string
 	MaxSteps  int // model calls per agent per turn (12)
 	MaxDepth  int // nesting of delegations (3)
@@ -119,6 +124,7 @@ type Runner struct {
 	cancels     CancelBus
 	limiter     toolkits.Limiter
 	log         *slog.Logger
+	tracer      trace.Tracer
 	nodeID      string
 	maxSteps    int
 	maxDepth    int
@@ -161,7 +167,7 @@ func NewRunner(d RunnerDeps) (*Runner, error) {
 	r := &Runner{
 		store: d.Store, agents: d.Agents, catalogue: d.Catalogue, tools: d.Tools,
 		providers: d.Providers, events: d.Events, cancels: d.Cancels, limiter: d.Limiter,
-		log: d.Log, nodeID: d.NodeID, nodes: d.Nodes,
+		log: d.Log, tracer: cmp.Or[trace.Tracer](d.Tracer, noop.Tracer{}), nodeID: d.NodeID, nodes: d.Nodes,
 		maxSteps: cmp.Or(d.MaxSteps, 12), maxDepth: cmp.Or(d.MaxDepth, 3),
 		staleAfter: positive(d.StaleAfter, 30*time.Second), nodeTTL: positive(d.NodeTTL, 3*time.Second),
 		writeRetry: positive(d.WriteRetry, 15*time.Second), finishRetry: positive(d.FinishRetry, 10*time.Minute),
@@ -293,8 +299,10 @@ func (r *Runner) launch(ctx context.Context, t *turnRun, evs []conversations.Eve
 	for _, ev := range evs {
 		r.publish(ctx, ev)
 	}
-	// The turn outlives its request, and keeps its id: its log lines are the request's.
-	tctx, cancel := context.WithCancelCause(sandchat.WithUser(sandchat.WithRequestID(context.Background(), sandchat.RequestID(ctx)), sandchat.UserFromContext(ctx)))
+	// The turn outlives its request, and keeps its id and its trace: its log lines and
+	// spans are the request's.
+	bg := trace.ContextWithSpanContext(sandchat.WithRequestID(context.Background(), sandchat.RequestID(ctx)), trace.SpanContextFromContext(ctx))
+	tctx, cancel := context.WithCancelCause(sandchat.WithUser(bg, sandchat.UserFromContext(ctx)))
 	t.cancel = cancel
 	r.mu.Lock()
 	if r.running == nil {
@@ -401,8 +409,11 @@ func (r *Runner) worthRetrying(err error) bool {
 
 func (r *Runner) run(ctx context.Context, t *turnRun) {
 	defer r.finished.Done()
+	ctx, span := r.tracer.Start(ctx, "turn", trace.WithAttributes(attribute.Int64("sandchat.turn_id", t.turnID),
+		attribute.Int64("sandchat.conversation_id", t.convID)))
 	status, errText := conversations.TurnCompleted, ""
 	defer func() {
+		defer span.End()
 		if p := recover(); p != nil {
 			r.log.ErrorContext(ctx, "turn panicked", "turn_id", t.turnID, "panic", p)
 			status, errText = conversations.TurnFailed, "internal error"
@@ -411,6 +422,10 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 		// node fails it with a wrong reason meanwhile.
 		if status != "" {
 			r.turns.WithLabelValues(status).Inc()
+			span.SetAttributes(attribute.String("sandchat.turn_status", status))
+			if status == conversations.TurnFailed {
+				span.SetStatus(codes.Error, errText)
+			}
 			r.finish(ctx, t, status, errText)
 		}
 		r.mu.Lock()
@@ -593,7 +608,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		// The context a child sees: the conversation so far, without this pending call.
 		at.before = msgs[:len(msgs)-1]
 		for _, call := range comp.ToolCalls {
-			content := box.Call(ctx, call)
+			content := t.call(ctx, box, call)
 			if err := ctx.Err(); err != nil {
 				return "", context.Cause(ctx)
 			}
@@ -613,6 +628,13 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		}
 	}
 	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.maxSteps)
+}
+
+// call runs one tool call of the model, in a span of its own.
+func (t *turnRun) call(ctx context.Context, box *toolkits.Toolbox, call ToolCall) string {
+	ctx, span := t.r.tracer.Start(ctx, "tool "+call.Name, trace.WithAttributes(attribute.String("sandchat.tool", call.Name)))
+	defer span.End()
+	return box.Call(ctx, call)
 }
 
 // systemPrompt is the agent's own prompt followed by what the model must know of the

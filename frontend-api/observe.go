@@ -6,10 +6,16 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandchat/sandchat"
 )
@@ -70,7 +76,7 @@ func (s *Server) observe(c *fiber.Ctx) error {
 	id := requestID(c.Get(HeaderRequestID))
 	c.Set(HeaderRequestID, id)
 	// s.base ends the requests still running when the shutdown's drain is over.
-	ctx := sandchat.WithRequestID(s.base, id)
+	ctx, span := s.startSpan(c, sandchat.WithRequestID(s.base, id))
 	c.SetUserContext(ctx)
 	err := c.Next()
 	if err != nil {
@@ -81,6 +87,7 @@ func (s *Server) observe(c *fiber.Ctx) error {
 	status, took := c.Response().StatusCode(), time.Since(start)
 	method, route := labels(c)
 	s.metrics.count(method, route, status, took)
+	endSpan(span, method, route, status)
 	level := slog.LevelInfo
 	if probes[route] {
 		level = slog.LevelDebug
@@ -95,4 +102,33 @@ func (s *Server) observe(c *fiber.Ctx) error {
 	}
 	s.log.Log(context.WithoutCancel(ctx), level, "request", attrs...)
 	return nil
+}
+
+// headerCarrier reads a request's trace context (traceparent, tracestate) from its headers.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c headerCarrier) Keys() []string {
+	var keys []string
+	c.h.VisitAll(func(k, _ []byte) { keys = append(keys, string(k)) })
+	return keys
+}
+
+// startSpan begins the request's span, a child of the caller's trace when its headers
+// carry one (W3C trace context).
+func (s *Server) startSpan(c *fiber.Ctx, ctx context.Context) (context.Context, trace.Span) {
+	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{&c.Request().Header})
+	return s.tracer.Start(ctx, "HTTP "+c.Method(), trace.WithSpanKind(trace.SpanKindServer))
+}
+
+// endSpan names the span after the route it matched and ends it with the answer.
+func endSpan(span trace.Span, method, route string, status int) {
+	span.SetName(method + " " + route)
+	span.SetAttributes(attribute.String("http.request.method", method), attribute.String("http.route", route),
+		attribute.Int("http.response.status_code", status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, strconv.Itoa(status))
+	}
+	span.End()
 }

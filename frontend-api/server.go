@@ -21,6 +21,8 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -114,6 +116,8 @@ type Deps struct {
 	// Metrics, when set, is served at /metrics; main leaves it out when the metrics
 	// have a listener of their own (SANDCHAT_METRICS_ADDR).
 	Metrics http.Handler
+	// Tracer, when set, makes a span of each request (OpenTelemetry).
+	Tracer trace.Tracer
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -140,6 +144,7 @@ type Server struct {
 	messages      MessageStore
 	tables        TablePreviewer
 	metricsPage   http.Handler
+	tracer        trace.Tracer
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.
@@ -193,7 +198,10 @@ func New(d Deps) (*Server, error) {
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
 		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, metricsPage: d.Metrics,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, metricsPage: d.Metrics, tracer: d.Tracer,
+	}
+	if s.tracer == nil {
+		s.tracer = noop.Tracer{}
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
 	s.app = fiber.New(fiber.Config{

@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
@@ -80,8 +84,21 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 // its outcome cannot be written yet, the caller gets the result with a notice, and the
 // write goes on in the background. A run the engine answers without having saved its
 // state is recorded failed and answered 503: replay never applies what the caller was
-// told failed.
+// told failed. The run is a span of the caller's trace.
 func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
+	ctx, span := s.tracer().Start(ctx, "sandbox run", trace.WithAttributes(attribute.Int64("sandchat.conversation_id", req.ConversationID),
+		attribute.String("sandchat.session", s.SessionKey(req.ConversationID, req.AgentID))))
+	defer span.End()
+	run, err := s.execute(ctx, req)
+	if err != nil {
+		span.SetStatus(codes.Error, sandchat.ErrorMessage(err))
+	} else {
+		span.SetAttributes(attribute.String("sandchat.run_status", run.Result.Status), attribute.String("sandchat.restored_from", run.Result.Session.RestoredFrom))
+	}
+	return run, err
+}
+
+func (s *Sandbox) execute(ctx context.Context, req RunRequest) (Run, error) {
 	if s.Engine == nil {
 		return Run{}, errNoEngine
 	}

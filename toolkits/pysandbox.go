@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
@@ -88,6 +90,7 @@ type Sandbox struct {
 	// names the conversation's quota only when the quota left less than this.
 	MaxStateBytes int64
 	Log           *slog.Logger
+	Tracer        trace.Tracer // optional: a span for each run
 
 	background sync.WaitGroup
 	closing    atomic.Bool
@@ -150,6 +153,13 @@ func (s *Sandbox) Wait(ctx context.Context) {
 	case <-ctx.Done():
 		s.abandoned.Store(true)
 	}
+}
+
+func (s *Sandbox) tracer() trace.Tracer {
+	if s.Tracer == nil {
+		return noop.Tracer{}
+	}
+	return s.Tracer
 }
 
 func (s *Sandbox) log() *slog.Logger {

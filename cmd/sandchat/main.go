@@ -18,9 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -303,13 +307,29 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 
 // openDB creates the database if needed, migrates it and opens a pool.
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	if err := migrations.EnsureDatabase(ctx, url); err != nil {
-		return nil, fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
-	}
-	if _, _, err := migrations.Migrate(ctx, url); err != nil {
+	if err := prepareDB(ctx, url); err != nil {
 		return nil, err
 	}
 	return pgxpool.New(ctx, url)
+}
+
+// prepareDB creates the database if needed and migrates it.
+func prepareDB(ctx context.Context, url string) error {
+	if err := migrations.EnsureDatabase(ctx, url); err != nil {
+		return fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
+	}
+	_, _, err := migrations.Migrate(ctx, url)
+	return err
+}
+
+// openPool opens a pool whose statements tracer sees (nil: none).
+func openPool(ctx context.Context, url string, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Tracer = tracer
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 // Main is the wired server: main builds it from Config, tests too.
@@ -337,6 +357,10 @@ type Main struct {
 	// SandboxEngine, when set before Run, is the engine behind the sandbox tool instead
 	// of sandbox.Engine (fault tests script the engine's side of the contract).
 	SandboxEngine toolkits.Engine
+	// Tracing, when set before Run, is where spans go; else OpenTelemetry's standard
+	// variables decide (tracing.go): none unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	Tracing     trace.TracerProvider
+	stopTracing func(context.Context) error // flushes the spans of the provider Run made
 
 	// quotaLocks is the pool the conversations' quota locks are held on, apart from DB
 	// (conversations/pgstore's quota.go says why).
@@ -357,6 +381,13 @@ func NewMain(cfg Config, log *slog.Logger) *Main { return &Main{Config: cfg, Log
 // Run opens the stores, starts the sandbox engine, builds the services and starts
 // serving in the background. Close undoes whatever part of it was done.
 func (m *Main) Run(ctx context.Context) error {
+	if m.Tracing == nil {
+		tp, stop, err := newTracing(ctx)
+		if err != nil {
+			return err
+		}
+		m.Tracing, m.stopTracing = tp, stop
+	}
 	if err := m.openStores(ctx); err != nil {
 		return err
 	}
@@ -375,10 +406,17 @@ func (m *Main) Run(ctx context.Context) error {
 // openStores creates and migrates the database if needed and connects to Postgres and
 // Redis, failing with a hint when either is not running.
 func (m *Main) openStores(ctx context.Context) (err error) {
-	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
+	if err := prepareDB(ctx, m.Config.DatabaseURL); err != nil {
 		return err
 	}
-	if m.quotaLocks, err = pgxpool.New(ctx, m.Config.DatabaseURL); err != nil {
+	var statements pgx.QueryTracer // a span for each statement, when spans go anywhere
+	if m.traced() {
+		statements = pgTracer{m.tracer("postgres")}
+	}
+	if m.DB, err = openPool(ctx, m.Config.DatabaseURL, statements); err != nil {
+		return err
+	}
+	if m.quotaLocks, err = openPool(ctx, m.Config.DatabaseURL, statements); err != nil {
 		return err
 	}
 	rdb, target, err := openRedis(ctx, m.Config.RedisURL)
@@ -386,6 +424,12 @@ func (m *Main) openStores(ctx context.Context) (err error) {
 		return err
 	}
 	m.Redis = rdb
+	if m.traced() {
+		// Commands without their arguments: keys and values hold users' data.
+		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(m.Tracing), redisotel.WithDBStatement(false)); err != nil {
+			return fmt.Errorf("trace redis: %w", err)
+		}
+	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", target.addrs(), err)
 	}
@@ -451,14 +495,14 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	})
 	if cfg.LLM.APIKey != "" {
 		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
-			MaxRetries: cfg.LLM.MaxRetries}, m.Log.With("component", "openai")); err != nil {
+			MaxRetries: cfg.LLM.MaxRetries, Tracer: m.tracer("agents/openai")}, m.Log.With("component", "openai")); err != nil {
 			return err
 		}
 	}
 	tools := &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
 	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
 		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Quota: cfg.ConversationQuota, MaxStateBytes: cfg.Sandbox.Engine.MaxStateBytes,
-		Log: m.Log.With("component", "executions")}
+		Log: m.Log.With("component", "executions"), Tracer: m.tracer("toolkits")}
 	m.tables = &toolkits.Tables{Files: m.Store}
 	var status frontendapi.SandboxStatus
 	if m.Engine != nil {
@@ -481,7 +525,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL}, Log: m.Log,
 		Users: m.Users, Sessions: m.Users, Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
-		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Metrics: metricsPage,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Metrics: metricsPage, Tracer: m.tracer("frontend-api"),
 	})
 	if err != nil {
 		return err
@@ -513,7 +557,7 @@ func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, ca
 	if m.Runner, err = agents.NewRunner(agents.RunnerDeps{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
 		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))).WithData(m.tables),
-		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
+		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"), Tracer: m.tracer("agents"),
 		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(m.Redis, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
 		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
@@ -589,6 +633,18 @@ func nodeID() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
+}
+
+// traced says whether spans go anywhere: the stores' spans cost a little on every
+// statement and command, so they are made only then.
+func (m *Main) traced() bool {
+	_, off := m.Tracing.(noop.TracerProvider)
+	return !off
+}
+
+// tracer is the tracer of one part of the server.
+func (m *Main) tracer(part string) trace.Tracer {
+	return m.Tracing.Tracer("github.com/sandchat/sandchat/" + part)
 }
 
 // Addr is where the server listens (useful with :0).
@@ -700,6 +756,12 @@ func (m *Main) close() error {
 	}
 	if m.DB != nil {
 		m.DB.Close()
+	}
+	if m.stopTracing != nil {
+		// What is left of the spans, with a bound of its own: the collector may be away.
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, m.stopTracing(tctx))
+		tcancel()
 	}
 	m.Log.Info("sandchat stopped")
 	return errors.Join(errs...)
