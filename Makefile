@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-e2e test-race test-cgroup2 services build vet bench
+.PHONY: run test test-e2e test-race test-cgroup2 services build vet rules bench
 
 services:
 	@./.ci/services
@@ -27,11 +27,18 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+## rules: the shipped Prometheus alerts pass promtool's checks and their own tests
+## (promtool comes with Debian's prometheus package, which .ci/services installs).
+rules:
+	@command -v promtool >/dev/null || { echo "promtool is missing: ./.ci/services installs it (Debian's prometheus package)" >&2; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+
 ## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in three parts
 ## run at once by .ci/test (each spends most of its time waiting on processes): test-e2e,
 ## test-race and test-cgroup2 (where its VM is present; always in CI).
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
-test: services vet
+test: services vet rules
 	@./.ci/test
 
 ## test-e2e: every package outside RACE_PKGS (cmd/sandchat: end-to-end and browser tests that

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -369,6 +370,7 @@ type Main struct {
 	metricsLn  *metricsServer // SANDCHAT_METRICS_ADDR's listener, when set
 	// engineMetrics is what the engine tells of its runs, as Prometheus metrics.
 	engineMetrics *prommetrics.Observer
+	collectors    []prometheus.Collector // every one in Metrics
 	served        chan error
 	cancel        context.CancelFunc
 	closeOnce     sync.Once
@@ -515,7 +517,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 		return err
 	}
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
-	m.Metrics = newRegistry()
+	m.Metrics = prometheus.NewRegistry()
 	var metricsPage http.Handler
 	if cfg.MetricsAddr == "" {
 		metricsPage = metricsHandler(m.Metrics)
@@ -536,18 +538,16 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 
 // registerMetrics adds every part's collectors to the registry.
 func (m *Main) registerMetrics() {
-	m.Metrics.MustRegister(m.HTTP.Collectors()...)
-	m.Metrics.MustRegister(m.Hub.Collectors()...)
-	m.Metrics.MustRegister(m.Limiter.Collectors()...)
-	m.Metrics.MustRegister(m.Runner.Collectors()...)
-	m.Metrics.MustRegister(m.sandbox.Collectors()...)
+	m.collectors = slices.Concat(baseCollectors(), m.HTTP.Collectors(), m.Hub.Collectors(), m.Limiter.Collectors(),
+		m.Runner.Collectors(), m.sandbox.Collectors())
 	if m.openai != nil {
-		m.Metrics.MustRegister(m.openai.Collectors()...)
+		m.collectors = append(m.collectors, m.openai.Collectors()...)
 	}
 	if m.Engine != nil {
-		m.Metrics.MustRegister(m.engineMetrics.Collectors()...)
-		m.Metrics.MustRegister(prommetrics.NewStatusCollector(m.Engine))
+		m.collectors = append(m.collectors, m.engineMetrics.Collectors()...)
+		m.collectors = append(m.collectors, prommetrics.NewStatusCollector(m.Engine))
 	}
+	m.Metrics.MustRegister(m.collectors...)
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for

@@ -15,19 +15,17 @@ import (
 	"github.com/sandchat/sandchat/sandbox"
 )
 
-// newRegistry is the process's metrics registry with what belongs to no part: the
-// build, the Go runtime and the process. Each part exposes its collectors (Collectors)
-// and buildServices registers them here.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
+// baseCollectors are the metrics that belong to no part: the build, the Go runtime and
+// the process. Each part exposes its own (Collectors), and registerMetrics puts them
+// all in the process's registry.
+func baseCollectors() []prometheus.Collector {
 	deno, py := sandbox.Pinned()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sandchat_build_info", Help: "Always 1: this build's version and the Deno and Pyodide it pins.",
 		ConstLabels: prometheus.Labels{"version": buildVersion(), "deno": deno, "pyodide": py},
 	})
 	build.Set(1)
-	reg.MustRegister(build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
+	return []prometheus.Collector{build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
 
 // metricsHandler serves the registry in Prometheus' formats.
