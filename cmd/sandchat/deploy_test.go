@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -92,6 +95,26 @@ func TestDeployedDashboardAndAlerts(t *testing.T) {
 				t.Errorf("dashboard query names %s, which no node exports: %s", n, q)
 			}
 		}
+	}
+
+	// Each query parses as PromQL: promtool checks them as recording rules, with the
+	// dashboard's node variable filled in.
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool is missing: ./.ci/services installs it (Debian's prometheus package)")
+	}
+	var recorded strings.Builder
+	recorded.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	for i, q := range queries {
+		expr, _ := json.Marshal(strings.ReplaceAll(q, "$instance", ".*")) // a JSON string is a YAML string
+		fmt.Fprintf(&recorded, "      - record: dashboard:query%d\n        expr: %s\n", i, expr)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard.yml")
+	if err := os.WriteFile(file, []byte(recorded.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Fatalf("the dashboard's queries do not parse: %v\n%s", err, out)
 	}
 
 	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
