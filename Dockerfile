@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # sandchat with its Python sandbox (Deno + Pyodide).
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t sandchat .
+#   docker build --build-arg VERSION=$(git describe --tags --match 'v[0-9]*' --always --dirty) -t sandchat .
 #   (or: docker compose up --build, Postgres + Redis too; SANDCHAT_VERSION gives the version)
 # The image needs Postgres and Redis: SANDCHAT_DATABASE_URL, SANDCHAT_REDIS_URL.
 

@@ -10,9 +10,9 @@ GO ?= go
 services:
 	@./.ci/services
 
-## VERSION is what `sandchat --version` and sandchat_build_info say: the nearest tag and
+## VERSION is what `sandchat --version` and sandchat_build_info say: the nearest release tag (v…) and
 ## the commits since (or the commit alone), -dirty when the work tree has changes.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo devel)
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/sandchat ./cmd/sandchat

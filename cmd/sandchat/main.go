@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -133,6 +134,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	m := NewMain(cfg, newLogger(cfg, stderr))
+	// The exporter's failures (a collector away) are the SDK's to report: in our log,
+	// instead of in its own format on stderr.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { m.Log.Warn("opentelemetry", "err", err) }))
 	if err := m.Run(ctx); err != nil {
 		m.Close()
 		return err

@@ -172,7 +172,7 @@ func TestVersionFromBuild(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	describe, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--tags", "--always", "--dirty").Output()
+	describe, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--tags", "--match", "v[0-9]*", "--always", "--dirty").Output()
 	if err != nil {
 		t.Fatalf("git describe: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // version is set at build time: the Makefile and the Dockerfile pass
-// -ldflags "-X main.version=$(git describe --tags --always --dirty)". Without it the
+// -ldflags "-X main.version=$(git describe --tags --match 'v[0-9]*' --always --dirty)". Without it the
 // module version and VCS revision recorded by the Go toolchain are used.
 var version = ""
 
