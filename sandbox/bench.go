@@ -113,20 +113,20 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	// The session is claimed as a run claims it, so nothing evicts or checkpoints it
 	// meanwhile.
 	lv := e.sess.get("bench:warm")
-	if lv == nil || !lv.claim(lv.info().Version) {
+	if lv == nil || !lv.Claim(lv.Info().Version) {
 		return nil, fmt.Errorf("the bench session is not live")
 	}
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.process().Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
-			lv.release()
+		if _, err := lv.Process().Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
+			lv.Release()
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	lv.process().Freeze()
-	lv.release()
+	lv.Process().Freeze()
+	lv.Release()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -211,7 +211,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if lv == nil {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		e.ckpt.retire(lv, "bench")
+		e.env.Retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
 			return nil, err
@@ -241,7 +241,7 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if lv == nil {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		procs = append(procs, lv.process())
+		procs = append(procs, lv.Process())
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)

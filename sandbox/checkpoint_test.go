@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"context"
-	"github.com/sandchat/sandchat/migrations/testenv"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // storedHeap reads what Redis holds for key: the session's version and the version its
@@ -102,7 +104,7 @@ func killLive(t testing.TB, e *Engine, key string) {
 }
 
 // liveOf is key's live session; the test fails when there is none.
-func liveOf(t testing.TB, e *Engine, key string) *live {
+func liveOf(t testing.TB, e *Engine, key string) *session.Session {
 	t.Helper()
 	lv := e.sess.get(key)
 	if lv == nil {

@@ -26,7 +26,7 @@ func TestLiveBound(t *testing.T) {
 				signalAll(t, e, "a", syscall.SIGCONT)
 			}
 		}()
-		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.Idle(); return !idle })
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -63,7 +63,7 @@ func TestLiveBound(t *testing.T) {
 			ran <- err
 		}()
 		a := liveOf(t, e, "a")
-		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.Idle(); return !idle })
 		mustSucceed(t, e, "b", "y = 1")
 		cancel() // a's run is stopped: it is idle again
 		<-ran
@@ -74,7 +74,7 @@ func TestLiveBound(t *testing.T) {
 // signalAll sends sig to every task of key's live process.
 func signalAll(t *testing.T, e *Engine, key string, sig syscall.Signal) {
 	t.Helper()
-	for _, pid := range liveOf(t, e, key).process().Tasks() {
+	for _, pid := range liveOf(t, e, key).Process().Tasks() {
 		if err := syscall.Kill(pid, sig); err != nil {
 			t.Logf("signal %d: %v", pid, err)
 		}

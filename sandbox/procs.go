@@ -15,7 +15,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
-	"github.com/sandchat/sandchat/sandbox/internal/state"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // nodeProcs hands out this node's session processes: a ready one (the base interpreter
@@ -52,8 +52,8 @@ func (n *nodeProcs) currentBase() []byte {
 	return n.base
 }
 
-// currentHash names the current base.
-func (n *nodeProcs) currentHash() string {
+// Base names the current base.
+func (n *nodeProcs) Base() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.baseHash
@@ -65,9 +65,9 @@ func (n *nodeProcs) setBase(b []byte, hash string) {
 	n.mu.Unlock()
 }
 
-// readyProc is a process with the base interpreter: from the warm pool, or started now
-// once the node has room for it (wait bounds the wait for room, which waited adds to).
-func (n *nodeProcs) readyProc(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
+// Ready is a process with the base interpreter: from the warm pool, or started now once
+// the node has room for it (wait bounds the wait for room, which waited adds to).
+func (n *nodeProcs) Ready(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
 	if p := n.pool.takeReady(); p != nil {
 		return p, nil
 	}
@@ -77,56 +77,36 @@ func (n *nodeProcs) readyProc(wait, ctx context.Context, waited *time.Duration) 
 	defer cancel()
 	return n.spawn(wait, ctx, waited, n.currentBase(), func(p *proc.Process) error {
 		if _, err := p.Call(ctx, proc.LoadReq{Op: "load"}, nil); err != nil {
-			return procErr(err, p)
+			return session.ProcessError(err, p)
 		}
 		return nil
 	})
 }
 
-// restoreProc brings a saved heap back in a process primed with the base it was saved
-// against: a spare from the pool when that is the current base, else one started once
-// the node has room for it (wait bounds the wait for room, which waited adds to).
-func (n *nodeProcs) restoreProc(wait, ctx context.Context, waited *time.Duration, st *state.State) (*proc.Process, error) {
-	var p *proc.Process
-	if st.Base == n.currentHash() {
-		p = n.pool.takeSpare()
-	}
-	if p == nil {
-		base := n.currentBase()
-		if st.Base != n.currentHash() {
-			b, err := n.st.LoadBase(ctx, st.Base)
-			if err != nil {
-				return nil, err
-			}
-			if b == nil {
-				return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
-			}
-			base = b
+// Primed is a process primed with the base snapshot named base, for a saved heap to
+// be loaded in it: a spare from the pool when that is the current base, else one
+// started once the node has room for it (wait bounds the wait for room, which waited
+// adds to).
+func (n *nodeProcs) Primed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
+	if base == n.Base() {
+		if p := n.pool.takeSpare(); p != nil {
+			return p, nil
 		}
-		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
-		defer cancel()
-		var err error
-		if p, err = n.spawn(wait, start, waited, base, nil); err != nil {
+	}
+	snap := n.currentBase()
+	if base != n.Base() {
+		b, err := n.st.LoadBase(ctx, base)
+		if err != nil {
 			return nil, err
 		}
-	}
-	var o proc.Blobs
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.RestoreTimeout)
-	defer cancel()
-	delta, err := deltaBlob(&o, p.Base(), st.Delta)
-	if err != nil {
-		p.Close("restore failed")
-		return nil, &proc.Error{Msg: err.Error()}
-	}
-	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: delta}, &o); err != nil {
-		p.Close("restore failed")
-		if errors.Is(err, proc.ErrGone) {
-			// The heap itself took the process down (over the memory cap, say).
-			return nil, &proc.Error{Msg: p.Reason()}
+		if b == nil {
+			return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
 		}
-		return nil, err
+		snap = b
 	}
-	return p, nil
+	start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+	defer cancel()
+	return n.spawn(wait, start, waited, snap, nil)
 }
 
 // admitProc waits for room for one more session process. wait bounds the wait (with
@@ -168,12 +148,12 @@ func (n *nodeProcs) spawn(wait, ctx context.Context, waited *time.Duration, base
 	}
 	if err := n.adm.starts.Acquire(ctx); err != nil {
 		s.release()
-		return nil, procErr(err, nil)
+		return nil, session.ProcessError(err, nil)
 	}
 	defer n.adm.starts.Release()
 	p, err := n.startProc(ctx, base, false, s)
 	if err != nil {
-		return nil, procErr(err, nil)
+		return nil, session.ProcessError(err, nil)
 	}
 	if prep != nil {
 		if err := prep(p); err != nil {

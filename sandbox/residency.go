@@ -5,18 +5,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // residency decides which sessions keep a process on this node: a session that ran is
 // adopted; past MaxLive, IdleTimeout, or when a run waits for a process slot
-// (admission.go), an idle one is evicted, checkpointed first (checkpoint.go). Its lock
+// (admission.go), an idle one is evicted, checkpointed first (session.Env.Retire). Its lock
 // guards only the count of evictions in flight; the sessions have their own.
 type residency struct {
 	cfg   *Config // the engine's
 	sess  *sessions
-	ckpt  *checkpoints
+	env   *session.Env
 	pool  *pool
 	adm   *admission
 	procs *nodeProcs
@@ -25,13 +25,9 @@ type residency struct {
 	reclaiming int        // evicted processes not gone yet: each frees one slot soon
 }
 
-// errShutDown answers a run whose session came back as the engine shut down.
-var errShutDown = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
-	Message: "The Python sandbox is shutting down on this server; run the code again."}
-
 // adopt makes lv key's live session, busy, and evicts past MaxLive; false once the
 // engine is shut down.
-func (r *residency) adopt(key string, lv *live) bool {
+func (r *residency) adopt(key string, lv *session.Session) bool {
 	if !r.sess.adopt(key, lv) {
 		return false
 	}
@@ -45,14 +41,14 @@ func (r *residency) adopt(key string, lv *live) bool {
 // the end of a checkpoint).
 func (r *residency) trim() {
 	for _, old := range r.sess.overLimit(r.cfg.MaxLive) {
-		go r.ckpt.retire(old, "evicted (least recently used)")
+		go r.env.Retire(old, "evicted (least recently used)")
 	}
 }
 
 // release marks lv idle after a run; its process is frozen until the next one.
-func (r *residency) release(lv *live) {
-	lv.process().FreezeSoon()
-	lv.release()
+func (r *residency) release(lv *session.Session) {
+	lv.Process().FreezeSoon()
+	lv.Release()
 	r.trim()
 	if r.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
@@ -70,7 +66,7 @@ func (r *residency) reclaim() {
 		return
 	}
 	pooled := r.pool.evictOne()
-	var lv *live
+	var lv *session.Session
 	if pooled == nil {
 		lv = r.sess.forgetOldestIdle()
 	}
@@ -84,7 +80,7 @@ func (r *residency) reclaim() {
 		if pooled != nil {
 			pooled.Close("evicted: room for a waiting run (pooled)")
 		} else {
-			r.ckpt.retire(lv, "evicted: room for a waiting run (least recently used)")
+			r.env.Retire(lv, "evicted: room for a waiting run (least recently used)")
 		}
 		r.mu.Lock()
 		r.reclaiming--
@@ -104,7 +100,7 @@ func (r *residency) watch(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		for _, lv := range r.sess.idle(r.cfg.IdleTimeout) {
-			go r.ckpt.retire(lv, "evicted (idle)")
+			go r.env.Retire(lv, "evicted (idle)")
 		}
 		if r.adm.procs.Waiting() > 0 {
 			// A run that waited while every session was busy: one may be idle by now.
@@ -125,3 +121,16 @@ func capMemory(procs []*proc.Process, limit int64) {
 		}
 	}
 }
+
+// The node's side of its sessions (session.Node): the set, with the residency's rules.
+
+func (r *residency) Claim(key string, version int64) *session.Session {
+	return r.sess.claim(key, version)
+}
+func (r *residency) Retiring(key string) *session.Session            { return r.sess.retiringOf(key) }
+func (r *residency) Adopt(key string, s *session.Session) bool       { return r.adopt(key, s) }
+func (r *residency) Release(s *session.Session)                      { r.release(s) }
+func (r *residency) Drop(key string, s *session.Session, why string) { r.sess.drop(key, s, why) }
+func (r *residency) Take(key string) *session.Session                { return r.sess.take(key) }
+func (r *residency) Retired(s *session.Session)                      { r.sess.retired(s) }
+func (r *residency) Idle()                                           { r.trim() }

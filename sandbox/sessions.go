@@ -1,11 +1,11 @@
 package sandbox
 
 import (
-	"context"
 	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // sessions is the set of this node's live sessions and of those being retired (evicted,
@@ -16,17 +16,17 @@ type sessions struct {
 	// taken (to pick or claim a session atomically), never the other way round, and never
 	// while waiting on a process or a store.
 	mu       sync.Mutex
-	m        map[string]*live
-	retiring map[string]*live
+	m        map[string]*session.Session
+	retiring map[string]*session.Session
 	closed   bool // shut down: no session is adopted any more
 }
 
 func newSessions() *sessions {
-	return &sessions{m: map[string]*live{}, retiring: map[string]*live{}}
+	return &sessions{m: map[string]*session.Session{}, retiring: map[string]*session.Session{}}
 }
 
 // get is key's live session, or nil.
-func (s *sessions) get(key string) *live {
+func (s *sessions) get(key string) *session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[key]
@@ -39,28 +39,28 @@ func (s *sessions) count() int {
 }
 
 // take removes key's live session from the set and returns it, or nil.
-func (s *sessions) take(key string) *live {
+func (s *sessions) take(key string) *session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lv := s.m[key]
 	if lv != nil {
 		delete(s.m, key)
-		lv.leave()
+		lv.Leave()
 	}
 	return lv
 }
 
 // forgetLocked takes lv out of the live set for retiring; a run of its key waits for the
-// retirement (checkpoints.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
-func (s *sessions) forgetLocked(lv *live) {
-	delete(s.m, lv.name())
-	lv.leave()
-	s.retiring[lv.name()] = lv
+// retirement, so it finds the checkpoint made. Called with s.mu held.
+func (s *sessions) forgetLocked(lv *session.Session) {
+	delete(s.m, lv.Key())
+	lv.Leave()
+	s.retiring[lv.Key()] = lv
 }
 
-// forget takes key's live session out of the set for retiring (checkpoints.retire), as
+// forget takes key's live session out of the set for retiring (session.Env.Retire), as
 // an eviction does, and returns it, or nil.
-func (s *sessions) forget(key string) *live {
+func (s *sessions) forget(key string) *session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lv := s.m[key]
@@ -71,17 +71,17 @@ func (s *sessions) forget(key string) *live {
 }
 
 // retired ends lv's retirement.
-func (s *sessions) retired(lv *live) {
+func (s *sessions) retired(lv *session.Session) {
 	s.mu.Lock()
-	if s.retiring[lv.name()] == lv {
-		delete(s.retiring, lv.name())
+	if s.retiring[lv.Key()] == lv {
+		delete(s.retiring, lv.Key())
 	}
 	s.mu.Unlock()
-	lv.retired()
+	lv.Retired()
 }
 
 // retiringOf is key's session being retired, or nil.
-func (s *sessions) retiringOf(key string) *live {
+func (s *sessions) retiringOf(key string) *session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.retiring[key]
@@ -89,17 +89,17 @@ func (s *sessions) retiringOf(key string) *live {
 
 // forgetOldestIdle forgets the least recently used idle session and returns it for the
 // caller to retire, or nil when every live session is busy.
-func (s *sessions) forgetOldestIdle() *live {
+func (s *sessions) forgetOldestIdle() *session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.forgetOldestIdleLocked()
 }
 
-func (s *sessions) forgetOldestIdleLocked() *live {
-	var old *live
+func (s *sessions) forgetOldestIdleLocked() *session.Session {
+	var old *session.Session
 	var oldUsed time.Time
 	for _, lv := range s.m {
-		if idle, used := lv.idle(); idle && (old == nil || used.Before(oldUsed)) {
+		if idle, used := lv.Idle(); idle && (old == nil || used.Before(oldUsed)) {
 			old, oldUsed = lv, used
 		}
 	}
@@ -110,10 +110,10 @@ func (s *sessions) forgetOldestIdleLocked() *live {
 }
 
 // overLimit forgets the least recently used idle sessions past max and returns them.
-func (s *sessions) overLimit(max int) []*live {
+func (s *sessions) overLimit(max int) []*session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*live
+	var out []*session.Session
 	for len(s.m) > max {
 		lv := s.forgetOldestIdleLocked()
 		if lv == nil {
@@ -126,12 +126,12 @@ func (s *sessions) overLimit(max int) []*live {
 
 // idle forgets the sessions idle past timeout, and those whose process died between
 // runs, and returns them.
-func (s *sessions) idle(timeout time.Duration) []*live {
+func (s *sessions) idle(timeout time.Duration) []*session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*live
+	var out []*session.Session
 	for _, lv := range s.m {
-		if idle, used := lv.idle(); idle && (!lv.process().Alive() || time.Since(used) > timeout) {
+		if idle, used := lv.Idle(); idle && (!lv.Process().Alive() || time.Since(used) > timeout) {
 			s.forgetLocked(lv)
 			out = append(out, lv)
 		}
@@ -144,7 +144,7 @@ func (s *sessions) procs() []*proc.Process {
 	defer s.mu.Unlock()
 	out := make([]*proc.Process, 0, len(s.m))
 	for _, lv := range s.m {
-		out = append(out, lv.process())
+		out = append(out, lv.Process())
 	}
 	return out
 }
@@ -152,19 +152,19 @@ func (s *sessions) procs() []*proc.Process {
 // isLive tells whether key's interpreter is warm at version.
 func (s *sessions) isLive(key string, version int64) bool {
 	lv := s.get(key)
-	return lv != nil && lv.current(version)
+	return lv != nil && lv.Current(version)
 }
 
 // closeAll empties the set for shutdown and returns what it held.
-func (s *sessions) closeAll() []*live {
+func (s *sessions) closeAll() []*session.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	out := make([]*live, 0, len(s.m))
+	out := make([]*session.Session, 0, len(s.m))
 	for k, lv := range s.m {
 		out = append(out, lv)
 		delete(s.m, k)
-		lv.leave()
+		lv.Leave()
 	}
 	return out
 }
@@ -172,14 +172,14 @@ func (s *sessions) closeAll() []*live {
 // dataVersions is the version of each file under /data that key's process holds, or nil.
 func (s *sessions) dataVersions(key string) map[string]string {
 	if lv := s.get(key); lv != nil {
-		return lv.dataHeld()
+		return lv.DataHeld()
 	}
 	return nil
 }
 
-// adopt makes lv (busy, as newLive made it) key's live session; false once the engine
+// adopt makes lv (busy, as it was brought back) key's live session; false once the engine
 // is shut down, when nothing would ever stop lv's process.
-func (s *sessions) adopt(key string, lv *live) bool {
+func (s *sessions) adopt(key string, lv *session.Session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -192,46 +192,32 @@ func (s *sessions) adopt(key string, lv *live) bool {
 // claim marks key's live session busy if it is current at version; it returns nil
 // (after forgetting a stale or dead one, whose process it closes) when the session has
 // to be brought back.
-func (s *sessions) claim(key string, version int64) *live {
+func (s *sessions) claim(key string, version int64) *session.Session {
 	s.mu.Lock()
 	lv := s.m[key]
-	if lv != nil && lv.claim(version) {
+	if lv != nil && lv.Claim(version) {
 		s.mu.Unlock()
 		return lv
 	}
 	if lv != nil {
 		delete(s.m, key)
-		lv.leave()
+		lv.Leave()
 	}
 	s.mu.Unlock()
 	if lv != nil {
-		go lv.process().Close("the session moved on")
+		go lv.Process().Close("the session moved on")
 	}
 	return nil
 }
 
-// probeTimeout bounds the liveness probe before a warm run; a process that cannot
-// answer a stats request in this long on a loaded node is not fit to run code either.
-const probeTimeout = 10 * time.Second
-
-// answers tells whether p still runs. A process killed while frozen between runs only
-// dies when thawed, so Alive() cannot know until something is sent to it: the probe
-// thaws it and asks, before any code is given to it.
-func answers(ctx context.Context, p *proc.Process) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
-	defer cancel()
-	_, err := p.Call(ctx, proc.StatsReq{Op: "stats"}, nil)
-	return err == nil
-}
-
 // drop forgets key's live session lv and kills its process: the next run starts from
 // the last durable state.
-func (s *sessions) drop(key string, lv *live, why string) {
+func (s *sessions) drop(key string, lv *session.Session, why string) {
 	s.mu.Lock()
 	if s.m[key] == lv {
 		delete(s.m, key)
 	}
-	lv.leave()
+	lv.Leave()
 	s.mu.Unlock()
-	lv.process().Close(why)
+	lv.Process().Close(why)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // evictLive evicts the warm interpreter of key as MaxLive or the idle timeout would: its
@@ -20,7 +20,7 @@ func evictLive(t testing.TB, e *Engine, key string) {
 	if lv == nil {
 		t.Fatalf("session %s is not live", key)
 	}
-	e.ckpt.retire(lv, "evicted by the test")
+	e.env.Retire(lv, "evicted by the test")
 }
 
 // evictSaved is evictLive once the heap is saved as the delayed checkpoint saves it, with
@@ -38,7 +38,7 @@ func evictSaved(t testing.TB, e *Engine, key string) {
 // session's durable state says then.
 func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	t.Helper()
-	if err := e.ckpt.live(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, errHeapTooLarge) {
+	if err := e.env.Checkpoint(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, session.ErrHeapTooLarge) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	info, err := e.Session(context.Background(), key)
@@ -48,52 +48,42 @@ func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	return info
 }
 
-// holdCheckpoint keeps key's delayed checkpoint from saving its heap, as a node that
-// died before it would, and tells whether one had already saved it: the delay is short,
-// and on a busy machine it may pass before the test gets here.
-func holdCheckpoint(t *testing.T, e *Engine, key string) (saved bool) {
-	t.Helper()
-	lv := liveOf(t, e, key)
-	held := false
-	testenv.Eventually(t, time.Minute, "the checkpoint in flight ended", func() bool {
-		_, _, held = lv.beginCheckpoint()
-		return held || !lv.checkpointDue()
-	})
-	if held {
-		t.Cleanup(lv.endCheckpoint)
-	}
-	return !held
-}
-
 func TestStatePersistence(t *testing.T) {
 	t.Parallel()
 	e, b, key := setup(t)
 	ctx := context.Background()
 
-	// Each case builds state, loses the warm interpreter in its own way, then checks
-	// what the next run sees: want, the case's from unless it finds otherwise.
-	var want string
+	// A node that never checkpoints (its delay outlasts the test): a node that died
+	// before its checkpoint leaves the session to its log.
+	lazy := func(t *testing.T) *Engine {
+		cfg := testConfig(b.prefix)
+		cfg.CheckpointDelay = time.Hour
+		return startEngine(t, cfg, b.rdb)
+	}
+	// Each case builds state on its first node, loses the warm interpreter in its own
+	// way, then checks what the next run sees.
 	tests := []struct {
-		name string
-		lose func(t *testing.T, k string) *Engine // returns the engine to continue on
-		from string
+		name  string
+		first func(t *testing.T) *Engine           // the node the state is built on
+		lose  func(t *testing.T, k string) *Engine // returns the engine to continue on
+		from  string
 	}{
 		{name: "warm interpreter", lose: func(*testing.T, string) *Engine { return e }, from: FromLive},
 		{name: "worker evicted", lose: func(t *testing.T, k string) *Engine { evictLive(t, e, k); return e }, from: FromSnapshot},
-		{name: "another node", lose: func(t *testing.T, k string) *Engine {
+		{name: "another node", first: lazy, lose: func(t *testing.T, k string) *Engine {
 			// A second engine on the same Redis prefix is another node of the same
-			// deployment; the first has not checkpointed yet, so the log replays.
-			if holdCheckpoint(t, e, k) {
-				t.Log("the first node checkpointed before the test could hold it (a busy machine): its heap is restored")
-				want = FromSnapshot
-			}
+			// deployment; the first has not checkpointed, so the log replays.
 			return startEngine(t, testConfig(b.prefix), b.rdb)
 		}, from: FromReplay},
 	}
 	for _, tt := range tests {
-		want = tt.from
+		want := tt.from
 		t.Run(tt.name, func(t *testing.T) {
 			k := key(tt.name)
+			e := e
+			if tt.first != nil {
+				e = tt.first(t)
+			}
 			mustSucceed(t, e, k, "import json, collections\nx = 1\ndef gen():\n    i = 0\n    while True:\n        i += 1\n        yield i\ng = gen()\nnext(g)\nclass C:\n    def hello(self): return 'hi'\nopen('notes.txt', 'w').write('kept')")
 			mustSucceed(t, e, k, "x += 1\nnext(g)")
 			e2 := tt.lose(t, k)
@@ -321,9 +311,8 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 // of its runs brings it back by replay, and the next save carries the whole history.
 func TestRedisLossReplaysHistory(t *testing.T) {
 	t.Parallel()
-	e, b := newEngine(t, nil)
 	history := &runLog{}
-	e.history = history
+	e, b := newEngineOn(t, nil, nil, WithHistory(history))
 	ctx := context.Background()
 	k := "flushed"
 	runRecorded := func(code string) Result {

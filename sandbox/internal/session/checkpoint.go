@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"cmp"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -21,15 +20,15 @@ import (
 // shutdown). A session whose process died in between comes back from the last heap plus
 // the cells logged since it.
 
-// errHeapTooLarge is a checkpoint put off: the heap would pass the session's state
+// ErrHeapTooLarge is a checkpoint put off: the heap would pass the session's state
 // limit now. The session stays durable by its log.
-var errHeapTooLarge = errors.New("the heap is over the session's state limit")
+var ErrHeapTooLarge = errors.New("the heap is over the session's state limit")
 
 // expectedCheckpointErr is a checkpoint that could not be taken for an ordinary reason:
 // the process died, another run moved the session on, or the heap is over the limit.
 // The session's log has every run either way.
 func expectedCheckpointErr(err error) bool {
-	return errors.Is(err, proc.ErrGone) || errors.Is(err, errFenced) || errors.Is(err, errHeapTooLarge)
+	return errors.Is(err, proc.ErrGone) || errors.Is(err, errFenced) || errors.Is(err, ErrHeapTooLarge)
 }
 
 func ptrString(s *string) string {
@@ -37,22 +36,6 @@ func ptrString(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// checkpoints saves the heaps of live sessions off the runs' path, and before their
-// processes go (eviction, shutdown).
-type checkpoints struct {
-	cfg   *Config // the engine's
-	log   *slog.Logger
-	st    Store
-	sess  *sessions
-	ctx   context.Context // the engine's: ends with Close
-	lease func(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error
-	build string   // the runtime's build, set by Start before any session is live
-	obs   Observer // told of each checkpoint attempted
-	// idle is called when a checkpoint leaves its session idle: a session adopted while
-	// this one was busy may have left more live than the bound (residency.trim).
-	idle func()
 }
 
 // retireTimeout bounds the checkpoint an evicted session gets before its process goes;
@@ -63,54 +46,54 @@ const (
 )
 
 // schedule (re)arms lv's checkpoint for CheckpointDelay from now.
-func (c *checkpoints) schedule(lv *live) {
-	lv.armCheckpoint(c.cfg.CheckpointDelay, func() {
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RestoreTimeout)
+func (env *Env) schedule(lv *Session) {
+	lv.armCheckpoint(env.Limits.CheckpointDelay, func() {
+		ctx, cancel := context.WithTimeout(env.Ctx, env.Limits.RestoreTimeout)
 		defer cancel()
-		err := c.live(ctx, lv)
+		err := env.Checkpoint(ctx, lv)
 		switch {
-		case err == nil, c.ctx.Err() != nil:
+		case err == nil, env.Ctx.Err() != nil:
 		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
-			c.log.Debug("sandbox checkpoint skipped", "session", lv.name(), "err", err)
+			env.Log.Debug("sandbox checkpoint skipped", "session", lv.Key(), "err", err)
 		default:
-			c.log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.name(), "err", err)
+			env.Log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.Key(), "err", err)
 		}
 	})
 }
 
-// retire checkpoints a session the set forgot (sessions.forgetLocked), then stops its
+// Retire checkpoints a session the node's set forgot (an eviction), then stops its
 // process.
-func (c *checkpoints) retire(lv *live, why string) {
+func (env *Env) Retire(lv *Session, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-	c.forgotten(ctx, lv, "eviction")
+	env.forgotten(ctx, lv, "eviction")
 	cancel()
-	lv.process().Close(why)
-	c.sess.retired(lv)
+	lv.Process().Close(why)
+	env.Node.Retired(lv)
 }
 
 // awaitRetired waits (bounded) for an eviction of key in flight, so the run that follows
 // restores from the heap it saves.
-func (c *checkpoints) awaitRetired(ctx context.Context, key string) {
-	lv := c.sess.retiringOf(key)
+func (env *Env) awaitRetired(ctx context.Context, key string) {
+	lv := env.Node.Retiring(key)
 	if lv == nil {
 		return
 	}
 	select {
-	case <-lv.retiring():
+	case <-lv.Retiring():
 	case <-ctx.Done():
 	case <-time.After(retireTimeout):
 	}
 }
 
-// all saves the heap of every idle session that needs it, at shutdown; the
+// RetireAll saves the heap of every idle session that needs it, at shutdown; the
 // sessions are no longer live, so no run can reach them meanwhile.
-func (c *checkpoints) all(lvs []*live) {
+func (env *Env) RetireAll(lvs []*Session) {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownCheckpointTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, lv := range lvs {
-		wg.Go(func() { c.forgotten(ctx, lv, "shutdown") })
+		wg.Go(func() { env.forgotten(ctx, lv, "shutdown") })
 	}
 	wg.Wait()
 }
@@ -119,56 +102,56 @@ func (c *checkpoints) all(lvs []*live) {
 // shutdown), if it is idle and its saved heap lags. No run can reach its process any
 // more, so the checkpoint needs no lease: the store still refuses it unless the session
 // is at the version this heap holds. A failure is logged: the log has every run.
-func (c *checkpoints) forgotten(ctx context.Context, lv *live, before string) {
+func (env *Env) forgotten(ctx context.Context, lv *Session, before string) {
 	version, budget, due := lv.stopCheckpoint(ctx)
 	if !due {
 		return
 	}
-	err := c.save(ctx, lv, "", version, budget)
+	err := env.save(ctx, lv, "", version, budget)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		// The call's deadline stops the process (ErrGone): said here, or a machine too
 		// busy to save heaps in time would bring sessions back by replay without a word.
-		c.log.Warn("sandbox checkpoint before "+before+" did not finish in time; the session comes back by its log", "session", lv.name(), "err", context.Cause(ctx))
+		env.Log.Warn("sandbox checkpoint before "+before+" did not finish in time; the session comes back by its log", "session", lv.Key(), "err", context.Cause(ctx))
 	case !expectedCheckpointErr(err):
-		c.log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.name(), "err", err)
+		env.Log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.Key(), "err", err)
 	}
 }
 
-// live saves a live session's heap if the saved one lags it, holding the
+// Checkpoint saves a live session's heap if the saved one lags it, holding the
 // session's lease so no run (on any node) moves it meanwhile.
-func (c *checkpoints) live(ctx context.Context, lv *live) error {
+func (env *Env) Checkpoint(ctx context.Context, lv *Session) error {
 	if !lv.checkpointDue() {
 		return nil
 	}
 	// A checkpoint whose lease is lost is refused by the store's fence: it goes on with
 	// ctx, not the lease's, so its process is not killed for it.
-	return c.lease(ctx, lv.name(), func(_ context.Context, token string) error {
+	return env.Lease(ctx, lv.Key(), func(_ context.Context, token string) error {
 		version, budget, ok := lv.beginCheckpoint()
 		if !ok {
 			return nil
 		}
 		defer func() {
 			lv.endCheckpoint()
-			lv.process().FreezeSoon()
-			c.idle()
+			lv.Process().FreezeSoon()
+			env.Node.Idle()
 		}()
-		return c.save(ctx, lv, token, version, budget)
+		return env.save(ctx, lv, token, version, budget)
 	})
 }
 
 // save takes lv's heap and saves it as the state of version, within what budget (its
 // last run's) leaves when it is written; token is the lease held, or "" for a session no
 // run can reach.
-func (c *checkpoints) save(ctx context.Context, lv *live, token string, version int64, budget Budget) (err error) {
+func (env *Env) save(ctx context.Context, lv *Session, token string, version int64, budget Budget) (err error) {
 	t0 := time.Now()
-	defer func() { c.obs.Checkpointed(time.Since(t0), err) }()
-	p := lv.process()
+	defer func() { env.Obs.Checkpointed(time.Since(t0), err) }()
+	p := lv.Process()
 	// The heap is compressed as it arrives (heapstream.go): the server never holds it
 	// whole, and keeps at most the state limit of it. The budget is reserved once it is
 	// here, only for as long as it is written.
-	capOf := c.cfg.MaxStateBytes
+	capOf := env.Limits.MaxStateBytes
 	in := &heapIn{base: p.Base(), limit: capOf}
 	f, err := p.CallStream(ctx, proc.CheckpointReq{Op: "checkpoint", MaxBytes: capOf}, nil, in.receive)
 	if err != nil {
@@ -184,7 +167,7 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version 
 		return fmt.Errorf("checkpoint reply: %w", cmp.Or(in.err, errors.New("snapshot header without delta")))
 	}
 	if in.over {
-		return fmt.Errorf("%w: the heap's delta compresses to more than the session's %.1f MiB state limit", errHeapTooLarge, float64(capOf)/(1<<20))
+		return fmt.Errorf("%w: the heap's delta compresses to more than the session's %.1f MiB state limit", ErrHeapTooLarge, float64(capOf)/(1<<20))
 	}
 	mode, header, delta := modeSnapshot, in.header, in.delta
 	if r.Header == nil {
@@ -193,23 +176,23 @@ func (c *checkpoints) save(ctx context.Context, lv *live, token string, version 
 	if r.TooLarge {
 		// Not now: the log keeps the session, and a later checkpoint (after the user
 		// frees memory) may fit.
-		return fmt.Errorf("%w: %s", errHeapTooLarge, ptrString(r.SnapshotError))
+		return fmt.Errorf("%w: %s", ErrHeapTooLarge, ptrString(r.SnapshotError))
 	}
 	if header == nil || delta == nil {
 		// User code holds JS objects, or compiled extensions are loaded: the session
 		// persists as its cells from now on.
 		mode = modeReplay
 		if r.SnapshotError != nil {
-			c.log.Info("session switches to replay persistence", "session", lv.name(), "reason", *r.SnapshotError)
+			env.Log.Info("session switches to replay persistence", "session", lv.Key(), "reason", *r.SnapshotError)
 		}
 	}
-	err = c.cfg.reserved(ctx, budget, func(stateCap int64) error {
-		_, err := c.st.Checkpoint(ctx, lv.name(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: c.build,
+	err = env.Limits.reserved(ctx, budget, func(stateCap int64) error {
+		_, err := env.Store.Checkpoint(ctx, lv.Key(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: env.Build,
 			Mode: mode, Header: header, Delta: delta, Cap: stateCap})
 		return err
 	})
 	if full := (*state.Full)(nil); errors.As(err, &full) {
-		return fmt.Errorf("%w: %v", errHeapTooLarge, full)
+		return fmt.Errorf("%w: %v", ErrHeapTooLarge, full)
 	}
 	if err != nil {
 		return err

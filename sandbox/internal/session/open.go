@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"context"
@@ -16,31 +16,31 @@ import (
 
 // attached is a session made current for a run.
 type attached struct {
-	lv       *live
+	lv       *Session
 	info     SessionInfo
 	notes    []string
-	replayed []string // cells replayed from the caller's history: the log takes them at the next save (live.unlogged)
+	replayed []string // cells replayed from the caller's history: the log takes them at the next save (Session.unlogged)
 }
 
 // attach makes sure key has a current interpreter, bringing it back when the warm copy
 // is missing or stale: from its heap in Redis, by replaying its cells, or from the
 // caller's history when Redis lost it. Called with the lease held.
-func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached, error) {
+func (env *Env) attach(ctx context.Context, key string, req Request) (*attached, error) {
 	a := &attached{}
 	t0 := time.Now()
-	e.ckpt.awaitRetired(ctx, key)
-	stored, err := e.st.Version(ctx, key)
+	env.awaitRetired(ctx, key)
+	stored, err := env.Store.Version(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	if lv := e.sess.claim(key, stored); lv != nil {
-		if answers(ctx, lv.process()) {
+	if lv := env.Node.Claim(key, stored); lv != nil {
+		if answers(ctx, lv.Process()) {
 			a.lv, a.info.RestoredFrom = lv, FromLive
 			return a, nil
 		}
 		// The process died while idle (killed, or by the kernel's memory cap): this
 		// run's code never reached it, so the session comes back as if evicted.
-		e.sess.drop(key, lv, "its process stopped between runs")
+		env.Node.Drop(key, lv, "its process stopped between runs")
 	}
 	for _, f := range req.Data {
 		if f.Data == nil {
@@ -50,7 +50,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	var st *state.State
 	if stored > 0 {
-		if st, err = e.st.Load(ctx, key, false); err != nil {
+		if st, err = env.Store.Load(ctx, key, false); err != nil {
 			return nil, err
 		}
 	}
@@ -59,31 +59,31 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
 	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
-		GraceMS: e.cfg.Grace.Milliseconds()}
+		GraceMS: env.Limits.Grace.Milliseconds()}
 	var o proc.Blobs
 	var p *proc.Process
 	// The run needs a process from here on: how long it waited for room on the node is
 	// told however the attach ends.
 	var waited time.Duration
-	defer func() { e.obs.AdmissionWaited(waited) }()
+	defer func() { env.Obs.AdmissionWaited(waited) }()
 	mode := modeSnapshot
-	base := e.procs.currentHash()
+	base := env.Procs.Base()
 	var heapVersion int64
 	heapStale := false
 	switch {
 	case st == nil:
 		a.info.RestoredFrom = FromFresh
-		seen, err := e.st.Seen(ctx, key)
+		seen, err := env.Store.Seen(ctx, key)
 		if err != nil {
 			return nil, err
 		}
 		a.info.Expired = seen
 		at.Reseed = true
-		if e.cfg.ForceReplay {
+		if env.Limits.ForceReplay {
 			mode = modeReplay
 		}
 		if !seen {
-			cells, err := lostCells(ctx, e.history, key, e.cfg.SessionTTL)
+			cells, err := lostCells(ctx, env.History, key, env.Limits.SessionTTL)
 			if err != nil {
 				return nil, fmt.Errorf("session history: %w", err)
 			}
@@ -91,10 +91,10 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 				// Redis lost the session, but its runs are on record: bring it back by
 				// running them again.
 				a.info.RestoredFrom, a.replayed = FromReplay, cells
-				at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
+				at.Cells, at.CellTimeouts = env.Limits.splitCells(cells)
 			}
 		}
-		if p, err = e.procs.readyProc(wait, ctx, &waited); err != nil {
+		if p, err = env.Procs.Ready(wait, ctx, &waited); err != nil {
 			return nil, err
 		}
 	default:
@@ -105,44 +105,44 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 		at.Files, at.Packages = files, nonNil(st.Packages)
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
-		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {
-			if p, err = e.procs.restoreProc(wait, ctx, &waited, st); err != nil {
+		if st.Mode == modeSnapshot && !env.Limits.ForceReplay && len(st.Delta) > 0 && st.Build == env.Build {
+			if p, err = env.restoreHeap(wait, ctx, &waited, st); err != nil {
 				var pe *proc.Error
 				if !errors.As(err, &pe) {
 					return nil, err
 				}
-				e.log.Warn("session heap did not restore, replaying cells", "session", key, "err", err)
+				env.Log.Warn("session heap did not restore, replaying cells", "session", key, "err", err)
 				a.notes = append(a.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
 				p = nil
 			} else {
 				// The heap as last checkpointed, then the runs logged since.
 				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
-				at.Cells, at.CellTimeouts = e.cfg.splitCells(st.Tail)
+				at.Cells, at.CellTimeouts = env.Limits.splitCells(st.Tail)
 			}
 		}
 		if p == nil {
 			// The whole log replays on the current base. A session that can be saved as
 			// a heap stays so: its next checkpoint replaces a heap the replay made stale.
 			a.info.RestoredFrom, heapStale = FromReplay, true
-			if st.Mode == modeReplay || e.cfg.ForceReplay {
+			if st.Mode == modeReplay || env.Limits.ForceReplay {
 				mode = modeReplay
 			}
-			cells, err := e.st.Cells(ctx, key)
+			cells, err := env.Store.Cells(ctx, key)
 			if err != nil {
 				return nil, err
 			}
-			at.Cells, at.CellTimeouts = e.cfg.splitCells(cells)
+			at.Cells, at.CellTimeouts = env.Limits.splitCells(cells)
 			at.Reseed = true
-			if p, err = e.procs.readyProc(wait, ctx, &waited); err != nil {
+			if p, err = env.Procs.Ready(wait, ctx, &waited); err != nil {
 				return nil, err
 			}
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	actx, cancel := context.WithTimeout(ctx, env.Limits.RestoreTimeout)
 	defer cancel()
-	pk := e.procs.packages(p)
+	pk := env.packages(p)
 	defer pk.Done()
-	if e.fetch != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
+	if env.Packages != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
 		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 		if u := pk.UnservedNames(); len(u) > 0 {
@@ -153,7 +153,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	var pip []pkgs.Wheel
 	if st != nil {
 		var notes []string
-		at.Pip, pip, notes = e.pip.restore(actx, pk, key, st.Pip)
+		at.Pip, pip, notes = env.restorePip(actx, pk, key, st.Pip)
 		a.notes = append(a.notes, notes...)
 	}
 	at.Data = []proc.DataFile{}
@@ -164,7 +164,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	}
 	// The replay is a step of its own, with its own RestoreTimeout: a slow package fetch
 	// before it does not count against the cells.
-	rctx, rcancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
+	rctx, rcancel := context.WithTimeout(ctx, env.Limits.RestoreTimeout)
 	defer rcancel()
 	f, err := p.Call(rctx, at, &o)
 	if err != nil {
@@ -177,14 +177,14 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			// Trying again would replay the same cells into the same limit.
 			return nil, sandchat.Errorf(sandchat.ECONFLICT,
 				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",
-				len(at.Cells), e.cfg.RestoreTimeout)
+				len(at.Cells), env.Limits.RestoreTimeout)
 		}
 		if pe := (*proc.Error)(nil); errors.As(err, &pe) && st != nil {
 			// The saved state itself does not come back (a process that died or a restore
 			// that ran out of time may be the node's doing, and are tried again).
 			return nil, &brokenState{version: st.Version, why: pe.Msg}
 		}
-		return nil, procErr(err, p)
+		return nil, ProcessError(err, p)
 	}
 	var r proc.AttachReply
 	_ = json.Unmarshal(f.JSON, &r)
@@ -196,18 +196,18 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	if st != nil {
 		back.version, back.packages, back.pip = st.Version, st.Packages, pip
 	}
-	lv := newLive(key, p, back)
+	lv := newSession(key, p, back)
 	a.lv = lv
-	if !e.res.adopt(key, lv) {
+	if !env.Node.Adopt(key, lv) {
 		p.Close("the engine shut down")
 		return nil, errShutDown
 	}
-	e.obs.Restored(a.info.RestoredFrom, time.Since(t0)-waited)
+	env.Obs.Restored(a.info.RestoredFrom, time.Since(t0)-waited)
 	return a, nil
 }
 
-// procErr turns a failure to start or reach a session process into the error callers see.
-func procErr(err error, p *proc.Process) error {
+// ProcessError turns a failure to start or reach a session process into the error callers see.
+func ProcessError(err error, p *proc.Process) error {
 	var pe *proc.Error
 	switch {
 	case errors.Is(err, proc.ErrGone) && p != nil:
@@ -220,9 +220,55 @@ func procErr(err error, p *proc.Process) error {
 	return sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python session could not be started: %v", err)
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
+// errShutDown answers a run whose session came back as the engine shut down.
+var errShutDown = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
+	Message: "The Python sandbox is shutting down on this server; run the code again."}
+
+// probeTimeout bounds the liveness probe before a warm run; a process that cannot
+// answer a stats request in this long on a loaded node is not fit to run code either.
+const probeTimeout = 10 * time.Second
+
+// answers tells whether p still runs. A process killed while frozen between runs only
+// dies when thawed, so Alive() cannot know until something is sent to it: the probe
+// thaws it and asks, before any code is given to it.
+func answers(ctx context.Context, p *proc.Process) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	_, err := p.Call(ctx, proc.StatsReq{Op: "stats"}, nil)
+	return err == nil
+}
+
+// packages opens what one load in p (a run, a restore) may take from the package cache;
+// Done ends it. nil without a fetcher.
+func (env *Env) packages(p *proc.Process) *pkgs.Load {
+	if env.Packages == nil || p.View() == nil {
+		return nil
 	}
-	return s
+	return env.Packages.Begin(p.View())
+}
+
+// restoreHeap brings a saved heap back in a process primed with the base it was saved
+// against (wait bounds the wait for room on the node, which waited adds to).
+func (env *Env) restoreHeap(wait, ctx context.Context, waited *time.Duration, st *state.State) (*proc.Process, error) {
+	p, err := env.Procs.Primed(wait, ctx, waited, st.Base)
+	if err != nil {
+		return nil, err
+	}
+	var o proc.Blobs
+	ctx, cancel := context.WithTimeout(ctx, env.Limits.RestoreTimeout)
+	defer cancel()
+	delta, err := deltaBlob(&o, p.Base(), st.Delta)
+	if err != nil {
+		p.Close("restore failed")
+		return nil, &proc.Error{Msg: err.Error()}
+	}
+	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: delta}, &o); err != nil {
+		p.Close("restore failed")
+		if errors.Is(err, proc.ErrGone) {
+			// The heap itself took the process down (over the memory cap, say).
+			return nil, &proc.Error{Msg: p.Reason()}
+		}
+		return nil, err
+	}
+	return p, nil
 }

@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // the engine. Under -race (make test) this fails when one of them touches its fields
 // without its lock.
 func TestLiveGuardsItself(t *testing.T) {
-	lv := newLive("k", nil, restored{mode: modeSnapshot, version: 1})
+	lv := newSession("k", nil, restored{mode: modeSnapshot, version: 1})
 	const n = 2000
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -41,16 +41,16 @@ func TestLiveGuardsItself(t *testing.T) {
 		<-start
 		for range n {
 			lv.armCheckpoint(time.Hour, func() {})
-			lv.info()
-			lv.dataHeld()
+			lv.Info()
+			lv.DataHeld()
 			lv.install(nil)
 			lv.installed()
-			lv.idle()
+			lv.Idle()
 		}
 	})
 	close(start)
 	wg.Wait()
-	if info := lv.info(); info.Version != n+1 {
+	if info := lv.Info(); info.Version != n+1 {
 		t.Fatalf("version %d after %d saves", info.Version, n)
 	}
 	lv.ran(&proc.RunReply{Status: StatusError}, proc.Frame{}, nil)
@@ -64,8 +64,8 @@ func TestLiveGuardsItself(t *testing.T) {
 // stopped, since one stopped under it saves nothing and the next restore would replay
 // what the heap held; once it ended, no other checkpoint is due.
 func TestLetGoWaitsForItsCheckpoint(t *testing.T) {
-	lv := newLive("k", nil, restored{mode: modeSnapshot, version: 1})
-	lv.release()
+	lv := newSession("k", nil, restored{mode: modeSnapshot, version: 1})
+	lv.Release()
 	version, _, ok := lv.beginCheckpoint()
 	if !ok {
 		t.Fatal("no checkpoint due for a session whose heap was never saved")

@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"context"
@@ -13,15 +13,15 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// live is a session whose interpreter is warm in a process of its own. It owns its
+// Session is a session whose interpreter is warm in a process of its own. It owns its
 // state, its lock and its checkpoint timer: the set of sessions (sessions.go) only
 // keeps the map of them, and every other part goes through these methods.
 //
-// A session's life: newLive (busy, for the run that brought it back), then for each run
-// claim → dataFor → ran → saveRequest → saved (or taint) → release; off the runs' path,
+// A session's life: newSession (busy, for the run that brought it back), then for each run
+// Claim → dataFor → ran → saveRequest → saved (or taint) → release; off the runs' path,
 // armCheckpoint → checkpointDue / beginCheckpoint → checkpointed → endCheckpoint; once
 // the set lets go of it (leave), stopCheckpoint for its last checkpoint, then retired.
-type live struct {
+type Session struct {
 	// Set once by newLive; read without the lock.
 	key  string
 	p    *proc.Process
@@ -67,7 +67,7 @@ type live struct {
 	data map[string]string
 }
 
-// restored is what attach knows of a session it brought back, for newLive.
+// restored is what open knows of a session it brought back, for newLive.
 type restored struct {
 	base, mode  string
 	version     int64
@@ -79,81 +79,81 @@ type restored struct {
 	unlogged    []string
 }
 
-// newLive is key's session warm in p, as attach brought it back: busy, for the run
+// newSession is key's session warm in p, as attach brought it back: busy, for the run
 // that asked for it.
-func newLive(key string, p *proc.Process, r restored) *live {
-	return &live{key: key, p: p, base: r.base, gone: make(chan struct{}),
+func newSession(key string, p *proc.Process, r restored) *Session {
+	return &Session{key: key, p: p, base: r.base, gone: make(chan struct{}),
 		version: r.version, mode: r.mode, packages: r.packages, pip: r.pip,
 		heapVersion: r.heapVersion, heapStale: r.heapStale, partial: r.partial, unlogged: r.unlogged,
 		busy: true, used: time.Now(), unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
 }
 
-// process is the session's process.
-func (lv *live) process() *proc.Process { return lv.p }
+// Process is the session's process.
+func (s *Session) Process() *proc.Process { return s.p }
 
-// name is the session's key.
-func (lv *live) name() string { return lv.key }
+// Key is the session's key.
+func (s *Session) Key() string { return s.key }
 
 // baseHash names the base snapshot its heap diffs against.
-func (lv *live) baseHash() string { return lv.base }
+func (s *Session) baseHash() string { return s.base }
 
-// claim marks the session busy for a run if its interpreter is current at version.
-func (lv *live) claim(version int64) bool {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if lv.out || lv.version != version || !lv.p.Alive() {
+// Claim marks the session busy for a run if its interpreter is current at version.
+func (s *Session) Claim(version int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out || s.version != version || !s.p.Alive() {
 		return false
 	}
-	lv.busy, lv.used = true, time.Now()
+	s.busy, s.used = true, time.Now()
 	return true
 }
 
-// release marks the session idle after a run.
-func (lv *live) release() {
-	lv.mu.Lock()
-	lv.busy, lv.used = false, time.Now()
-	lv.mu.Unlock()
+// Release marks the session idle after a run.
+func (s *Session) Release() {
+	s.mu.Lock()
+	s.busy, s.used = false, time.Now()
+	s.mu.Unlock()
 }
 
-// idle tells whether no run or checkpoint has the session, and since when it was last
+// Idle tells whether no run or checkpoint has the session, and since when it was last
 // used.
-func (lv *live) idle() (bool, time.Time) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	return !lv.busy, lv.used
+func (s *Session) Idle() (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.busy, s.used
 }
 
-// current tells whether the interpreter is warm at version.
-func (lv *live) current(version int64) bool {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	return lv.version == version && lv.p.Alive()
+// Current tells whether the interpreter is warm at version.
+func (s *Session) Current(version int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version == version && s.p.Alive()
 }
 
-// leave marks the session let go of by the set: no checkpoint is scheduled on it any
+// Leave marks the session let go of by the set: no checkpoint is scheduled on it any
 // more, and no run claims it.
-func (lv *live) leave() {
-	lv.mu.Lock()
-	lv.out = true
-	lv.mu.Unlock()
+func (s *Session) Leave() {
+	s.mu.Lock()
+	s.out = true
+	s.mu.Unlock()
 }
 
-// info is the session as a run's Result shows it: its version, packages and mode.
-func (lv *live) info() SessionInfo {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	return SessionInfo{Version: lv.version, Packages: nonNil(lv.packages), Mode: lv.mode}
+// Info is the session as a run's Result shows it: its version, packages and mode.
+func (s *Session) Info() SessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SessionInfo{Version: s.version, Packages: nonNil(s.packages), Mode: s.mode}
 }
 
-// dataHeld is a copy of what the process holds under /data, name → version, or nil.
-func (lv *live) dataHeld() map[string]string {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if lv.data == nil {
+// DataHeld is a copy of what the process holds under /data, name → version, or nil.
+func (s *Session) DataHeld() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil {
 		return nil
 	}
-	out := make(map[string]string, len(lv.data))
-	for n, v := range lv.data {
+	out := make(map[string]string, len(s.data))
+	for n, v := range s.data {
 		out[n] = v
 	}
 	return out
@@ -161,10 +161,10 @@ func (lv *live) dataHeld() map[string]string {
 
 // dataFor is what a run must send of files for /data: the versions of all, the bytes
 // of those the process does not hold. ErrDataStale when one of those came without them.
-func (lv *live) dataFor(files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
-	lv.mu.Lock()
-	held := lv.data
-	lv.mu.Unlock()
+func (s *Session) dataFor(files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
+	s.mu.Lock()
+	held := s.data
+	s.mu.Unlock()
 	versions := make(map[string]string, len(files))
 	out := make([]proc.DataFile, 0, len(files))
 	for _, f := range files {
@@ -189,31 +189,31 @@ func (lv *live) dataFor(files []File, o *proc.Blobs) ([]proc.DataFile, map[strin
 // sent, whatever the code then did), its packages, the files it changed or deleted (kept
 // for the next save) and, when it did not succeed, that the heap holds effects the log
 // does not. It returns the changed paths the session cannot keep (too big, or too many).
-func (lv *live) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (notKept map[string]bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.data, lv.packages = data, r.Packages
+func (s *Session) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (notKept map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data, s.packages = data, r.Packages
 	for _, ch := range r.Changed {
-		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
-			// Redis is no place for big files: they live on in the warm session only.
+		if ch.Data == nil || (len(s.unsaved) >= maxSavedFilesPerRun && s.unsaved[ch.Path] == nil) {
+			// Redis is no place for big files: they Session on in the warm session only.
 			if notKept == nil {
 				notKept = map[string]bool{}
 			}
 			notKept[ch.Path] = true
 			continue
 		}
-		lv.unsaved[ch.Path] = f.Bytes(ch.Data)
-		delete(lv.unsavedDel, ch.Path)
+		s.unsaved[ch.Path] = f.Bytes(ch.Data)
+		delete(s.unsavedDel, ch.Path)
 	}
 	for _, p := range r.Deleted {
-		delete(lv.unsaved, p)
-		lv.unsavedDel[p] = true
+		delete(s.unsaved, p)
+		s.unsavedDel[p] = true
 	}
 	if r.Status != StatusSuccess {
 		// A failed run never replaces the last good state; the warm interpreter keeps
 		// whatever the run left, like a notebook after an exception, but its heap is no
 		// longer the durable state's until the next run that succeeds.
-		lv.tainted = true
+		s.tainted = true
 	}
 	return notKept
 }
@@ -224,89 +224,89 @@ func (lv *live) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (not
 // after it. heapNow says the heap must be saved with it: a run that failed since the
 // last save left effects in this heap that the log does not hold (Python errors are not
 // logged), and this run may build on them, so its cell alone would not replay.
-func (lv *live) saveRequest(token, build string, packages []string, cell string, budget Budget) (save state.Save, heapNow bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	deleted := make([]string, 0, len(lv.unsavedDel))
-	for p := range lv.unsavedDel {
+func (s *Session) saveRequest(token, build string, packages []string, cell string, budget Budget) (save state.Save, heapNow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deleted := make([]string, 0, len(s.unsavedDel))
+	for p := range s.unsavedDel {
 		deleted = append(deleted, p)
 	}
-	pip, _ := json.Marshal(append([]pkgs.Wheel{}, lv.pip...))
-	lv.budget = budget
+	pip, _ := json.Marshal(append([]pkgs.Wheel{}, s.pip...))
+	s.budget = budget
 	return state.Save{
-		Token: token, From: lv.version, Fresh: lv.version == 0, DropHeap: lv.heapStale, KeepHeap: true,
-		Base: lv.base, Build: build, Mode: lv.mode, Packages: packages, Pip: pip,
-		Changed: lv.unsaved, Deleted: deleted, Cells: append(append([]string{}, lv.unlogged...), cell),
-	}, lv.tainted && !lv.partial && lv.mode == modeSnapshot
+		Token: token, From: s.version, Fresh: s.version == 0, DropHeap: s.heapStale, KeepHeap: true,
+		Base: s.base, Build: build, Mode: s.mode, Packages: packages, Pip: pip,
+		Changed: s.unsaved, Deleted: deleted, Cells: append(append([]string{}, s.unlogged...), cell),
+	}, s.tainted && !s.partial && s.mode == modeSnapshot
 }
 
 // saved records that the store holds the session at version: what waited for a save
 // is in it.
-func (lv *live) saved(version int64) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.version, lv.tainted, lv.heapStale = version, false, false
-	lv.unsaved, lv.unsavedDel, lv.unlogged = map[string][]byte{}, map[string]bool{}, nil
+func (s *Session) saved(version int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version, s.tainted, s.heapStale = version, false, false
+	s.unsaved, s.unsavedDel, s.unlogged = map[string][]byte{}, map[string]bool{}, nil
 }
 
 // taint records that the warm interpreter holds effects its saved state does not (a
 // save refused for room), and returns the version that is saved.
-func (lv *live) taint() (savedVersion int64) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.tainted = true
-	return lv.version
+func (s *Session) taint() (savedVersion int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tainted = true
+	return s.version
 }
 
 // dirtyLocked tells whether the saved heap lags this interpreter and a checkpoint can
-// catch it up. Called with lv.mu held.
-func (lv *live) dirtyLocked() bool {
-	return lv.mode == modeSnapshot && !lv.tainted && !lv.partial && (lv.heapVersion < lv.version || lv.heapStale) && lv.version > 0
+// catch it up. Called with s.mu held.
+func (s *Session) dirtyLocked() bool {
+	return s.mode == modeSnapshot && !s.tainted && !s.partial && (s.heapVersion < s.version || s.heapStale) && s.version > 0
 }
 
 // armCheckpoint (re)arms the session's checkpoint to run fn after delay, if its saved
 // heap lags and the set still holds it.
-func (lv *live) armCheckpoint(delay time.Duration, fn func()) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if lv.out || !lv.dirtyLocked() {
+func (s *Session) armCheckpoint(delay time.Duration, fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out || !s.dirtyLocked() {
 		return
 	}
-	if lv.checkpoint != nil {
-		lv.checkpoint.Stop()
+	if s.checkpoint != nil {
+		s.checkpoint.Stop()
 	}
-	lv.checkpoint = time.AfterFunc(delay, fn)
+	s.checkpoint = time.AfterFunc(delay, fn)
 }
 
 // checkpointDue tells whether the saved heap lags this interpreter.
-func (lv *live) checkpointDue() bool {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	return lv.dirtyLocked()
+func (s *Session) checkpointDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirtyLocked()
 }
 
-// beginCheckpoint marks a live session busy for a checkpoint, if the set still holds
+// beginCheckpoint marks a Session session busy for a checkpoint, if the set still holds
 // it, no run has it and its saved heap lags; it returns the version to save and the
 // budget to keep to.
-func (lv *live) beginCheckpoint() (version int64, budget Budget, ok bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if lv.out || lv.busy || !lv.dirtyLocked() {
+func (s *Session) beginCheckpoint() (version int64, budget Budget, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out || s.busy || !s.dirtyLocked() {
 		// Gone (an eviction checkpoints it itself), a run has it (it checkpoints again
 		// after), or already caught up.
 		return 0, Budget{}, false
 	}
-	lv.busy, lv.saving = true, make(chan struct{})
-	return lv.version, lv.budget, true
+	s.busy, s.saving = true, make(chan struct{})
+	return s.version, s.budget, true
 }
 
 // endCheckpoint ends what beginCheckpoint began.
-func (lv *live) endCheckpoint() {
-	lv.mu.Lock()
-	lv.busy = false
-	close(lv.saving)
-	lv.saving = nil
-	lv.mu.Unlock()
+func (s *Session) endCheckpoint() {
+	s.mu.Lock()
+	s.busy = false
+	close(s.saving)
+	s.saving = nil
+	s.mu.Unlock()
 }
 
 // stopCheckpoint cancels the pending checkpoint of a session the set let go of, and
@@ -314,53 +314,53 @@ func (lv *live) endCheckpoint() {
 // already in flight is waited for (until ctx ends), since its process is about to go:
 // stopped under it, it would save nothing. It returns the version to save and the
 // budget to keep to.
-func (lv *live) stopCheckpoint(ctx context.Context) (version int64, budget Budget, due bool) {
-	lv.mu.Lock()
-	if lv.checkpoint != nil {
-		lv.checkpoint.Stop()
+func (s *Session) stopCheckpoint(ctx context.Context) (version int64, budget Budget, due bool) {
+	s.mu.Lock()
+	if s.checkpoint != nil {
+		s.checkpoint.Stop()
 	}
-	if saving := lv.saving; saving != nil {
-		lv.mu.Unlock()
+	if saving := s.saving; saving != nil {
+		s.mu.Unlock()
 		select {
 		case <-saving:
 		case <-ctx.Done():
 		}
-		lv.mu.Lock()
+		s.mu.Lock()
 	}
-	defer lv.mu.Unlock()
-	return lv.version, lv.budget, !lv.busy && lv.dirtyLocked()
+	defer s.mu.Unlock()
+	return s.version, s.budget, !s.busy && s.dirtyLocked()
 }
 
 // checkpointed records that the store holds this heap as version's, in mode (replay
 // when the heap could not be taken), unless a run moved the session on meanwhile.
-func (lv *live) checkpointed(version int64, mode string) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if lv.version == version {
-		lv.heapVersion, lv.heapStale, lv.mode = version, false, mode
+func (s *Session) checkpointed(version int64, mode string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version == version {
+		s.heapVersion, s.heapStale, s.mode = version, false, mode
 	}
 }
 
 // installed is the normalized names of the wheels micropip installed in the session.
-func (lv *live) installed() map[string]bool {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	have := make(map[string]bool, len(lv.pip))
-	for _, w := range lv.pip {
+func (s *Session) installed() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	have := make(map[string]bool, len(s.pip))
+	for _, w := range s.pip {
 		have[pkgs.Normalize(w.Name)] = true
 	}
 	return have
 }
 
 // install records wheels micropip installed in the session: its next save keeps them.
-func (lv *live) install(ws []pkgs.Wheel) {
-	lv.mu.Lock()
-	lv.pip = append(lv.pip, ws...)
-	lv.mu.Unlock()
+func (s *Session) install(ws []pkgs.Wheel) {
+	s.mu.Lock()
+	s.pip = append(s.pip, ws...)
+	s.mu.Unlock()
 }
 
-// retired says the session's process is stopped, to runs waiting for it (retiring).
-func (lv *live) retired() { close(lv.gone) }
+// Retired says the session's process is stopped, to runs waiting for it (retiring).
+func (s *Session) Retired() { close(s.gone) }
 
-// retiring is closed once the session is retired.
-func (lv *live) retiring() <-chan struct{} { return lv.gone }
+// Retiring is closed once the session is retired.
+func (s *Session) Retiring() <-chan struct{} { return s.gone }
