@@ -110,23 +110,24 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
-	// The session is claimed as a run claims it, so nothing evicts or checkpoints it
-	// meanwhile.
-	lv := e.sess.get("bench:warm")
-	if lv == nil || !lv.Claim(lv.Info().Version) {
+	// Its heap is saved first, so no checkpoint comes during the measurement; nothing else
+	// takes its process meanwhile (the engine is the bench's own).
+	if err := e.sess.checkpoint(ctx, "bench:warm"); err != nil {
+		return nil, err
+	}
+	p := e.sess.process("bench:warm")
+	if p == nil {
 		return nil, fmt.Errorf("the bench session is not live")
 	}
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.Process().Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
-			lv.Release()
+		if _, err := p.Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	lv.Process().Freeze()
-	lv.Release()
+	p.Freeze()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -207,11 +208,9 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 			return nil, err
 		}
 		// Evicted as the engine evicts: the heap is checkpointed, then the process goes.
-		lv := e.sess.forget(key)
-		if lv == nil {
+		if !e.sess.evict(key, "bench") {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		e.env.Retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
 			return nil, err
@@ -237,11 +236,11 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
-		lv := e.sess.get(key)
-		if lv == nil {
+		p := e.sess.process(key)
+		if p == nil {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		procs = append(procs, lv.Process())
+		procs = append(procs, p)
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)
@@ -252,11 +251,9 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
-	e.pool.mu.Lock()
-	for _, p := range e.pool.spares {
+	for _, p := range e.pool.spareProcs() {
 		spare = append(spare, float64(p.PSS())/(1<<20))
 	}
-	e.pool.mu.Unlock()
 	rows = append(rows, row(benchRSS, "MB", mem, 200), row(benchPSS, "MiB", pss, 120))
 	if len(spare) > 0 {
 		rows = append(rows, row(benchSparePSS, "MiB", spare, 0))

@@ -100,7 +100,7 @@ func TestCheckpoint(t *testing.T) {
 // killLive stops key's process without a checkpoint, as a crash would.
 func killLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	e.sess.drop(key, liveOf(t, e, key), "killed by the test")
+	liveOf(t, e, key).Process().Close("killed by the test")
 }
 
 // liveOf is key's live session; the test fails when there is none.
@@ -108,6 +108,9 @@ func liveOf(t testing.TB, e *Engine, key string) *session.Session {
 	t.Helper()
 	lv := e.sess.get(key)
 	if lv == nil {
+		t.Fatalf("session %s is not live", key)
+	}
+	if _, ok := lv.Live(); !ok {
 		t.Fatalf("session %s is not live", key)
 	}
 	return lv

@@ -72,7 +72,7 @@ func TestForgedCheckpointCostsAConstant(t *testing.T) {
 	mustSucceed(t, e, k, "x = 1")
 	mustSucceed(t, e, k, forgeCheckpoint(256))
 	saved := heapPeak(func() {
-		if err := e.env.Checkpoint(context.Background(), liveOf(t, e, k)); err != nil {
+		if err := liveOf(t, e, k).Checkpoint(context.Background()); err != nil {
 			t.Logf("checkpoint: %v", err)
 		}
 	})

@@ -53,7 +53,7 @@ func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
 		t.Fatalf("the restore did not say it was partial: stderr %q", res.Stderr)
 	}
 	lv := liveOf(t, e, key)
-	if err := e.env.Checkpoint(ctx, lv); err != nil {
+	if err := lv.Checkpoint(ctx); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	st, err := e.st.Load(ctx, key, false)

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // StateBytes is what the saved states of keys hold together in both tiers (heap, files,
@@ -30,7 +31,7 @@ func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 	if n, err := e.st.Bytes(ctx, key); err == nil {
 		info.StateBytes = n
 	}
-	info.Live = e.sess.isLive(key, st.Version)
+	info.Live = e.sess.live(key, st.Version)
 	return info, nil
 }
 
@@ -50,12 +51,6 @@ func (e *Engine) Reset(ctx context.Context, key string) error {
 // reset forgets key's state and stops its live process, holding its lease.
 func (e *Engine) reset(ctx context.Context, key string) error {
 	return e.leases.with(ctx, key, func(context.Context, string) error {
-		if err := e.st.Reset(ctx, key, false); err != nil {
-			return err
-		}
-		if lv := e.sess.take(key); lv != nil {
-			lv.Process().Close("reset")
-		}
-		return nil
+		return session.Reset(ctx, e.env, key, e.sess.get(key), false)
 	})
 }

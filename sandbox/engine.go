@@ -88,9 +88,9 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.procs.pool = e.pool
-	e.env = &session.Env{Limits: cfg.limits(), Procs: e.procs, Store: st, History: e.history, Node: e.res,
-		Obs: e.obs, Lease: e.leases.with, Log: log, Ctx: e.ctx}
-	e.res.adm, e.res.pool, e.res.env, e.res.procs = e.adm, e.pool, e.env, e.procs
+	e.env = &session.Env{Limits: cfg.limits(), Procs: e.procs, Store: st, History: e.history, Adopt: e.res.adopt,
+		Obs: e.obs, Lease: e.leases.with, Log: log}
+	e.res.adm, e.res.pool, e.res.procs = e.adm, e.pool, e.procs
 	return e, nil
 }
 
@@ -360,19 +360,12 @@ func (e *Engine) Close() error {
 	if !e.state.shut() {
 		return nil
 	}
-	lvs := e.sess.closeAll()
-	var procs []*proc.Process
-	for _, lv := range lvs {
-		procs = append(procs, lv.Process())
-	}
-	// Shutdown checkpoints first: the sessions come back on any node without replay.
-	e.env.RetireAll(lvs)
+	e.sess.closeAll()
 	close(e.stop)
 	e.cancel()
 	e.wg.Wait()
-	procs = append(procs, e.pool.drain()...)
 	var wg sync.WaitGroup
-	for _, p := range procs {
+	for _, p := range e.pool.drain() {
 		wg.Go(func() { p.Close("the sandbox engine is shut down") })
 	}
 	wg.Wait()

@@ -9,14 +9,13 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
-// residency decides which sessions keep a process on this node: a session that ran is
-// adopted; past MaxLive, IdleTimeout, or when a run waits for a process slot
-// (admission.go), an idle one is evicted, checkpointed first (session.Env.Retire). Its lock
-// guards only the count of evictions in flight; the sessions have their own.
+// residency decides which sessions keep a process on this node: a session brought back
+// for a run is adopted; past MaxLive, IdleTimeout, or when a run waits for a process
+// slot (admission.go), an idle one is evicted, checkpointed first (Session.Retire). Its
+// lock guards only the count of evictions in flight; the sessions have their own.
 type residency struct {
 	cfg   *Config // the engine's
 	sess  *sessions
-	env   *session.Env
 	pool  *pool
 	adm   *admission
 	procs *nodeProcs
@@ -25,10 +24,10 @@ type residency struct {
 	reclaiming int        // evicted processes not gone yet: each frees one slot soon
 }
 
-// adopt makes lv key's live session, busy, and evicts past MaxLive; false once the
-// engine is shut down.
-func (r *residency) adopt(key string, lv *session.Session) bool {
-	if !r.sess.adopt(key, lv) {
+// adopt makes s key's session and evicts past MaxLive; false once the engine is shut
+// down.
+func (r *residency) adopt(key string, s *session.Session) bool {
+	if !r.sess.adopt(key, s) {
 		return false
 	}
 	r.trim()
@@ -37,18 +36,15 @@ func (r *residency) adopt(key string, lv *session.Session) bool {
 
 // trim evicts the least recently used idle sessions past MaxLive. Only idle ones can go:
 // a session adopted while the others were busy (a run, a checkpoint) leaves more than
-// MaxLive live until one of them is idle again, so trim runs then too (release, and
-// the end of a checkpoint).
+// MaxLive live until one of them is idle again, so trim runs then too (after each run,
+// and every second).
 func (r *residency) trim() {
-	for _, old := range r.sess.overLimit(r.cfg.MaxLive) {
-		go r.env.Retire(old, "evicted (least recently used)")
-	}
+	r.sess.retire(r.sess.overLimit(r.cfg.MaxLive), "evicted (least recently used)")
 }
 
-// release marks lv idle after a run; its process is frozen until the next one.
-func (r *residency) release(lv *session.Session) {
-	lv.Process().FreezeSoon()
-	lv.Release()
+// ran follows a run's end: its session is idle again, so one past MaxLive may go, and a
+// run that waits for a process may have it.
+func (r *residency) ran() {
 	r.trim()
 	if r.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
@@ -66,11 +62,11 @@ func (r *residency) reclaim() {
 		return
 	}
 	pooled := r.pool.evictOne()
-	var lv *session.Session
+	var s *session.Session
 	if pooled == nil {
-		lv = r.sess.forgetOldestIdle()
+		s = r.sess.evictOldest()
 	}
-	if pooled == nil && lv == nil {
+	if pooled == nil && s == nil {
 		r.mu.Unlock()
 		return
 	}
@@ -80,7 +76,7 @@ func (r *residency) reclaim() {
 		if pooled != nil {
 			pooled.Close("evicted: room for a waiting run (pooled)")
 		} else {
-			r.env.Retire(lv, "evicted: room for a waiting run (least recently used)")
+			retire(s, "evicted: room for a waiting run (least recently used)")
 		}
 		r.mu.Lock()
 		r.reclaiming--
@@ -88,8 +84,8 @@ func (r *residency) reclaim() {
 	}()
 }
 
-// watch evicts idle sessions and forgets the ones whose process died (they come back
-// from Redis on their next run), every second until stop.
+// watch evicts idle sessions and the ones whose process died (they come back from
+// Redis on their next run), every second until stop.
 func (r *residency) watch(stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -99,9 +95,8 @@ func (r *residency) watch(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for _, lv := range r.sess.idle(r.cfg.IdleTimeout) {
-			go r.env.Retire(lv, "evicted (idle)")
-		}
+		r.sess.retire(r.sess.idle(r.cfg.IdleTimeout), "evicted (idle)")
+		r.trim()
 		if r.adm.procs.Waiting() > 0 {
 			// A run that waited while every session was busy: one may be idle by now.
 			r.reclaim()
@@ -121,16 +116,3 @@ func capMemory(procs []*proc.Process, limit int64) {
 		}
 	}
 }
-
-// The node's side of its sessions (session.Node): the set, with the residency's rules.
-
-func (r *residency) Claim(key string, version int64) *session.Session {
-	return r.sess.claim(key, version)
-}
-func (r *residency) Retiring(key string) *session.Session            { return r.sess.retiringOf(key) }
-func (r *residency) Adopt(key string, s *session.Session) bool       { return r.adopt(key, s) }
-func (r *residency) Release(s *session.Session)                      { r.release(s) }
-func (r *residency) Drop(key string, s *session.Session, why string) { r.sess.drop(key, s, why) }
-func (r *residency) Take(key string) *session.Session                { return r.sess.take(key) }
-func (r *residency) Retired(s *session.Session)                      { r.sess.retired(s) }
-func (r *residency) Idle()                                           { r.trim() }

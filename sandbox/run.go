@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // check refuses a request outside the limits, saying which.
@@ -71,7 +72,13 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Resu
 	err = e.leases.with(ctx, key, func(ctx context.Context, token string) error {
 		waited = time.Since(t0)
 		var err error
-		res, reached, err = e.env.Run(ctx, key, token, req)
+		s, err := session.Open(ctx, e.env, key, e.sess.get(key), req)
+		if err != nil {
+			return err
+		}
+		reached = true
+		res, err = s.Run(ctx, token, req)
+		e.res.ran()
 		return err
 	})
 	if res.Status != "" {

@@ -16,11 +16,9 @@ import (
 // heap is checkpointed, then its process stops.
 func evictLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	lv := e.sess.forget(key)
-	if lv == nil {
-		t.Fatalf("session %s is not live", key)
+	if !e.sess.evict(key, "evicted by the test") {
+		t.Fatalf("session %s is not live and idle", key)
 	}
-	e.env.Retire(lv, "evicted by the test")
 }
 
 // evictSaved is evictLive once the heap is saved as the delayed checkpoint saves it, with
@@ -38,7 +36,7 @@ func evictSaved(t testing.TB, e *Engine, key string) {
 // session's durable state says then.
 func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	t.Helper()
-	if err := e.env.Checkpoint(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, session.ErrHeapTooLarge) {
+	if err := e.sess.checkpoint(context.Background(), key); err != nil && !errors.Is(err, session.ErrHeapTooLarge) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	info, err := e.Session(context.Background(), key)
@@ -297,7 +295,7 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		mustSucceed(t, e, k, "v = '"+k+"'")
 	}
-	n, aLive := e.sess.count(), e.sess.get("a") != nil
+	n, aLive := e.sess.count(), e.sess.process("a") != nil
 	if n != 2 || aLive {
 		t.Fatalf("%d live, a live %v; want 2 without the least recently used", n, aLive)
 	}

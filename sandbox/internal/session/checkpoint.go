@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
@@ -38,116 +37,81 @@ func ptrString(s *string) string {
 	return *s
 }
 
-// retireTimeout bounds the checkpoint an evicted session gets before its process goes;
-// shutdownCheckpointTimeout, all of them at shutdown together.
-const (
-	retireTimeout             = 30 * time.Second
-	shutdownCheckpointTimeout = 10 * time.Second
-)
+// retireTimeout bounds the wait of a run for an eviction of its session in flight (the
+// checkpoint an evicted session gets before its process goes).
+const retireTimeout = 30 * time.Second
 
-// schedule (re)arms lv's checkpoint for CheckpointDelay from now.
-func (env *Env) schedule(lv *Session) {
-	lv.armCheckpoint(env.Limits.CheckpointDelay, func() {
-		ctx, cancel := context.WithTimeout(env.Ctx, env.Limits.RestoreTimeout)
+// schedule (re)arms the session's checkpoint for CheckpointDelay from now.
+func (s *Session) schedule() {
+	s.armCheckpoint(s.env.Limits.CheckpointDelay, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.env.Limits.RestoreTimeout)
 		defer cancel()
-		err := env.Checkpoint(ctx, lv)
+		err := s.Checkpoint(ctx)
 		switch {
-		case err == nil, env.Ctx.Err() != nil:
+		case err == nil:
 		case expectedCheckpointErr(err):
 			// The process died or another run moved the session on: its log has it.
-			env.Log.Debug("sandbox checkpoint skipped", "session", lv.Key(), "err", err)
+			s.env.Log.Debug("sandbox checkpoint skipped", "session", s.key, "err", err)
 		default:
-			env.Log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", lv.Key(), "err", err)
+			s.env.Log.Warn("sandbox checkpoint failed; the session stays durable by its log", "session", s.key, "err", err)
 		}
 	})
 }
 
-// Retire checkpoints a session the node's set forgot (an eviction), then stops its
-// process.
-func (env *Env) Retire(lv *Session, why string) {
-	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
-	env.forgotten(ctx, lv, "eviction")
-	cancel()
-	lv.Process().Close(why)
-	env.Node.Retired(lv)
-}
-
-// awaitRetired waits (bounded) for an eviction of key in flight, so the run that follows
-// restores from the heap it saves.
-func (env *Env) awaitRetired(ctx context.Context, key string) {
-	lv := env.Node.Retiring(key)
-	if lv == nil {
-		return
-	}
-	select {
-	case <-lv.Retiring():
-	case <-ctx.Done():
-	case <-time.After(retireTimeout):
-	}
-}
-
-// RetireAll saves the heap of every idle session that needs it, at shutdown; the
-// sessions are no longer live, so no run can reach them meanwhile.
-func (env *Env) RetireAll(lvs []*Session) {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownCheckpointTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, lv := range lvs {
-		wg.Go(func() { env.forgotten(ctx, lv, "shutdown") })
-	}
-	wg.Wait()
-}
-
-// forgotten saves the heap of a session taken out of the live set (eviction,
-// shutdown), if it is idle and its saved heap lags. No run can reach its process any
-// more, so the checkpoint needs no lease: the store still refuses it unless the session
-// is at the version this heap holds. A failure is logged: the log has every run.
-func (env *Env) forgotten(ctx context.Context, lv *Session, before string) {
-	version, budget, due := lv.stopCheckpoint(ctx)
+// Retire ends the session as the node lets go of it (evicted, shut down): once a
+// checkpoint in flight has ended, its heap is saved if it was idle and its saved heap
+// lags, then its process stops (why says why) and it is gone. ctx bounds the wait and
+// the checkpoint. No run can reach its process any more, so the checkpoint needs no
+// lease: the store still refuses it unless the session is at the version this heap
+// holds. A failure is logged: the log has every run.
+func (s *Session) Retire(ctx context.Context, why string) {
+	defer s.stopped()
+	defer s.p.Close(why)
+	version, budget, due := s.retire(ctx)
 	if !due {
 		return
 	}
-	err := env.save(ctx, lv, "", version, budget)
+	err := s.save(ctx, "", version, budget)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		// The call's deadline stops the process (ErrGone): said here, or a machine too
 		// busy to save heaps in time would bring sessions back by replay without a word.
-		env.Log.Warn("sandbox checkpoint before "+before+" did not finish in time; the session comes back by its log", "session", lv.Key(), "err", context.Cause(ctx))
+		s.env.Log.Warn("sandbox checkpoint before the process stops did not finish in time; the session comes back by its log", "session", s.key, "why", why, "err", context.Cause(ctx))
 	case !expectedCheckpointErr(err):
-		env.Log.Warn("sandbox checkpoint before "+before+" failed; the session comes back by its log", "session", lv.Key(), "err", err)
+		s.env.Log.Warn("sandbox checkpoint before the process stops failed; the session comes back by its log", "session", s.key, "why", why, "err", err)
 	}
 }
 
-// Checkpoint saves a live session's heap if the saved one lags it, holding the
-// session's lease so no run (on any node) moves it meanwhile.
-func (env *Env) Checkpoint(ctx context.Context, lv *Session) error {
-	if !lv.checkpointDue() {
+// Checkpoint saves the session's heap if the saved one lags it, holding its lease so no
+// run (on any node) moves it meanwhile; nothing when a run or the node has it.
+func (s *Session) Checkpoint(ctx context.Context) error {
+	if !s.checkpointDue() {
 		return nil
 	}
 	// A checkpoint whose lease is lost is refused by the store's fence: it goes on with
 	// ctx, not the lease's, so its process is not killed for it.
-	return env.Lease(ctx, lv.Key(), func(_ context.Context, token string) error {
-		version, budget, ok := lv.beginCheckpoint()
+	return s.env.Lease(ctx, s.key, func(_ context.Context, token string) error {
+		version, budget, ok := s.beginCheckpoint()
 		if !ok {
 			return nil
 		}
 		defer func() {
-			lv.endCheckpoint()
-			lv.Process().FreezeSoon()
-			env.Node.Idle()
+			s.endCheckpoint()
+			s.p.FreezeSoon()
 		}()
-		return env.save(ctx, lv, token, version, budget)
+		return s.save(ctx, token, version, budget)
 	})
 }
 
-// save takes lv's heap and saves it as the state of version, within what budget (its
-// last run's) leaves when it is written; token is the lease held, or "" for a session no
-// run can reach.
-func (env *Env) save(ctx context.Context, lv *Session, token string, version int64, budget Budget) (err error) {
+// save takes the session's heap and saves it as the state of version, within what
+// budget (its last run's) leaves when it is written; token is the lease held, or "" for
+// a session no run can reach.
+func (s *Session) save(ctx context.Context, token string, version int64, budget Budget) (err error) {
+	env := s.env
 	t0 := time.Now()
 	defer func() { env.Obs.Checkpointed(time.Since(t0), err) }()
-	p := lv.Process()
+	p := s.p
 	// The heap is compressed as it arrives (heapstream.go): the server never holds it
 	// whole, and keeps at most the state limit of it. The budget is reserved once it is
 	// here, only for as long as it is written.
@@ -183,11 +147,11 @@ func (env *Env) save(ctx context.Context, lv *Session, token string, version int
 		// persists as its cells from now on.
 		mode = modeReplay
 		if r.SnapshotError != nil {
-			env.Log.Info("session switches to replay persistence", "session", lv.Key(), "reason", *r.SnapshotError)
+			env.Log.Info("session switches to replay persistence", "session", s.key, "reason", *r.SnapshotError)
 		}
 	}
 	err = env.Limits.reserved(ctx, budget, func(stateCap int64) error {
-		_, err := env.Store.Checkpoint(ctx, lv.Key(), state.Checkpoint{Token: token, Version: version, Base: lv.baseHash(), Build: env.Build,
+		_, err := env.Store.Checkpoint(ctx, s.key, state.Checkpoint{Token: token, Version: version, Base: s.base, Build: env.Build,
 			Mode: mode, Header: header, Delta: delta, Cap: stateCap})
 		return err
 	})
@@ -197,6 +161,6 @@ func (env *Env) save(ctx context.Context, lv *Session, token string, version int
 	if err != nil {
 		return err
 	}
-	lv.checkpointed(version, mode)
+	s.checkpointed(version, mode)
 	return nil
 }

@@ -19,15 +19,15 @@ type Env struct {
 	Store    Store
 	Packages Packages // nil: packages come only from the Pyodide distribution
 	History  History  // nil: a session the store lost starts fresh
-	Node     Node
 	Obs      Observer
+	// Adopt makes s, just brought back into a process, the node's session of key; false
+	// once the node is shut down (nothing would ever stop its process).
+	Adopt func(key string, s *Session) bool
 	// Lease runs fn holding key's lease, as a run holds it: a checkpoint off the runs'
 	// path takes it so no run (on any node) moves the session meanwhile.
 	Lease func(ctx context.Context, key string, fn func(ctx context.Context, token string) error) error
 	Build string // the runtime's build: a heap is only meaningful to the build that saved it
 	Log   *slog.Logger
-	// Ctx ends when the node shuts down: checkpoints off the runs' path stop with it.
-	Ctx context.Context
 }
 
 // Limits are the engine's settings a session keeps to.
@@ -95,27 +95,6 @@ type Observer interface {
 	Restored(from string, took time.Duration)
 	Checkpointed(took time.Duration, err error)
 	SessionReset(cause string)
-}
-
-// Node is the set of sessions of the node, as sessions reach it.
-type Node interface {
-	// Claim is key's live session marked busy for a run if it is current at version,
-	// else nil (a stale or dead one is forgotten and its process closed).
-	Claim(key string, version int64) *Session
-	// Retiring is key's session being retired, or nil.
-	Retiring(key string) *Session
-	// Adopt makes s key's live session; false once the node shut down.
-	Adopt(key string, s *Session) bool
-	// Release marks s idle after a run.
-	Release(s *Session)
-	// Drop forgets s and kills its process.
-	Drop(key string, s *Session, why string)
-	// Take removes key's live session and returns it, or nil.
-	Take(key string) *Session
-	// Retired ends s's retirement.
-	Retired(s *Session)
-	// Idle is told when a checkpoint leaves a session idle.
-	Idle()
 }
 
 // Reset causes (sandbox.Observer).

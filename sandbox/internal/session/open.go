@@ -14,33 +14,71 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// attached is a session made current for a run.
-type attached struct {
-	lv       *Session
-	info     SessionInfo
-	notes    []string
-	replayed []string // cells replayed from the caller's history: the log takes them at the next save (Session.unlogged)
+// opened is what the run that opened a session tells of it in its Result.
+type opened struct {
+	info  SessionInfo // where it came from, and whether it was reset or had expired
+	notes []string    // what its run's stderr says first
 }
 
-// attach makes sure key has a current interpreter, bringing it back when the warm copy
-// is missing or stale: from its heap in Redis, by replaying its cells, or from the
-// caller's history when Redis lost it. Called with the lease held.
-func (env *Env) attach(ctx context.Context, key string, req Request) (*attached, error) {
-	a := &attached{}
+// Open brings key's session into a process for a run, and hands it to that run
+// (running): warm, the node's session of key (or nil), when it is current; else from
+// the store's heap, by replaying its cells, or fresh (rebuilt from the caller's history
+// when the store lost it). A saved state that cannot be restored is reset, and the run
+// is told first. It is called with key's lease held.
+func Open(ctx context.Context, env *Env, key string, warm *Session, req Request) (*Session, error) {
+	s, err := env.attach(ctx, key, warm, req)
+	var broken *brokenState
+	if !errors.As(err, &broken) {
+		return s, err
+	}
+	if err := env.resetBroken(ctx, key, broken.why); err != nil {
+		return nil, err
+	}
+	broken.why = lastLine(broken.why)
+	if s, err = env.attach(ctx, key, nil, req); err != nil {
+		return nil, err
+	}
+	s.opened.info.Expired, s.opened.info.ResetFrom = false, broken.version
+	s.opened.notes = append([]string{resetNote(broken.version, "it could not be restored: "+broken.why)}, s.opened.notes...)
+	return s, nil
+}
+
+// Reset forgets key's saved state (seen keeps it marked as one that had a state, whose
+// history is not replayed into a new one) and stops warm, the node's session of key (or
+// nil): the next run starts a fresh interpreter. It is called with key's lease held.
+func Reset(ctx context.Context, env *Env, key string, warm *Session, seen bool) error {
+	if err := env.Store.Reset(ctx, key, seen); err != nil {
+		return err
+	}
+	if warm != nil {
+		warm.drop("reset")
+	}
+	return nil
+}
+
+// attach is Open without the reset of a broken state, which it reports as a
+// *brokenState.
+func (env *Env) attach(ctx context.Context, key string, warm *Session, req Request) (*Session, error) {
+	op := &opened{}
 	t0 := time.Now()
-	env.awaitRetired(ctx, key)
+	if warm != nil {
+		// An eviction in flight: the run that follows restores from the heap it saves.
+		wctx, cancel := context.WithTimeout(ctx, retireTimeout)
+		warm.await(wctx, func() bool { return warm.phase != retiring })
+		cancel()
+	}
 	stored, err := env.Store.Version(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	if lv := env.Node.Claim(key, stored); lv != nil {
-		if answers(ctx, lv.Process()) {
-			a.lv, a.info.RestoredFrom = lv, FromLive
-			return a, nil
+	if warm != nil && warm.claim(stored) {
+		if answers(ctx, warm.p) {
+			warm.hand(&opened{info: SessionInfo{RestoredFrom: FromLive}})
+			return warm, nil
 		}
 		// The process died while idle (killed, or by the kernel's memory cap): this
 		// run's code never reached it, so the session comes back as if evicted.
-		env.Node.Drop(key, lv, "its process stopped between runs")
+		warm.drop("its process stopped between runs")
 	}
 	for _, f := range req.Data {
 		if f.Data == nil {
@@ -64,6 +102,7 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 	var p *proc.Process
 	// The run needs a process from here on: how long it waited for room on the node is
 	// told however the attach ends.
+	var replayed []string // cells from the caller's history: the log takes them at the next save
 	var waited time.Duration
 	defer func() { env.Obs.AdmissionWaited(waited) }()
 	mode := modeSnapshot
@@ -72,12 +111,12 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 	heapStale := false
 	switch {
 	case st == nil:
-		a.info.RestoredFrom = FromFresh
+		op.info.RestoredFrom = FromFresh
 		seen, err := env.Store.Seen(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		a.info.Expired = seen
+		op.info.Expired = seen
 		at.Reseed = true
 		if env.Limits.ForceReplay {
 			mode = modeReplay
@@ -90,7 +129,7 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 			if len(cells) > 0 {
 				// Redis lost the session, but its runs are on record: bring it back by
 				// running them again.
-				a.info.RestoredFrom, a.replayed = FromReplay, cells
+				op.info.RestoredFrom, replayed = FromReplay, cells
 				at.Cells, at.CellTimeouts = env.Limits.splitCells(cells)
 			}
 		}
@@ -112,18 +151,18 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 					return nil, err
 				}
 				env.Log.Warn("session heap did not restore, replaying cells", "session", key, "err", err)
-				a.notes = append(a.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
+				op.notes = append(op.notes, "[sandbox] the saved interpreter state could not be restored; the session was rebuilt by replaying its cells")
 				p = nil
 			} else {
 				// The heap as last checkpointed, then the runs logged since.
-				a.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
+				op.info.RestoredFrom, base, heapVersion = FromSnapshot, st.Base, st.HeapVersion
 				at.Cells, at.CellTimeouts = env.Limits.splitCells(st.Tail)
 			}
 		}
 		if p == nil {
 			// The whole log replays on the current base. A session that can be saved as
 			// a heap stays so: its next checkpoint replaces a heap the replay made stale.
-			a.info.RestoredFrom, heapStale = FromReplay, true
+			op.info.RestoredFrom, heapStale = FromReplay, true
 			if st.Mode == modeReplay || env.Limits.ForceReplay {
 				mode = modeReplay
 			}
@@ -144,17 +183,17 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 	defer pk.Done()
 	if env.Packages != nil && (len(at.Packages) > 0 || len(at.Cells) > 0) {
 		// A session comes back with its packages: the cache may have been emptied since.
-		a.notes = append(a.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
+		op.notes = append(op.notes, pk.Ensure(actx, strings.Join(at.Cells, "\n"), at.Packages)...)
 		if u := pk.UnservedNames(); len(u) > 0 {
 			// No import of this run may say it: the session lost them.
-			a.notes = append(a.notes, pkgs.UnservedNote(u))
+			op.notes = append(op.notes, pkgs.UnservedNote(u))
 		}
 	}
 	var pip []pkgs.Wheel
 	if st != nil {
 		var notes []string
 		at.Pip, pip, notes = env.restorePip(actx, pk, key, st.Pip)
-		a.notes = append(a.notes, notes...)
+		op.notes = append(op.notes, notes...)
 	}
 	at.Data = []proc.DataFile{}
 	if len(at.Cells) > 0 {
@@ -188,22 +227,22 @@ func (env *Env) attach(ctx context.Context, key string, req Request) (*attached,
 	}
 	var r proc.AttachReply
 	_ = json.Unmarshal(f.JSON, &r)
-	back := restored{base: base, mode: mode, heapVersion: heapVersion, heapStale: heapStale, unlogged: a.replayed}
+	back := restored{base: base, mode: mode, heapVersion: heapVersion, heapStale: heapStale, unlogged: replayed}
 	if r.Error != nil {
-		a.notes = append(a.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
+		op.notes = append(op.notes, "[sandbox] the session could not be fully restored: "+*r.Error)
 		back.partial = true
 	}
 	if st != nil {
 		back.version, back.packages, back.pip = st.Version, st.Packages, pip
 	}
-	lv := newSession(key, p, back)
-	a.lv = lv
-	if !env.Node.Adopt(key, lv) {
+	s := newSession(env, key, p, back)
+	s.hand(op)
+	if !env.Adopt(key, s) {
 		p.Close("the engine shut down")
 		return nil, errShutDown
 	}
-	env.Obs.Restored(a.info.RestoredFrom, time.Since(t0)-waited)
-	return a, nil
+	env.Obs.Restored(op.info.RestoredFrom, time.Since(t0)-waited)
+	return s, nil
 }
 
 // ProcessError turns a failure to start or reach a session process into the error callers see.

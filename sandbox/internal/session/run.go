@@ -13,19 +13,17 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
-// Run runs req in key's session, holding its lease (token); reached says it got its
-// session's interpreter.
-func (env *Env) Run(ctx context.Context, key, token string, req Request) (res Result, reached bool, err error) {
-	a, err := env.attachOrReset(ctx, key, req)
-	if err != nil {
-		return Result{}, false, err
-	}
-	res, failed, err := env.runIn(ctx, key, token, req, a)
+// Run runs req in the session, which Open handed to it, holding its lease (token). A
+// run whose interpreter failed brings the session back (recover.go). The session is
+// idle again once it returns, unless its process had to go.
+func (s *Session) Run(ctx context.Context, token string, req Request) (Result, error) {
+	o := s.takeOpened()
+	res, failed, err := s.runIn(ctx, token, req, o)
 	if failed != nil {
-		res, err = env.afterFailure(ctx, key, token, req, a, res, failed, err)
+		res, err = s.env.afterFailure(ctx, s.key, token, req, o, res, failed, err)
 	}
-	env.sizes(ctx, key, &res)
-	return res, true, err
+	s.env.sizes(ctx, s.key, &res)
+	return res, err
 }
 
 // interpreterFailed is a run whose interpreter failed (its process died, or the Worker
@@ -35,14 +33,13 @@ type interpreterFailed struct {
 	why     string
 }
 
-// runIn runs req in the session a brought back. A run whose interpreter failed comes
-// back as a Result that says so, with failed set.
-func (env *Env) runIn(ctx context.Context, key, token string, req Request, a *attached) (Result, *interpreterFailed, error) {
-	lv, info, notes := a.lv, a.info, a.notes
-	p := lv.Process()
-	defer env.Node.Release(lv)
-	var o proc.Blobs
-	data, versions, err := lv.dataFor(req.Data, &o)
+// runIn runs req in the session, as Open (o) brought it back. A run whose interpreter
+// failed comes back as a Result that says so, with failed set.
+func (s *Session) runIn(ctx context.Context, token string, req Request, o *opened) (Result, *interpreterFailed, error) {
+	env, p, info, notes := s.env, s.p, o.info, o.notes
+	defer s.release()
+	var blobs proc.Blobs
+	data, versions, err := s.dataFor(req.Data, &blobs)
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -58,35 +55,35 @@ func (env *Env) runIn(ctx context.Context, key, token string, req Request, a *at
 		notes = append(notes, pk.Ensure(fctx, PreloadCode(req.Preload)+req.Code, nil)...)
 		cancel()
 	}
-	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.Info().Version+1),
+	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", s.info().Version+1),
 		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	out, hooks := env.shaper().hooks(req, env.pipServer(ctx, lv, pk))
-	session := func() SessionInfo {
-		s := lv.Info()
-		s.RestoredFrom, s.Expired, s.ResetFrom = info.RestoredFrom, info.Expired, info.ResetFrom
-		return s
+	out, hooks := env.shaper().hooks(req, env.pipServer(ctx, s, pk))
+	current := func() SessionInfo {
+		cur := s.info()
+		cur.RestoredFrom, cur.Expired, cur.ResetFrom = info.RestoredFrom, info.Expired, info.ResetFrom
+		return cur
 	}
 	start := time.Now()
 	lim := proc.RunLimits{Load: env.Limits.RestoreTimeout, Timeout: req.Timeout, Grace: env.Limits.Grace}
-	rep := p.Run(ctx, msg, &o, lim, hooks, func() {
+	rep := p.Run(ctx, msg, &blobs, lim, hooks, func() {
 		// The code ignored KeyboardInterrupt: kill its process, and with it every
 		// thread it started. The session goes back to its last durable state.
-		env.Node.Drop(key, lv, "the run ignored the interrupt")
+		s.drop("the run ignored the interrupt")
 	})
 	ctxErr := rep.CtxErr
 	if rep.Stuck {
-		lost := session()
+		lost := current()
 		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
 			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
 			env.Limits.Grace, lost.Version), time.Since(start).Milliseconds(), lost, out.seen), nil, ctxErr
 	}
 	ms := time.Since(start).Milliseconds()
 	if rep.Err != nil {
-		env.Node.Drop(key, lv, "the run failed")
+		s.drop("the run failed")
 		var pe *proc.Error
 		switch {
 		case errors.Is(rep.Err, proc.ErrGone):
-			lost := session()
+			lost := current()
 			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
 				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lost.Version),
 				ms, lost, out.seen), &interpreterFailed{started: rep.Started, why: p.Reason()}, ctxErr
@@ -94,7 +91,7 @@ func (env *Env) runIn(ctx context.Context, key, token string, req Request, a *at
 			// What the code printed before its interpreter failed was streamed as it came,
 			// and is kept as for a process that died.
 			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
-				ms, session(), out.seen), &interpreterFailed{started: rep.Started, why: pe.Msg}, ctxErr
+				ms, current(), out.seen), &interpreterFailed{started: rep.Started, why: pe.Msg}, ctxErr
 		}
 		return Result{}, nil, rep.Err
 	}
@@ -103,10 +100,10 @@ func (env *Env) runIn(ctx context.Context, key, token string, req Request, a *at
 		err = r.Check(env.Limits.MaxOutput, MaxChangedFiles, rep.Frame)
 	}
 	if err != nil {
-		env.Node.Drop(key, lv, "protocol: run reply refused")
+		s.drop("protocol: run reply refused")
 		return Result{}, nil, fmt.Errorf("sandbox reply: %w", err)
 	}
-	res := env.shaper().result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
+	res := env.shaper().result(&r, rep.Frame, s.ran(&r, rep.Frame, versions), notes)
 	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.Order = out.seen.order(len(notesPrefix(notes)))
 	nameImages(&res)
@@ -118,13 +115,13 @@ func (env *Env) runIn(ctx context.Context, key, token string, req Request, a *at
 			res.Error.Message = fmt.Sprintf("Execution exceeded the %s time limit and was interrupted; the session keeps its state.", req.Timeout)
 		}
 	}
-	res.Session = session()
+	res.Session = current()
 	res.Session.Live = true
 	if res.Status != StatusSuccess {
 		// Not saved: the session keeps it warm, tainted (live.ran).
 		return res, nil, ctxErr
 	}
-	return res, nil, env.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
+	return res, nil, s.persist(ctx, token, req, &r, &res, ctxErr)
 }
 
 // reserveTimeout bounds the wait for a budget's reservation (other writes on the same
@@ -168,12 +165,13 @@ func (env *Env) sizes(ctx context.Context, key string, res *Result) {
 // runs). The heap is saved later, off the answer's path (checkpoint.go); until then a
 // restore replays the cells logged since the last checkpoint. After a run that failed,
 // whose effects no cell in the log holds, the heap is saved before the answer.
-func (env *Env) persist(ctx context.Context, key, token string, lv *Session, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
+func (s *Session) persist(ctx context.Context, token string, req Request, r *proc.RunReply, res *Result, ctxErr error) error {
+	env, key := s.env, s.key
 	// The run is over: what it did is saved whether or not its caller still waits,
 	// within what its budget leaves at this moment.
 	bg := context.WithoutCancel(ctx)
 	var v, stateBytes int64
-	save, heapNow := lv.saveRequest(token, env.Build, r.Packages, env.Limits.logCell(req.Code, req.Timeout), req.Budget)
+	save, heapNow := s.saveRequest(token, env.Build, r.Packages, env.Limits.logCell(req.Code, req.Timeout), req.Budget)
 	err := env.Limits.reserved(bg, req.Budget, func(stateCap int64) (err error) {
 		save.Cap = stateCap
 		v, stateBytes, err = env.Store.Save(bg, key, save)
@@ -189,7 +187,7 @@ func (env *Env) persist(ctx context.Context, key, token string, lv *Session, req
 	if errors.As(err, &full) {
 		// Nothing fits: the warm interpreter keeps the run's effects, but they are not
 		// durable; the user is told what an eviction would take back.
-		savedVersion := lv.taint()
+		savedVersion := s.taint()
 		res.Session.NotSaved = true
 		res.Stderr += fmt.Sprintf("[sandbox] session state not saved: %v; this run's changes live only while the session stays warm (saved version %d)\n", full, savedVersion)
 		return ctxErr
@@ -197,15 +195,15 @@ func (env *Env) persist(ctx context.Context, key, token string, lv *Session, req
 	if err != nil {
 		// The warm interpreter is now ahead of Redis: drop it, so the next run starts
 		// from the last state that was saved.
-		env.Node.Drop(key, lv, "its state could not be saved")
+		s.drop("its state could not be saved")
 		env.Log.ErrorContext(ctx, "save sandbox session", "session", key, "err", err)
 		return sandchat.Errorf(sandchat.EUNAVAILABLE, "The code ran but its session state could not be saved; the next run continues from the last state that was saved.")
 	}
-	lv.saved(v)
-	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, lv.Info().Mode, stateBytes
+	s.saved(v)
+	res.Session.Version, res.Session.Mode, res.Session.StateBytes = v, s.info().Mode, stateBytes
 	if heapNow {
 		cctx, cancel := context.WithTimeout(bg, env.Limits.RestoreTimeout)
-		err := env.save(cctx, lv, token, v, req.Budget)
+		err := s.save(cctx, token, v, req.Budget)
 		cancel()
 		if err != nil {
 			// The log alone cannot bring this run back; a later checkpoint may still.
@@ -218,9 +216,9 @@ func (env *Env) persist(ctx context.Context, key, token string, lv *Session, req
 			res.Stderr += "[sandbox] this run's state holds changes no saved cell has (an earlier run failed or was not saved), and could not be saved yet (" +
 				why + "): until it is, it lives only while the session stays warm\n"
 		}
-		res.Session.Mode = lv.Info().Mode // a heap that cannot be saved turns the session to replay
+		res.Session.Mode = s.info().Mode // a heap that cannot be saved turns the session to replay
 	}
-	env.schedule(lv)
+	s.schedule()
 	return ctxErr
 }
 

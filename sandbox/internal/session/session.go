@@ -14,37 +14,42 @@ import (
 )
 
 // Session is a session whose interpreter is warm in a process of its own. It owns its
-// state, its lock and its checkpoint timer: the set of sessions (sessions.go) only
-// keeps the map of them, and every other part goes through these methods.
+// process, its state, its lock and its checkpoint timer, and the verbs of its life
+// (Open, Run, Checkpoint, Retire, Reset); the node only keeps the map of sessions and
+// chooses which to retire.
 //
-// A session's life: newSession (busy, for the run that brought it back), then for each run
-// Claim → dataFor → ran → saveRequest → saved (or taint) → release; off the runs' path,
-// armCheckpoint → checkpointDue / beginCheckpoint → checkpointed → endCheckpoint; once
-// the set lets go of it (leave), stopCheckpoint for its last checkpoint, then retired.
+// Its life is a state machine (phase, below): Open brings it into a process for the
+// run that asked for it (opening → running); a run takes an idle session and leaves it
+// idle again (idle ⇄ running), and so does a checkpoint (idle ⇄ checkpointing); the node
+// lets go of it (retiring: its last checkpoint, then its process stops) or a run drops
+// it (its process failed, or its state moved on), and it is gone for good.
 type Session struct {
-	// Set once by newLive; read without the lock.
+	// Set once by Open; read without the lock.
 	key  string
+	env  *Env
 	p    *proc.Process
-	base string        // the base snapshot its heap diffs against
-	gone chan struct{} // closed by retired, once its process is stopped
+	base string // the base snapshot its heap diffs against
 
-	// mu guards every field below. The set of sessions may take it while holding its own
-	// lock (to pick a session to evict, or claim one atomically); a session's methods
-	// never take the set's lock.
+	// mu guards every field below. The node's set of sessions may take it while holding
+	// its own lock (to pick an idle session to evict); a session's methods never take the
+	// set's lock.
 	mu       sync.Mutex
-	version  int64 // the durable version this interpreter matches
+	phase    phase
+	changed  chan struct{} // closed, and replaced, at each change of phase
+	version  int64         // the durable version this interpreter matches
 	mode     string
 	packages []string
 	pip      []pkgs.Wheel // what micropip installed
 	used     time.Time
-	busy     bool // a run or a checkpoint has it
-	out      bool // the set let go of it (evicted, dropped, reset, shut down): nothing is scheduled on it any more
 	// Files changed by runs that were not saved (a Python error): the next save carries them.
 	unsaved    map[string][]byte
 	unsavedDel map[string]bool
 	// unlogged are cells the session was rebuilt from (the caller's history) that its log
 	// does not hold yet: the next save logs them ahead of its own cell.
 	unlogged []string
+	// opened is what the run that opened the session tells of it (how it came back), for
+	// that run's Result; Run takes it.
+	opened *opened
 
 	// Checkpoints (checkpoint.go). heapVersion is the version of the heap saved in
 	// Redis; heapStale says that heap no longer applies (the session came back by
@@ -57,8 +62,6 @@ type Session struct {
 	// replay), so this heap is never saved as its state: the log stays whole.
 	partial    bool
 	checkpoint *time.Timer
-	// saving is closed when the checkpoint in flight ends (nil: none is).
-	saving chan struct{}
 
 	// budget is its last run's: checkpoints keep to it.
 	budget Budget
@@ -67,7 +70,19 @@ type Session struct {
 	data map[string]string
 }
 
-// restored is what open knows of a session it brought back, for newLive.
+// phase is where a session is in its life.
+type phase int
+
+const (
+	opening       phase = iota // being brought into its process
+	idle                       // warm, and nothing has it
+	running                    // a run has it
+	checkpointing              // its heap is being saved
+	retiring                   // the node let go of it: its last checkpoint, then its process stops
+	gone                       // its process is stopped: nothing happens to it any more
+)
+
+// restored is what Open knows of a session it brought back, for newSession.
 type restored struct {
 	base, mode  string
 	version     int64
@@ -79,67 +94,136 @@ type restored struct {
 	unlogged    []string
 }
 
-// newSession is key's session warm in p, as attach brought it back: busy, for the run
-// that asked for it.
-func newSession(key string, p *proc.Process, r restored) *Session {
-	return &Session{key: key, p: p, base: r.base, gone: make(chan struct{}),
+// newSession is key's session warm in p, as Open brings it back: opening.
+func newSession(env *Env, key string, p *proc.Process, r restored) *Session {
+	return &Session{key: key, env: env, p: p, base: r.base, changed: make(chan struct{}),
 		version: r.version, mode: r.mode, packages: r.packages, pip: r.pip,
 		heapVersion: r.heapVersion, heapStale: r.heapStale, partial: r.partial, unlogged: r.unlogged,
-		busy: true, used: time.Now(), unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+		used: time.Now(), unsaved: map[string][]byte{}, unsavedDel: map[string]bool{}}
+}
+
+// toLocked moves the session to phase to, and wakes what waits on a change. Called
+// with s.mu held.
+func (s *Session) toLocked(to phase) {
+	s.phase = to
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// await waits until ok holds (checked with s.mu held) or ctx ends; false when ctx ended.
+func (s *Session) await(ctx context.Context, ok func() bool) bool {
+	s.mu.Lock()
+	for !ok() {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return true
 }
 
 // Process is the session's process.
 func (s *Session) Process() *proc.Process { return s.p }
 
-// Key is the session's key.
-func (s *Session) Key() string { return s.key }
-
-// baseHash names the base snapshot its heap diffs against.
-func (s *Session) baseHash() string { return s.base }
-
-// Claim marks the session busy for a run if its interpreter is current at version.
-func (s *Session) Claim(version int64) bool {
+// Idle tells whether the session is idle (nothing has it), and since when.
+func (s *Session) Idle() (since time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out || s.version != version || !s.p.Alive() {
+	return s.used, s.phase == idle
+}
+
+// Live tells whether the session holds a live interpreter (the node has not let go of
+// it, and its process runs), and the durable version it matches.
+func (s *Session) Live() (version int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, (s.phase == idle || s.phase == running || s.phase == checkpointing) && s.p.Alive()
+}
+
+// Evict marks an idle session as let go of by the node, for Retire: no run or
+// checkpoint takes it any more. False when it is not idle.
+func (s *Session) Evict() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != idle {
 		return false
 	}
-	s.busy, s.used = true, time.Now()
+	s.toLocked(retiring)
 	return true
 }
 
-// Release marks the session idle after a run.
-func (s *Session) Release() {
-	s.mu.Lock()
-	s.busy, s.used = false, time.Now()
-	s.mu.Unlock()
-}
-
-// Idle tells whether no run or checkpoint has the session, and since when it was last
-// used.
-func (s *Session) Idle() (bool, time.Time) {
+// claim takes the idle session for a run if its interpreter is current at version. An
+// idle session that is not (another node ran since, or its process is gone) is of no
+// use any more: it is dropped.
+func (s *Session) claim(version int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.busy, s.used
+	if s.phase != idle {
+		return false
+	}
+	if s.version != version || !s.p.Alive() {
+		s.toLocked(gone)
+		go s.p.Close("the session moved on")
+		return false
+	}
+	s.used = time.Now()
+	s.toLocked(running)
+	return true
 }
 
-// Current tells whether the interpreter is warm at version.
-func (s *Session) Current(version int64) bool {
+// hand gives the session to the run that opened it (claimed, or just brought back),
+// with what that run tells of it.
+func (s *Session) hand(o *opened) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.version == version && s.p.Alive()
+	s.opened = o
+	s.used = time.Now()
+	if s.phase == opening {
+		s.toLocked(running)
+	}
 }
 
-// Leave marks the session let go of by the set: no checkpoint is scheduled on it any
-// more, and no run claims it.
-func (s *Session) Leave() {
+// takeOpened is what the run's Open told of the session, taken once.
+func (s *Session) takeOpened() *opened {
 	s.mu.Lock()
-	s.out = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	o := s.opened
+	s.opened = nil
+	return o
 }
 
-// Info is the session as a run's Result shows it: its version, packages and mode.
-func (s *Session) Info() SessionInfo {
+// release ends a run: the session is idle, its process frozen until the next one.
+func (s *Session) release() {
+	s.p.FreezeSoon()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.used = time.Now()
+	if s.phase == running {
+		s.toLocked(idle)
+	}
+}
+
+// drop ends the session at once, without a checkpoint, and stops its process: the next
+// run starts from the last durable state.
+func (s *Session) drop(why string) {
+	s.mu.Lock()
+	if s.checkpoint != nil {
+		s.checkpoint.Stop()
+	}
+	if s.phase != gone {
+		s.toLocked(gone)
+	}
+	s.mu.Unlock()
+	s.p.Close(why)
+}
+
+// info is the session as a run's Result shows it: its version, packages and mode.
+func (s *Session) info() SessionInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return SessionInfo{Version: s.version, Packages: nonNil(s.packages), Mode: s.mode}
@@ -195,7 +279,7 @@ func (s *Session) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (n
 	s.data, s.packages = data, r.Packages
 	for _, ch := range r.Changed {
 		if ch.Data == nil || (len(s.unsaved) >= maxSavedFilesPerRun && s.unsaved[ch.Path] == nil) {
-			// Redis is no place for big files: they Session on in the warm session only.
+			// Redis is no place for big files: they live on in the warm session only.
 			if notKept == nil {
 				notKept = map[string]bool{}
 			}
@@ -265,11 +349,11 @@ func (s *Session) dirtyLocked() bool {
 }
 
 // armCheckpoint (re)arms the session's checkpoint to run fn after delay, if its saved
-// heap lags and the set still holds it.
+// heap lags and the node still holds it.
 func (s *Session) armCheckpoint(delay time.Duration, fn func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out || !s.dirtyLocked() {
+	if s.phase >= retiring || !s.dirtyLocked() {
 		return
 	}
 	if s.checkpoint != nil {
@@ -285,50 +369,46 @@ func (s *Session) checkpointDue() bool {
 	return s.dirtyLocked()
 }
 
-// beginCheckpoint marks a Session session busy for a checkpoint, if the set still holds
-// it, no run has it and its saved heap lags; it returns the version to save and the
-// budget to keep to.
+// beginCheckpoint takes an idle session for a checkpoint, if its saved heap lags; it
+// returns the version to save and the budget to keep to.
 func (s *Session) beginCheckpoint() (version int64, budget Budget, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out || s.busy || !s.dirtyLocked() {
-		// Gone (an eviction checkpoints it itself), a run has it (it checkpoints again
+	if s.phase != idle || !s.dirtyLocked() {
+		// Let go of (its retirement checkpoints it), a run has it (it checkpoints again
 		// after), or already caught up.
 		return 0, Budget{}, false
 	}
-	s.busy, s.saving = true, make(chan struct{})
+	s.toLocked(checkpointing)
 	return s.version, s.budget, true
 }
 
-// endCheckpoint ends what beginCheckpoint began.
+// endCheckpoint ends what beginCheckpoint began: the session is idle again.
 func (s *Session) endCheckpoint() {
 	s.mu.Lock()
-	s.busy = false
-	close(s.saving)
-	s.saving = nil
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.phase == checkpointing {
+		s.toLocked(idle)
+	}
 }
 
-// stopCheckpoint cancels the pending checkpoint of a session the set let go of, and
-// tells whether its last one is due: it is idle and its saved heap lags. A checkpoint
-// already in flight is waited for (until ctx ends), since its process is about to go:
-// stopped under it, it would save nothing. It returns the version to save and the
-// budget to keep to.
-func (s *Session) stopCheckpoint(ctx context.Context) (version int64, budget Budget, due bool) {
+// retire moves the session to retiring, once a checkpoint in flight has ended (until
+// ctx ends: its process is about to go, and stopped under it, it would save nothing).
+// It cancels the pending checkpoint and tells whether the last one is due: the session
+// was idle and its saved heap lags, with the version to save and the budget to keep to.
+func (s *Session) retire(ctx context.Context) (version int64, budget Budget, due bool) {
+	s.await(ctx, func() bool { return s.phase != checkpointing })
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.checkpoint != nil {
 		s.checkpoint.Stop()
 	}
-	if saving := s.saving; saving != nil {
-		s.mu.Unlock()
-		select {
-		case <-saving:
-		case <-ctx.Done():
-		}
-		s.mu.Lock()
+	was := s.phase
+	if was == gone {
+		return 0, Budget{}, false
 	}
-	defer s.mu.Unlock()
-	return s.version, s.budget, !s.busy && s.dirtyLocked()
+	s.toLocked(retiring)
+	return s.version, s.budget, (was == idle || was == retiring) && s.dirtyLocked()
 }
 
 // checkpointed records that the store holds this heap as version's, in mode (replay
@@ -359,8 +439,11 @@ func (s *Session) install(ws []pkgs.Wheel) {
 	s.mu.Unlock()
 }
 
-// Retired says the session's process is stopped, to runs waiting for it (retiring).
-func (s *Session) Retired() { close(s.gone) }
-
-// Retiring is closed once the session is retired.
-func (s *Session) Retiring() <-chan struct{} { return s.gone }
+// stopped ends the session: its process is stopped.
+func (s *Session) stopped() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.phase != gone {
+		s.toLocked(gone)
+	}
+}
