@@ -55,9 +55,11 @@ const (
 // burst is how many conversations start at once in the burst rows.
 const burst = 8
 
-// BenchRows measures the engine on this machine: p50/p95 for the numbers the design sets
-// targets for, plus a fresh Deno + Pyodide per run (the cost model of sandboxes that keep
-// no state) to compare with. Its sessions live in scratch, a store made for the
+// BenchRows measures the engine on this machine, as cfg sets it (the deployment's
+// settings, the shipped defaults unless they say otherwise), through the engine's own
+// methods: p50/p95 for the numbers the design sets targets for, plus a fresh Deno +
+// Pyodide per run (the cost model of sandboxes that keep no state) to compare with. Its
+// sessions live in scratch, a store made for the
 // measurement (the caller empties it); the deployment's base snapshot is taken from
 // main when it has one, so the bench measures sessions, not a Pyodide boot. n is the
 // number of samples per metric (the fresh-process one takes at most 5); progress goes
@@ -67,9 +69,6 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		n = 1
 	}
 	cfg = Locate(cfg)
-	cfg.WarmPool = max(cfg.WarmPool, 1)
-	cfg.WarmPoolMax = max(cfg.WarmPoolMax, burst)
-	cfg.MaxLive = max(cfg.MaxLive, 2*burst+4)
 	e, err := New(cfg, scratch, nil)
 	if err != nil {
 		return nil, err

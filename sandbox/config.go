@@ -421,6 +421,6 @@ func isExecutable(p string) bool {
 func (c Config) limits() session.Limits {
 	return session.Limits{Timeout: c.Timeout, Grace: c.Grace, RestoreTimeout: c.RestoreTimeout,
 		MaxOutput: c.MaxOutput, MaxArtifacts: c.MaxArtifacts, MaxArtifactBytes: c.MaxArtifactBytes,
-		MaxDisplays: c.MaxDisplays, MaxDisplayBytes: c.MaxDisplayBytes, MaxStateBytes: c.MaxStateBytes,
+		MaxDisplays: c.MaxDisplays, MaxDisplayBytes: c.MaxDisplayBytes, MaxDataBytes: c.MaxDataBytes, MaxStateBytes: c.MaxStateBytes,
 		CheckpointDelay: c.CheckpointDelay, SessionTTL: c.SessionTTL, ForceReplay: c.ForceReplay, PipOff: c.PipOff}
 }

@@ -77,20 +77,19 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}), obs: noObserver{},
 		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
-	// Options first: the helpers built below take what they set (the observer).
+	// Options first: the helpers built below take what they set (the observer, the
+	// history). Then each helper is built on those it uses, and nothing reaches back.
 	for _, o := range opts {
 		o(e)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.res = &residency{cfg: &e.cfg, sess: e.sess}
-	e.adm = newAdmission(cfg, e.res.reclaim)
+	e.adm = newAdmission(cfg)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
-	e.procs.pool = e.pool
-	e.env = &session.Env{Limits: cfg.limits(), Procs: e.procs, Store: st, History: e.history, Adopt: e.res.adopt,
-		Obs: e.obs, Lease: e.leases.with, Log: log}
-	e.res.adm, e.res.pool, e.res.procs = e.adm, e.pool, e.procs
+	e.res = &residency{cfg: &e.cfg, sess: e.sess, pool: e.pool, adm: e.adm, procs: e.procs}
+	e.env = &session.Env{Limits: cfg.limits(), Procs: processes{e.procs, e.pool}, Store: st, History: e.history,
+		Obs: e.obs, Adopt: e.res.adopt, Lease: e.leases.with, Log: log}
 	return e, nil
 }
 

@@ -36,9 +36,8 @@ type nodeProcs struct {
 	bases baseFiles      // the base as processes are primed with it (basepack.go)
 	code  proc.CodeCache // what Deno compiles for a process, filled once
 
-	pool *pool    // processes started ahead of demand
-	st   Store    // older bases, for a session saved against one
-	obs  Observer // told of each process started, and of each the kernel killed
+	st  Store    // older bases, for a session saved against one
+	obs Observer // told of each process started, and of each the kernel killed
 
 	mu       sync.Mutex // guards base and baseHash, which a new base replaces
 	base     []byte     // the base snapshot new sessions start from
@@ -65,12 +64,38 @@ func (n *nodeProcs) setBase(b []byte, hash string) {
 	n.mu.Unlock()
 }
 
+// processes are the node's session processes as sessions ask for them
+// (session.Processes): from the warm pool when it has one, else started within the
+// node's bounds.
+type processes struct {
+	*nodeProcs
+	pool *pool
+}
+
 // Ready is a process with the base interpreter: from the warm pool, or started now once
 // the node has room for it (wait bounds the wait for room, which waited adds to).
-func (n *nodeProcs) Ready(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
-	if p := n.pool.takeReady(); p != nil {
+func (ps processes) Ready(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
+	if p := ps.pool.takeReady(); p != nil {
 		return p, nil
 	}
+	return ps.startReady(wait, ctx, waited)
+}
+
+// Primed is a process primed with the base snapshot named base, for a saved heap to be
+// loaded in it: a spare from the pool when that is the current base, else one started
+// once the node has room for it (wait bounds the wait for room, which waited adds to).
+func (ps processes) Primed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
+	if base == ps.Base() {
+		if p := ps.pool.takeSpare(); p != nil {
+			return p, nil
+		}
+	}
+	return ps.startPrimed(wait, ctx, waited, base)
+}
+
+// startReady starts a process and loads the base interpreter in it, once the node has
+// room for it.
+func (n *nodeProcs) startReady(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
 	// Starting is bounded on its own (a loaded machine may take seconds): RestoreTimeout
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
@@ -83,16 +108,9 @@ func (n *nodeProcs) Ready(wait, ctx context.Context, waited *time.Duration) (*pr
 	})
 }
 
-// Primed is a process primed with the base snapshot named base, for a saved heap to
-// be loaded in it: a spare from the pool when that is the current base, else one
-// started once the node has room for it (wait bounds the wait for room, which waited
-// adds to).
-func (n *nodeProcs) Primed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
-	if base == n.Base() {
-		if p := n.pool.takeSpare(); p != nil {
-			return p, nil
-		}
-	}
+// startPrimed starts a process primed with the base named base (the current one, or an
+// older one from the store), once the node has room for it.
+func (n *nodeProcs) startPrimed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
 	snap := n.currentBase()
 	if base != n.Base() {
 		b, err := n.st.LoadBase(ctx, base)

@@ -52,14 +52,22 @@ func (r *residency) ran() {
 	}
 }
 
-// reclaim frees one process slot for a run that waits, unless evictions already under
-// way will: a pooled process nobody took first, else the least recently used idle
-// session. Called when a run starts waiting and when a run ends while some wait.
+// reclaim frees process slots for the runs that wait, one for each that evictions
+// already under way will not serve: a pooled process nobody took first, else the least
+// recently used idle session. Called when runs start waiting and when a run ends while
+// some wait.
 func (r *residency) reclaim() {
+	for r.reclaimOne() {
+	}
+}
+
+// reclaimOne starts one eviction for a run that waits; false when none is needed or
+// there is nothing idle to evict.
+func (r *residency) reclaimOne() bool {
 	r.mu.Lock()
 	if r.reclaiming >= r.adm.procs.Waiting() {
 		r.mu.Unlock()
-		return
+		return false
 	}
 	pooled := r.pool.evictOne()
 	var s *session.Session
@@ -68,7 +76,7 @@ func (r *residency) reclaim() {
 	}
 	if pooled == nil && s == nil {
 		r.mu.Unlock()
-		return
+		return false
 	}
 	r.reclaiming++
 	r.mu.Unlock()
@@ -82,10 +90,12 @@ func (r *residency) reclaim() {
 		r.reclaiming--
 		r.mu.Unlock()
 	}()
+	return true
 }
 
-// watch evicts idle sessions and the ones whose process died (they come back from
-// Redis on their next run), every second until stop.
+// watch makes room for runs that start waiting for a process, as they come; and every
+// second it evicts idle sessions and the ones whose process died (they come back from
+// Redis on their next run), until stop.
 func (r *residency) watch(stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -93,6 +103,9 @@ func (r *residency) watch(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case <-r.adm.procs.Pressure():
+			r.reclaim()
+			continue
 		case <-t.C:
 		}
 		r.sess.retire(r.sess.idle(r.cfg.IdleTimeout), "evicted (idle)")

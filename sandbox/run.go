@@ -1,22 +1,19 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"path"
 	"time"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
-// check refuses a request outside the limits, saying which.
 // Check tells whether the engine would take req for key under c's limits (the key, the
-// code's size, the time limit, the preload, the /data files), for a caller that records
-// a run before it asks for it. Execute checks again.
-func (c Config) Check(key string, req Request) error { return c.check(key, &req) }
-
-func (c *Config) check(key string, req *Request) error {
+// code's size, the time limit, the preload), for a caller that records a run before it
+// asks for it. Execute checks again, and checks the files of /data when they come.
+func (c Config) Check(key string, req Request) error {
 	if key == "" || len(key) > 512 {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key must be 1 to 512 bytes.")
 	}
@@ -26,52 +23,35 @@ func (c *Config) check(key string, req *Request) error {
 	if req.Timeout < 0 || req.Timeout > c.MaxTimeout {
 		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", c.MaxTimeout)
 	}
-	if err := CheckPreload(req.Preload); err != nil {
-		return err
-	}
-	var total int64
-	names := make(map[string]bool, len(req.Data))
-	for _, f := range req.Data {
-		if err := sandchat.CheckDataPath(f.Name); err != nil {
-			return err
-		}
-		names[f.Name] = true
-		total += max(f.Size, int64(len(f.Data)))
-	}
-	for _, f := range req.Data {
-		for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
-			if names[dir] {
-				return sandchat.Errorf(sandchat.ECONFLICT, "/data/%s is a file, so /data/%s cannot be under it.", dir, f.Name)
-			}
-		}
-	}
-	if total > c.MaxDataBytes {
-		return sandchat.Errorf(sandchat.ETOOLARGE, "The files under /data total %s; a run may mount at most %s.", sandchat.Size(total), sandchat.Size(c.MaxDataBytes))
-	}
-	return nil
+	return CheckPreload(req.Preload)
 }
 
 // Execute runs req.Code in the session named by key (chosen by the caller, e.g.
-// "conv:42" or "conv:42/agent:7"). Runs of one session are serialised across nodes.
-// Cancelling ctx interrupts the running code; the interrupted Result comes back along
-// with ctx's error.
+// "conv:42" or "conv:42/agent:7"): checked, admitted (req.User's share of the node),
+// under the session's lease (one run at a time across nodes), in the session as Open
+// finds it or brings it back. Cancelling ctx interrupts the running code; the
+// interrupted Result comes back along with ctx's error.
 func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Result, err error) {
 	t0 := time.Now()
 	reached := false // the run got its session's interpreter
-	defer func() { e.obs.RunDone(runStatus(res, err, reached), res.Session.RestoredFrom, time.Since(t0)) }()
+	defer func() {
+		e.obs.RunDone(runStatus(res, err, reached), res.Session.RestoredFrom, time.Since(t0))
+		e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
+			"exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
+	}()
 	if ok, why := e.Available(); !ok {
 		return Result{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
 	}
-	if err := e.cfg.check(key, &req); err != nil {
+	if err := e.cfg.Check(key, req); err != nil {
 		return Result{}, err
 	}
-	if req.Timeout == 0 {
-		req.Timeout = e.cfg.Timeout
+	req.Timeout = cmp.Or(req.Timeout, e.cfg.Timeout)
+	release, err := e.adm.user(ctx, req.User)
+	if err != nil {
+		return Result{}, err
 	}
-	var waited time.Duration
+	defer release()
 	err = e.leases.with(ctx, key, func(ctx context.Context, token string) error {
-		waited = time.Since(t0)
-		var err error
 		s, err := session.Open(ctx, e.env, key, e.sess.get(key), req)
 		if err != nil {
 			return err
@@ -90,14 +70,12 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Resu
 			res.Session.Packages = []string{}
 		}
 	}
-	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
-		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
 	return res, err
 }
 
-// DataVersions tells which version of each file under /data the warm process of key
-// on this node holds, or nil: a caller may then leave those files' Data out.
-func (e *Engine) DataVersions(key string) map[string]string { return e.sess.dataVersions(key) }
+// refused are the errors of a run refused for what it asked (its files under /data, say,
+// known only once the session asks for them): it never started.
+var refused = map[string]bool{sandchat.EINVALID: true, sandchat.ETOOLARGE: true, sandchat.EBUSY: true}
 
 // runStatus is what the Observer is told of a run Execute answered with res and err;
 // reached says it got its session's interpreter.
@@ -106,7 +84,7 @@ func runStatus(res Result, err error, reached bool) string {
 	case res.Status != "" && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// Interrupted runs come back with their context's error: the code's outcome.
 		return res.Status
-	case reached:
+	case reached && !refused[sandchat.ErrorCode(err)]:
 		return RunFailed
 	}
 	return RunRefused

@@ -105,16 +105,6 @@ func (m *sessions) live(key string, version int64) bool {
 	return ok && v == version
 }
 
-// dataVersions is the version of each file under /data that key's process holds, or nil.
-func (m *sessions) dataVersions(key string) map[string]string {
-	if s := m.get(key); s != nil {
-		if _, ok := s.Live(); ok {
-			return s.DataHeld()
-		}
-	}
-	return nil
-}
-
 // evictOldestLocked evicts the least recently used idle session and returns it for the
 // caller to retire, or nil when no live session is idle. Called with m.mu held.
 func (m *sessions) evictOldestLocked() *session.Session {

@@ -257,7 +257,7 @@ func TestReplayWithData(t *testing.T) {
 	data := []File{{Name: "lib/rates.py", Data: []byte("VAT = 0.2\n")}, {Name: "prices.csv", Data: []byte("10\n20\n")}}
 	exec := func(code string) Result {
 		t.Helper()
-		r, err := e.Execute(context.Background(), k, Request{Code: code, Data: data})
+		r, err := e.Execute(context.Background(), k, Request{Code: code, Data: files(data...)})
 		if err != nil {
 			t.Fatal(err)
 		}

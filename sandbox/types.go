@@ -11,10 +11,6 @@ type (
 	SessionInfo = session.SessionInfo
 )
 
-// ErrDataStale is returned, before any code runs, when a File came without its Data but
-// the session's process does not hold that version: send the request again with the data.
-var ErrDataStale = session.ErrDataStale
-
 // Run statuses (sandchat.RunOutcome's).
 const (
 	StatusSuccess = session.StatusSuccess

@@ -40,6 +40,7 @@ type Limits struct {
 	MaxArtifactBytes int64
 	MaxDisplays      int
 	MaxDisplayBytes  int64
+	MaxDataBytes     int64 // what a run's files under /data may total
 	MaxStateBytes    int64
 	CheckpointDelay  time.Duration
 	SessionTTL       time.Duration

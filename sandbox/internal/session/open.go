@@ -18,6 +18,7 @@ import (
 type opened struct {
 	info  SessionInfo // where it came from, and whether it was reset or had expired
 	notes []string    // what its run's stderr says first
+	files []File      // the run's /data, when bringing the session back needed it already
 }
 
 // Open brings key's session into a process for a run, and hands it to that run
@@ -79,12 +80,6 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 		// The process died while idle (killed, or by the kernel's memory cap): this
 		// run's code never reached it, so the session comes back as if evicted.
 		warm.drop("its process stopped between runs")
-	}
-	for _, f := range req.Data {
-		if f.Data == nil {
-			// A process brought back holds no /data: say so before starting one.
-			return nil, ErrDataStale
-		}
 	}
 	var st *state.State
 	if stored > 0 {
@@ -197,7 +192,15 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 	}
 	at.Data = []proc.DataFile{}
 	if len(at.Cells) > 0 {
-		for _, f := range req.Data {
+		// The cells replay with /data mounted: all of it, as a process brought back holds
+		// none. The run sends the same files.
+		files, err := env.Limits.data(ctx, req, nil)
+		if err != nil {
+			p.Close("attach failed")
+			return nil, err
+		}
+		op.files = files
+		for _, f := range files {
 			at.Data = append(at.Data, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
 		}
 	}

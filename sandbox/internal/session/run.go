@@ -39,7 +39,15 @@ func (s *Session) runIn(ctx context.Context, token string, req Request, o *opene
 	env, p, info, notes := s.env, s.p, o.info, o.notes
 	defer s.release()
 	var blobs proc.Blobs
-	data, versions, err := s.dataFor(req.Data, &blobs)
+	files, held := o.files, map[string]string(nil)
+	if files == nil {
+		held = s.dataHeld()
+		var err error
+		if files, err = env.Limits.data(ctx, req, held); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	data, versions, err := dataFor(files, held, &blobs)
 	if err != nil {
 		return Result{}, nil, err
 	}

@@ -2,8 +2,6 @@ package session
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"sync"
 	"time"
@@ -227,46 +225,6 @@ func (s *Session) info() SessionInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return SessionInfo{Version: s.version, Packages: nonNil(s.packages), Mode: s.mode}
-}
-
-// DataHeld is a copy of what the process holds under /data, name → version, or nil.
-func (s *Session) DataHeld() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.data == nil {
-		return nil
-	}
-	out := make(map[string]string, len(s.data))
-	for n, v := range s.data {
-		out[n] = v
-	}
-	return out
-}
-
-// dataFor is what a run must send of files for /data: the versions of all, the bytes
-// of those the process does not hold. ErrDataStale when one of those came without them.
-func (s *Session) dataFor(files []File, o *proc.Blobs) ([]proc.DataFile, map[string]string, error) {
-	s.mu.Lock()
-	held := s.data
-	s.mu.Unlock()
-	versions := make(map[string]string, len(files))
-	out := make([]proc.DataFile, 0, len(files))
-	for _, f := range files {
-		v := f.Version
-		if v == "" {
-			sum := sha256.Sum256(f.Data)
-			v = hex.EncodeToString(sum[:])
-		}
-		versions[f.Name] = v
-		if held != nil && held[f.Name] == v {
-			continue
-		}
-		if f.Data == nil {
-			return nil, nil, ErrDataStale
-		}
-		out = append(out, proc.DataFile{Name: f.Name, Data: o.Add(f.Data)})
-	}
-	return out, versions, nil
 }
 
 // ran applies what a run that answered left in the session: the /data it mounted (as

@@ -52,7 +52,7 @@ func TestSessionGuardsItself(t *testing.T) {
 		for range n {
 			s.armCheckpoint(time.Hour, func() {})
 			s.info()
-			s.DataHeld()
+			s.dataHeld()
 			s.install(nil)
 			s.installed()
 			s.Idle()

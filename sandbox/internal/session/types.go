@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sandchat/sandchat"
@@ -13,8 +12,14 @@ type Request struct {
 	Code string
 	// Timeout of this run; zero means Config.Timeout, more than Config.MaxTimeout is refused.
 	Timeout time.Duration
-	// Data is visible read-only to Python under /data for this run.
-	Data []File
+	// Data, when set, gives the files Python sees read-only under /data for this run.
+	// The session calls it under the run's lease, before any code runs, with what its
+	// process holds already (name → version; nil: nothing): a File whose Version is held
+	// may come without its Data, and is not sent again.
+	Data func(ctx context.Context, held map[string]string) ([]File, error)
+	// User is who asks for the run: one user's runs hold at most a share of the node's
+	// processes; empty (an operator's command) is not counted.
+	User string
 	// OnOutput, when set, receives stdout/stderr chunks while the code runs. It is called
 	// from the engine's reader goroutine: it must not block.
 	OnOutput func(stream, chunk string)
@@ -51,18 +56,13 @@ type Budget struct {
 // File is a named blob handed to Python. Version names its content (anything that
 // changes when the content does; empty: the engine hashes Data). A File with a Version
 // and no Data stands for the content the session's process already holds at that
-// version (DataVersions): uploads that did not change are not sent again.
+// version (Request.Data): uploads that did not change are not sent again.
 type File struct {
 	Name    string
 	Version string
 	Size    int64 // of the content, when Data is left out
 	Data    []byte
 }
-
-// ErrDataStale is returned, before any code runs, when a File came without its Data but
-// the session's process does not hold that version (it was restored or moved since the
-// caller asked): send the request again with the data.
-var ErrDataStale = errors.New("sandbox: the session's process does not hold that version of /data; send the files")
 
 // Run statuses (sandchat.RunOutcome's).
 const (
