@@ -181,7 +181,7 @@ func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store, o
 	prefix := randomPrefix(t.Name())
 	cleanPrefix(t, rdb, prefix)
 	ctx := context.Background()
-	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.procs.currentHash()} {
+	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.procs.Base()} {
 		if err := rdb.Copy(ctx, sb.prefix+"sandbox:"+k, prefix+"sandbox:"+k, 0, true).Err(); err != nil {
 			t.Fatalf("copy base: %v", err)
 		}

@@ -1,6 +1,10 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/sandchat/sandchat/sandbox/internal/session"
+)
 
 // Observer hears what the engine does, for an operator's metrics. The engine calls it
 // from its own goroutines, often with a session's lock held: a method must return at
@@ -42,8 +46,8 @@ const (
 
 // SessionReset causes.
 const (
-	ResetByUser = "user"
-	ResetBroken = "broken"
+	ResetByUser = session.ResetByUser
+	ResetBroken = session.ResetBroken
 )
 
 // WithObserver has the engine tell o what it does.

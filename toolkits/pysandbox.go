@@ -25,18 +25,15 @@ import (
 type Engine interface {
 	// Config is the engine's configuration: its limits check a run before it is recorded.
 	Config() sandbox.Config
+	// Execute runs a run: its user's share of the node is waited for, and its /data
+	// asked for under the session's lease (sandbox.Request).
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
 	// StateBytes is what the sessions' saved states hold together; zero for one with none.
 	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
-	// AdmitUser waits until the user may start one more run (their share of the node);
-	// release ends it.
-	AdmitUser(ctx context.Context, user string) (release func(), err error)
 	// Forget deletes a session for good, in every tier, its live process included.
 	Forget(ctx context.Context, key string) error
-	// DataVersions is what the session's warm process holds of /data, or nil.
-	DataVersions(key string) map[string]string
 }
 
 // ExecutionStore records runs with their artifacts and hands the conversation's
