@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
@@ -35,9 +38,10 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
-	history History  // nil: a session the store lost starts fresh
-	obs     Observer // what the engine does, for metrics (observe.go); never nil
-	leases  *leases  // a session's runs, one at a time across nodes (lease.go)
+	history History      // nil: a session the store lost starts fresh
+	obs     Observer     // what the engine does, for metrics (observe.go); never nil
+	tracer  trace.Tracer // spans of a run's steps and of checkpoints (WithTracer); never nil
+	leases  *leases      // a session's runs, one at a time across nodes (lease.go)
 
 	sess *sessions    // the live sessions of this node (sessions.go)
 	res  *residency   // which sessions keep a process here, and evictions (residency.go)
@@ -74,7 +78,7 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}), obs: noObserver{},
+		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}), obs: noObserver{}, tracer: noop.Tracer{},
 		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
 	// Options first: the helpers built below take what they set (the observer, the
@@ -85,11 +89,11 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.adm = newAdmission(cfg)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
-	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs}
+	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs, tracer: e.tracer}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
 	e.res = &residency{cfg: &e.cfg, sess: e.sess, pool: e.pool, adm: e.adm, procs: e.procs}
 	e.env = &session.Env{Limits: cfg.limits(), Procs: processes{e.procs, e.pool}, Store: st, History: e.history,
-		Obs: e.obs, Adopt: e.res.adopt, Lease: e.leases.with, Log: log}
+		Obs: e.obs, Tracer: e.tracer, Adopt: e.res.adopt, Lease: e.leases.with, Log: log}
 	return e, nil
 }
 

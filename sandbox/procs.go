@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
@@ -38,6 +41,8 @@ type nodeProcs struct {
 
 	st  Store    // older bases, for a session saved against one
 	obs Observer // told of each process started, and of each the kernel killed
+	// tracer makes a span of each wait for room on the node.
+	tracer trace.Tracer
 
 	mu       sync.Mutex // guards base and baseHash, which a new base replaces
 	base     []byte     // the base snapshot new sessions start from
@@ -157,13 +162,17 @@ var errNoRoom = errors.New("no room for another session process")
 // turn. ctx bounds the start itself.
 func (n *nodeProcs) spawn(wait, ctx context.Context, waited *time.Duration, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
 	t0 := time.Now()
+	_, span := n.tracer.Start(wait, "sandbox admission")
 	s, err := n.admitProc(wait)
 	if waited != nil {
 		*waited += time.Since(t0)
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, sandchat.ErrorMessage(err))
+		span.End()
 		return nil, err
 	}
+	span.End()
 	if err := n.adm.starts.Acquire(ctx); err != nil {
 		s.release()
 		return nil, session.ProcessError(err, nil)

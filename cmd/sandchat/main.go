@@ -463,7 +463,7 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		}
 		m.engineMetrics = prommetrics.NewObserver()
 		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store),
-			sandbox.WithObserver(m.engineMetrics)); err != nil {
+			sandbox.WithObserver(m.engineMetrics), sandbox.WithTracer(m.tracer("sandbox"))); err != nil {
 			return nil, err
 		}
 		if m.Probes == nil {

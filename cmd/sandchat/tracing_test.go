@@ -61,7 +61,9 @@ func TestTraces(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	var logs testenv.Buffer
-	m := newEnv(t).sandboxNode(withSpans(exp), withLogs(&logs, slog.LevelInfo))
+	m := newEnv(t).sandboxNode(withSpans(exp), withLogs(&logs, slog.LevelInfo), func(c *Config, _ *Main) {
+		c.Sandbox.Engine.MaxProcesses = 2 // a third session evicts one
+	})
 	alice, _ := m.user(t, "alice", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
 	conv := alice.createConversation(agent.ID)
@@ -105,6 +107,54 @@ func TestTraces(t *testing.T) {
 		pg, rd := len(spans["postgres insert"]) > 0, len(spans["evalsha"])+len(spans["hget"]) > 0
 		if !pg || !rd {
 			t.Fatalf("no Postgres (%v) or Redis (%v) spans in the trace: %v", pg, rd, spanNames(spans))
+		}
+	})
+	t.Run("a run whose session was evicted, down to its restore", func(t *testing.T) {
+		// conv ran above; two more sessions on a node of two processes evict it (its
+		// heap checkpointed first), so its next run brings it back from that heap.
+		for _, c := range []int64{alice.createConversation(agent.ID), alice.createConversation(agent.ID)} {
+			if r := alice.run(c, "y = 1"); r.Status != "success" {
+				t.Fatalf("run %+v", r)
+			}
+		}
+		const id = "5b8efff798038103d269b633813fc60c"
+		if code := send(fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), id, map[string]any{"code": "x"}); code != 200 {
+			t.Fatalf("run: %d", code)
+		}
+		var spans map[string][]tracetest.SpanStub
+		eventually(t, 10*time.Second, "the request's span ended", func() bool {
+			spans = traceOf(exp, id)
+			return len(spans["POST /api/v1/conversations/:id/sandbox/executions"]) == 1
+		})
+		one := func(name string) tracetest.SpanStub {
+			t.Helper()
+			if len(spans[name]) != 1 {
+				t.Fatalf("%d %q spans in the trace: %v", len(spans[name]), name, spanNames(spans))
+			}
+			return spans[name][0]
+		}
+		req, run, restore, admission, execute := one("POST /api/v1/conversations/:id/sandbox/executions"), one("sandbox run"),
+			one("sandbox restore"), one("sandbox admission"), one("sandbox execute")
+		from := ""
+		for _, a := range restore.Attributes {
+			if a.Key == "sandchat.restored_from" {
+				from = a.Value.AsString()
+			}
+		}
+		if !childOf(run, req) || !childOf(restore, run) || !childOf(admission, restore) || !childOf(execute, run) || from != "snapshot" {
+			t.Fatalf("request %s > run %s (parent %s) > restore %s (parent %s, from %q) > admission (parent %s); execute (parent %s)",
+				req.SpanContext.SpanID(), run.SpanContext.SpanID(), run.Parent.SpanID(), restore.SpanContext.SpanID(), restore.Parent.SpanID(), from,
+				admission.Parent.SpanID(), execute.Parent.SpanID())
+		}
+		// The eviction checkpointed the heap it came back from: a span of its own trace.
+		checkpoints := 0
+		for _, s := range exp.GetSpans() {
+			if s.Name == "sandbox checkpoint" {
+				checkpoints++
+			}
+		}
+		if checkpoints == 0 {
+			t.Fatal("no checkpoint span")
 		}
 	})
 	t.Run("a turn, its tool call and its run", func(t *testing.T) {

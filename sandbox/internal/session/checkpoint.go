@@ -110,7 +110,11 @@ func (s *Session) Checkpoint(ctx context.Context) error {
 func (s *Session) save(ctx context.Context, token string, version int64, budget Budget) (err error) {
 	env := s.env
 	t0 := time.Now()
-	defer func() { env.Obs.Checkpointed(time.Since(t0), err) }()
+	ctx, span := env.span(ctx, "sandbox checkpoint", s.key)
+	defer func() {
+		env.Obs.Checkpointed(time.Since(t0), err)
+		endSpan(span, err)
+	}()
 	p := s.p
 	// The heap is compressed as it arrives (heapstream.go): the server never holds it
 	// whole, and keeps at most the state limit of it. The budget is reserved once it is

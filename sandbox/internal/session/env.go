@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
@@ -20,6 +22,7 @@ type Env struct {
 	Packages Packages // nil: packages come only from the Pyodide distribution
 	History  History  // nil: a session the store lost starts fresh
 	Obs      Observer
+	Tracer   trace.Tracer // nil: no spans
 	// Adopt makes s, just brought back into a process, the node's session of key; false
 	// once the node is shut down (nothing would ever stop its process).
 	Adopt func(key string, s *Session) bool

@@ -59,7 +59,7 @@ func Reset(ctx context.Context, env *Env, key string, warm *Session, seen bool) 
 
 // attach is Open without the reset of a broken state, which it reports as a
 // *brokenState.
-func (env *Env) attach(ctx context.Context, key string, warm *Session, req Request) (*Session, error) {
+func (env *Env) attach(ctx context.Context, key string, warm *Session, req Request) (_ *Session, err error) {
 	op := &opened{}
 	t0 := time.Now()
 	if warm != nil {
@@ -81,6 +81,9 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 		// run's code never reached it, so the session comes back as if evicted.
 		warm.drop("its process stopped between runs")
 	}
+	// From here the session is brought back: a step of the run's trace.
+	ctx, span := env.span(ctx, "sandbox restore", key)
+	defer func() { endSpan(span, err, "sandchat.restored_from", op.info.RestoredFrom) }()
 	var st *state.State
 	if stored > 0 {
 		if st, err = env.Store.Load(ctx, key, false); err != nil {

@@ -16,7 +16,9 @@ import (
 // Run runs req in the session, which Open handed to it, holding its lease (token). A
 // run whose interpreter failed brings the session back (recover.go). The session is
 // idle again once it returns, unless its process had to go.
-func (s *Session) Run(ctx context.Context, token string, req Request) (Result, error) {
+func (s *Session) Run(ctx context.Context, token string, req Request) (res Result, err error) {
+	ctx, span := s.env.span(ctx, "sandbox execute", s.key)
+	defer func() { endSpan(span, err, "sandchat.run_status", res.Status) }()
 	o := s.takeOpened()
 	res, failed, err := s.runIn(ctx, token, req, o)
 	if failed != nil {
