@@ -22,6 +22,7 @@
 // caller under the lease. What a run returns and streams is shaped by results.go
 // (runoutput.go, display.go); heapstream.go moves a heap between a process and the
 // store; pip.go answers a run's micropip requests; preload.go checks a request's
-// preload. What the node hands a session (Env: its limits, the node's processes, the
-// store, the package fetcher, the observer) comes in as small interfaces (env.go).
+// preload; trace.go makes the spans of its steps (restore, execute, checkpoint). What
+// the node hands a session (Env: its limits, the node's processes, the store, the
+// package fetcher, the observer, the tracer) comes in as small interfaces (env.go).
 package session
