@@ -62,7 +62,8 @@ func TestTraces(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	var logs testenv.Buffer
 	m := newEnv(t).sandboxNode(withSpans(exp), withLogs(&logs, slog.LevelInfo), func(c *Config, _ *Main) {
-		c.Sandbox.Engine.MaxProcesses = 2 // a third session evicts one
+		// One session keeps its process: the next session's run evicts the one before.
+		c.Sandbox.Engine.MaxLive = 1
 	})
 	alice, _ := m.user(t, "alice", false)
 	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
@@ -110,13 +111,16 @@ func TestTraces(t *testing.T) {
 		}
 	})
 	t.Run("a run whose session was evicted, down to its restore", func(t *testing.T) {
-		// conv ran above; two more sessions on a node of two processes evict it (its
-		// heap checkpointed first), so its next run brings it back from that heap.
-		for _, c := range []int64{alice.createConversation(agent.ID), alice.createConversation(agent.ID)} {
-			if r := alice.run(c, "y = 1"); r.Status != "success" {
-				t.Fatalf("run %+v", r)
-			}
+		// conv ran above; another session's run evicts it (its heap checkpointed
+		// first), so its next run brings it back from that heap.
+		if r := alice.run(alice.createConversation(agent.ID), "y = 1"); r.Status != "success" {
+			t.Fatalf("run %+v", r)
 		}
+		eventually(t, time.Minute, "the first session to leave memory", func() bool {
+			var info struct{ Live bool }
+			alice.must(200, "GET", fmt.Sprintf("/api/v1/conversations/%d/sandbox/session", conv), nil, &info)
+			return !info.Live
+		})
 		const id = "5b8efff798038103d269b633813fc60c"
 		if code := send(fmt.Sprintf("/api/v1/conversations/%d/sandbox/executions", conv), id, map[string]any{"code": "x"}); code != 200 {
 			t.Fatalf("run: %d", code)
