@@ -35,6 +35,7 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
+	sizing  Sizing   // what the engine's automatic bounds come from (admission.go)
 	history History  // nil: a session the store lost starts fresh
 	obs     Observer // what the engine does, for metrics (observe.go); never nil
 	leases  *leases  // a session's runs, one at a time across nodes (lease.go)
@@ -81,7 +82,8 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.obs = noObserver{}
 	e.res = &residency{cfg: &e.cfg, sess: e.sess}
-	e.adm = newAdmission(cfg, e.res.reclaim)
+	e.sizing = AutoSizing()
+	e.adm = newAdmission(cfg, e.sizing, e.res.reclaim)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
 	e.shape = shaperOf(&e.cfg)
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
@@ -335,6 +337,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
 	s.BaseHash, s.Isolation = e.procs.currentHash(), rt.isolation
+	s.Sizing = e.sizing.Describe(e.cfg)
 	if l != nil {
 		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
 	}

@@ -118,12 +118,15 @@ type Status struct {
 	Processes int           `json:"processes"` // session processes: live, warm and spare
 	// MaxProcesses bounds Processes (and those starting); Waiting is how many runs wait
 	// for room under it.
-	MaxProcesses int    `json:"max_processes"`
-	Waiting      int    `json:"admission_waiting"`
-	LiveSess     int    `json:"live_sessions"`
-	WarmPool     int    `json:"warm_pool"`
-	Spares       int    `json:"spares"`
-	BaseHash     string `json:"base_hash,omitempty"`
+	MaxProcesses int `json:"max_processes"`
+	// Sizing says what MaxProcesses and the concurrent starts are and why: the
+	// settings, or the memory and CPUs the server may use (its cgroup's, or the host's).
+	Sizing   string `json:"sizing,omitempty"`
+	Waiting  int    `json:"admission_waiting"`
+	LiveSess int    `json:"live_sessions"`
+	WarmPool int    `json:"warm_pool"`
+	Spares   int    `json:"spares"`
+	BaseHash string `json:"base_hash,omitempty"`
 	// SessionMemory is what each live session's process holds (its cgroup's charge).
 	SessionMemory []int64      `json:"session_memory_bytes,omitempty"`
 	Limits        StatusLimits `json:"limits"`

@@ -87,6 +87,7 @@ func doctor(ctx context.Context, cfg sandbox.Config, rdb redis.UniversalClient, 
 	s := e.Status(ctx)
 	check("engine", nil, fmt.Sprintf("started in %s (base snapshot %.12s)", time.Since(t0).Round(time.Millisecond), s.BaseHash))
 	check("isolation", nil, s.Isolation)
+	check("capacity", nil, s.Sizing)
 	key := "doctor:" + randomName()
 	defer e.Reset(context.WithoutCancel(ctx), key)
 	r, err := e.Execute(ctx, key, sandbox.Request{Code: "import sys, platform\nf'Python {sys.version.split()[0]} on {platform.machine()}'"})
