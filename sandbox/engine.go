@@ -203,7 +203,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
-	j, err := proc.OpenJail(cfg.jailSpec(e.procs.bases.dir), name)
+	j, err := proc.OpenJail(cfg.jailSpec(e.procs.bases.dir, e.adm.maxProcs), name)
 	if err != nil {
 		e.state.down("the Python sandbox cannot isolate sessions: " + err.Error())
 		return nil
@@ -340,6 +340,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	s.Sizing = e.sizing.Describe(e.cfg)
 	if l != nil {
 		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
+		s.Bounds = l.Jail.Bounds()
 	}
 	if !s.Deno.Installed && isExecutable(e.cfg.DenoPath) {
 		if v, err := denoVersion(ctx, e.cfg.DenoPath); err == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // Request is one run of Python code in a session.
@@ -110,9 +111,11 @@ type SessionInfo struct {
 
 // Status is the engine's health, for /api/v1/sandbox/status and `sandchat doctor`.
 type Status struct {
-	Available bool          `json:"available"`
-	Reason    string        `json:"reason,omitempty"`
-	Isolation string        `json:"isolation,omitempty"` // what confines each session process
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Isolation string `json:"isolation,omitempty"` // what confines each session process
+	// Bounds names each mechanism that bounds a session (memory, processes, CPU…).
+	Bounds    []Bound       `json:"bounds,omitempty"`
 	Deno      DenoStatus    `json:"deno"`
 	Pyodide   PyodideStatus `json:"pyodide"`
 	Processes int           `json:"processes"` // session processes: live, warm and spare
@@ -133,6 +136,9 @@ type Status struct {
 	// UserWaiting is how many runs wait for their user's share of the node (admission.go).
 	UserWaiting int `json:"admission_user_waiting"`
 }
+
+// Bound is one mechanism that bounds a session process, with its figures.
+type Bound = proc.Bound
 
 type DenoStatus struct {
 	Installed bool   `json:"installed"`
