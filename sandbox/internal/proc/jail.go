@@ -414,3 +414,6 @@ func (j *Jail) CgroupRoot() string {
 	}
 	return j.Cgroups.roots["unified"]
 }
+
+// Merging tells whether session processes ask KSM to merge their pages.
+func (j *Jail) Merging() bool { return j.merge }
