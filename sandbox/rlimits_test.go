@@ -61,6 +61,18 @@ func TestBoundedWithoutCgroup(t *testing.T) {
 		}
 	})
 
+	t.Run("process isolation too", func(t *testing.T) {
+		e, _ := newEngine(t, func(c *Config) { c.Isolation = IsolationProcess })
+		mustSucceed(t, e, "p", "1")
+		pi, err := e.Inspect("p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, _ := strconv.Atoi(pi.UID); uid < e.cfg.FirstUID || pi.MaxTasks != strconv.Itoa(proc.SessionTasks) || pi.OOMScoreAdj != proc.SessionOOMScoreAdj || pi.Nice != proc.SessionNice {
+			t.Errorf("a process-mode session: %+v", pi)
+		}
+	})
+
 	t.Run("a 2 GiB allocation is a MemoryError", func(t *testing.T) {
 		k := "alloc"
 		mustSucceed(t, e, k, "keep = 'still here'")

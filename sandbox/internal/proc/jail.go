@@ -81,6 +81,18 @@ func OpenJail(cfg Spec, name string) (*Jail, error) {
 		j.uid, j.gid = uid, gid
 	}
 	if !j.cfg.Strict {
+		// No namespaces and no cgroup: where the server is root, each session still
+		// gets a uid of its own and its rlimits (rlimits.go).
+		if j.uid >= 0 {
+			var err error
+			if j.slots, err = newUIDSlots(cfg.FirstUID, cfg.Slots); err != nil {
+				return nil, fmt.Errorf("session uids: %w", err)
+			}
+			j.noCgroup = errors.New("SANDCHAT_SANDBOX_ISOLATION is process")
+		}
+		if cfg.MemoryMerge {
+			j.merge, j.mergeOff = memoryMergeAvailable()
+		}
 		return j, nil
 	}
 	weaker := " (to run with Deno's permissions as the only wall, set SANDCHAT_SANDBOX_ISOLATION=process)"
@@ -164,8 +176,11 @@ func (j *Jail) sysProcAttrAs(uid int) *syscall.SysProcAttr {
 // Describe names the isolation in force, for doctor, the status endpoint and the
 // tool catalogue.
 func (j *Jail) Describe() string {
-	if !j.cfg.Strict {
+	if !j.cfg.Strict && j.slots == nil {
 		return "process per session, Deno permissions only (no namespaces, no cgroup limits)"
+	}
+	if !j.cfg.Strict {
+		return "process per session, Deno permissions only (no namespaces, no cgroup limits), bounded by rlimits and a uid of its own"
 	}
 	net := "no network"
 	if len(j.cfg.Net) > 0 {
@@ -195,7 +210,7 @@ func (j *Jail) Bounds() []Bound {
 	heap := fmt.Sprintf("the wasm heap's maximum (%d MiB: MemoryError past it), V8's heap limit (%d MiB)", mem, min(mem, 1024))
 	var out []Bound
 	switch {
-	case !j.cfg.Strict:
+	case !j.cfg.Strict && j.slots == nil:
 		out = []Bound{
 			{What: "memory", How: heap + fmt.Sprintf("; the engine stops a process whose resident memory passes %d MiB", j.MemoryLimit()>>20), Weaker: true},
 			{What: "processes", How: "none: Deno's permissions (no subprocess)", Weaker: true},
@@ -341,7 +356,7 @@ func (j *Jail) bwrapArgs(pkgs string, code CodeMount) []string {
 func (j *Jail) command(pkgs string, code CodeMount, uid int) *exec.Cmd {
 	var cmd *exec.Cmd
 	switch {
-	case !j.cfg.Strict:
+	case !j.cfg.Strict && j.slots == nil && !j.merge:
 		deno := j.denoArgs(pkgs)
 		cmd = exec.Command(deno[0], deno[1:]...)
 		cmd.SysProcAttr = j.sysProcAttr()
@@ -355,7 +370,10 @@ func (j *Jail) command(pkgs string, code CodeMount, uid int) *exec.Cmd {
 		if j.slots != nil {
 			g.Rlimits, g.NProc, g.CPUSeconds, g.Nice, g.OOMScoreAdj = true, SessionTasks, SessionCPUSeconds, SessionNice, SessionOOMScoreAdj
 		}
-		args := append([]string{g.String(), j.bwrap}, j.bwrapArgs(pkgs, code)...)
+		args := []string{g.String()}
+		if j.cfg.Strict {
+			args = append(append(args, j.bwrap), j.bwrapArgs(pkgs, code)...)
+		}
 		cmd = exec.Command("/proc/self/exe", append(args, j.denoArgs(pkgs)...)...)
 		cmd.Args[0] = gateArg0
 		cmd.SysProcAttr = j.sysProcAttrAs(-1)

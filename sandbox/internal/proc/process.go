@@ -187,8 +187,8 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 		if p.tmp, err = os.MkdirTemp(l.TmpDir, "deno-"); err != nil {
 			return nil, err
 		}
-		if j.uid >= 0 {
-			_ = os.Chown(p.tmp, j.uid, j.gid)
+		if uid >= 0 {
+			_ = os.Chown(p.tmp, uid, j.gid)
 		}
 		cmd.Env = append(cmd.Env, "DENO_DIR="+p.tmp, "HOME="+p.tmp)
 	}

@@ -121,7 +121,8 @@ func killUID(uid int) error {
 	return fmt.Errorf("uid %d: its tasks outlived 2 s of SIGKILL", uid)
 }
 
-// uidTasks lists the processes whose real uid is uid.
+// uidTasks lists the processes whose real uid is uid, zombies aside: they run nothing
+// and go once their parent (the host's init, a container's) reaps them.
 func uidTasks(uid int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -135,7 +136,7 @@ func uidTasks(uid int) []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err == nil && bytes.Contains(b, want) {
+		if err == nil && bytes.Contains(b, want) && !bytes.Contains(b, []byte("\nState:\tZ")) {
 			out = append(out, pid)
 		}
 	}
