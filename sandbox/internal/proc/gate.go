@@ -91,7 +91,7 @@ func gateMain(spec string, argv []string) int {
 	}
 	gate := os.NewFile(5, "gate")
 	if _, err := bufio.NewReader(gate).ReadString('\n'); err != nil {
-		return 97
+		return fail("the engine's go-ahead did not come: %v", err)
 	}
 	gate.Close()
 	if g.Merge {

@@ -210,3 +210,23 @@ func (l Limits) Describe() string {
 }
 
 func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+
+// ownOOMKills is how many tasks the kernel's OOM killer has killed in the server's own
+// memory group (its container's, a service's): a session without a cgroup of its own
+// killed for memory counts there. -1 where it cannot be read.
+func ownOOMKills() int64 {
+	mounts := hierarchies()
+	self, _ := selfCgroups()
+	if m, ok := mounts["memory"]; ok {
+		b, err := os.ReadFile(filepath.Join(m.dirOf(self["memory"]), "memory.oom_control"))
+		if err == nil {
+			return kv(string(b), "oom_kill")
+		}
+	} else if m, ok := mounts[""]; ok {
+		b, err := os.ReadFile(filepath.Join(m.dirOf(self[""]), "memory.events"))
+		if err == nil {
+			return kv(string(b), "oom_kill")
+		}
+	}
+	return -1
+}

@@ -39,7 +39,10 @@ type Process struct {
 	cg  *Cgroup // nil without cgroup isolation
 	// unlease gives back the uid of a process without a cgroup once its tasks are gone
 	// (rlimits.go); nothing for the others.
-	unlease  func()
+	unlease func()
+	// oomKills is the OOM kills in the server's own memory group when a process without
+	// a cgroup started: one more by its end tells that the kernel took it for memory.
+	oomKills int64
 	req      *os.File
 	maxFrame int
 	tmp      string     // DENO_DIR of a process without a private /tmp
@@ -63,6 +66,7 @@ type Process struct {
 	frameLimit int
 	// sink takes the binary section of the awaited reply as it arrives (CallStream).
 	sink    func(js json.RawMessage, bin io.Reader) error
+	reaped  atomic.Bool // its pid is the kernel's again: no signal to the tree it was
 	frozen  bool
 	stopped []int  // without a cgroup: the tasks the freeze stopped, for thaw
 	gen     uint64 // bumped by every thaw: a freeze asked for before it is void
@@ -203,6 +207,9 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 	reqR.Close()
 	repW.Close()
 	gateR.Close()
+	if p.cg == nil {
+		p.oomKills = ownOOMKills()
+	}
 	go p.wait()
 	go p.read(repR)
 	if p.cg != nil {
@@ -230,8 +237,18 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 
 func (p *Process) wait() {
 	err := p.cmd.Wait()
+	p.reaped.Store(true)
 	if p.cg != nil && p.cg.oomKilled() {
 		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
+	}
+	var ws syscall.WaitStatus
+	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		ws = st
+	}
+	// Killed, or (bubblewrap passes its child's end on) exited with 128 + SIGKILL.
+	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL)
+	if p.cg == nil && killed && p.oomKills >= 0 && ownOOMKills() > p.oomKills {
+		p.SetWhy("the server ran out of memory (its container's or service's limit) and the kernel stopped this session to free it")
 	}
 	p.SetWhy(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err))
 	// Whatever the process started goes with it.
@@ -295,7 +312,7 @@ func (p *Process) freezeAt(gen uint64) {
 	var err error
 	if p.cg != nil {
 		err = p.cg.freeze(true)
-	} else {
+	} else if !p.reaped.Load() {
 		p.stopped = signalTree(p.cmd.Process.Pid, syscall.SIGSTOP)
 	}
 	p.frozen = err == nil
@@ -327,7 +344,7 @@ func (p *Process) Kill(why string) {
 		p.cg.kill()
 	}
 	if p.cmd != nil && p.cmd.Process != nil {
-		if p.cg == nil {
+		if p.cg == nil && !p.reaped.Load() {
 			// Its tasks, stopped or not; the uid's sweep (cleanup) gets any that escaped.
 			signalTree(p.cmd.Process.Pid, syscall.SIGKILL)
 			signalTree(p.cmd.Process.Pid, syscall.SIGCONT)
