@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
 // TestBoundedWithoutCgroup: where the server cannot give a session a cgroup (a
@@ -107,22 +108,7 @@ func TestBoundedWithoutCgroup(t *testing.T) {
 				}
 			}
 		})
-		r, err := e.Execute(ctx, k, Request{Timeout: 60 * time.Second, Code: `import os, subprocess, js
-out = []
-for f in (os.fork, lambda: subprocess.run(["/bin/true"])):
-    try:
-        f()
-        out.append("ran")
-    except OSError as e:
-        out.append(type(e).__name__)
-made = await js.eval("""(async () => {
-  const { Worker } = await import('node:worker_threads');
-  let n = 0;
-  try { for (; n < 1000; n++) new Worker('setInterval(() => {}, 1000)', { eval: true }); } catch (e) { return n + ' ' + e; }
-  return String(n);
-})()""")
-out.append(made)
-out`})
+		r, err := e.Execute(ctx, k, Request{Timeout: 60 * time.Second, Code: sandboxtest.Bomb})
 		close(stop)
 		wg.Wait()
 		t.Logf("run: %v %s %q %+v; the most threads the session's uid held: %d", err, r.Status, resultOf(r), r.Error, most)
@@ -144,14 +130,7 @@ out`})
 		uid, _ := strconv.Atoi(pi.UID)
 		done := make(chan Result, 1)
 		go func() {
-			r, _ := e.Execute(ctx, k, Request{Timeout: 2 * time.Second, Code: `import js
-js.eval("(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()")
-while True:
-    try:
-        while True:
-            pass
-    except KeyboardInterrupt:
-        pass`})
+			r, _ := e.Execute(ctx, k, Request{Timeout: 2 * time.Second, Code: sandboxtest.Stubborn})
 			done <- r
 		}()
 		if got := resultOf(mustSucceed(t, e, "neighbour", "6 * 7")); got != "42" {
