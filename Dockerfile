@@ -46,9 +46,11 @@ RUN --mount=type=cache,target=/root/.npm \
 FROM ${BASE_IMAGE}
 # ca-certificates: TLS to the LLM provider and to a Pyodide package CDN.
 # bubblewrap: each Python session runs in namespaces of its own (see docs/sandbox.md).
+# tini: PID 1, which reaps what a killed session leaves (bubblewrap's own init is
+# orphaned when its parent is killed first) and passes signals on to the server.
 # Two users: sandchat runs the server, sandbox runs the sessions' processes.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates bubblewrap \
+ && apt-get install -y --no-install-recommends ca-certificates bubblewrap tini \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin sandchat \
@@ -77,5 +79,5 @@ EXPOSE 8080
 # /healthz over bash's /dev/tcp, so the image needs no curl; the port follows SANDCHAT_ADDR.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
   CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${SANDCHAT_ADDR##*:} && printf 'GET /healthz HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n1 <&3 | grep -q ' 200 '"]
-ENTRYPOINT ["sandchat"]
+ENTRYPOINT ["tini", "--", "sandchat"]
 CMD ["serve"]
