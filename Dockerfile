@@ -3,9 +3,15 @@
 #   docker build --build-arg VERSION=$(git describe --tags --match 'v[0-9]*' --always --dirty) -t sandchat .
 #   (or: docker compose up --build, Postgres + Redis too; SANDCHAT_VERSION gives the version)
 # The image needs Postgres and Redis: SANDCHAT_DATABASE_URL, SANDCHAT_REDIS_URL.
+#
+# The base images are build arguments, the public images by default; `make
+# test-container` (.ci/container) builds on bases it makes from Debian packages.
+ARG GO_IMAGE=golang:1.26-bookworm
+ARG NODE_IMAGE=node:24-bookworm-slim
+ARG BASE_IMAGE=debian:bookworm-slim
 
 # --- 1. the Go binary -------------------------------------------------------------------
-FROM golang:1.26-bookworm AS build
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -18,7 +24,8 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sandchat ./cmd/sandchat
 
 # --- 2. the sandbox runtime: the Deno and Pyodide pinned by the lock file -----------------
-FROM node:20-bookworm-slim AS runtime
+# Node only installs the runtime's npm packages (the image runs none): the current LTS.
+FROM ${NODE_IMAGE} AS runtime
 WORKDIR /runtime
 COPY sandbox/runtime/package.json sandbox/runtime/package-lock.json ./
 # npm ci first. Why the fallback: npm ci refuses a lock that lacks an optional package the
@@ -39,12 +46,14 @@ RUN --mount=type=cache,target=/root/.npm \
  && test -f node_modules/pyodide/pyodide.mjs
 
 # --- 3. the image -------------------------------------------------------------------------
-FROM debian:bookworm-slim
+FROM ${BASE_IMAGE}
 # ca-certificates: TLS to the LLM provider and to a Pyodide package CDN.
 # bubblewrap: each Python session runs in namespaces of its own (see docs/sandbox.md).
+# tini: PID 1, which reaps what a killed session leaves (bubblewrap's own init is
+# orphaned when its parent is killed first) and passes signals on to the server.
 # Two users: sandchat runs the server, sandbox runs the sessions' processes.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates bubblewrap \
+ && apt-get install -y --no-install-recommends ca-certificates bubblewrap tini \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin sandchat \
@@ -61,17 +70,17 @@ COPY sandbox/runtime/ /opt/sandchat/runtime/
 ENV SANDCHAT_ADDR=0.0.0.0:8080 \
     SANDCHAT_SANDBOX_RUNTIME_DIR=/opt/sandchat/runtime \
     SANDCHAT_SANDBOX_USER=sandbox
-# The server runs as sandchat. A cgroup per session (the kernel's memory cap) needs a
-# writable cgroup subtree of the container's own, which only root in the container
-# writes: docker-compose.yml and deploy/kubernetes/ run the app as root with only the
-# capabilities and syscalls that needs (no --privileged), and the server starts every
-# session process as the unprivileged user sandbox. docs/deploying.md says what each
-# runtime must grant. Elsewhere, run as sandchat with SANDCHAT_SANDBOX_ISOLATION=process
-# (Deno permissions only).
+# The server runs as sandchat. Sessions under bubblewrap need root in the container to
+# start each as another user: a cgroup per session where the container's cgroup subtree
+# is writable, else a uid per session with rlimits. docker-compose.yml and
+# deploy/kubernetes/ run the app as root with only the capabilities and syscalls that
+# needs (no --privileged); docs/deploying.md says what each runtime must grant.
+# Elsewhere, run as sandchat with SANDCHAT_SANDBOX_ISOLATION=process (Deno permissions
+# only).
 USER 10001:10001
 EXPOSE 8080
 # /healthz over bash's /dev/tcp, so the image needs no curl; the port follows SANDCHAT_ADDR.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
   CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${SANDCHAT_ADDR##*:} && printf 'GET /healthz HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3 && head -n1 <&3 | grep -q ' 200 '"]
-ENTRYPOINT ["sandchat"]
+ENTRYPOINT ["tini", "--", "sandchat"]
 CMD ["serve"]

@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-e2e test-race test-cgroup2 services build vet rules bench soak
+.PHONY: run test test-e2e test-race test-cgroup2 test-container services build vet rules bench soak
 
 services:
 	@./.ci/services
@@ -34,9 +34,10 @@ rules:
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
 
-## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in three parts
+## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in four parts
 ## run at once by .ci/test (each spends most of its time waiting on processes): test-e2e,
-## test-race and test-cgroup2 (where its VM is present; always in CI).
+## test-race, test-cgroup2 (where its VM is present; always in CI) and test-container
+## (where podman can run; always in CI).
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet rules
 	@./.ci/test
@@ -55,6 +56,11 @@ test-race: services
 ## machine (../shared/cgroup2-vm; root).
 test-cgroup2: services
 	@./.ci/cgroup2
+
+## test-container: the image built from the Dockerfile with podman on bases made with
+## mmdebstrap, run as docker-compose.yml and the Kubernetes example run it (root).
+test-container: services
+	@./.ci/container
 
 ## bench: the sandbox engine's figures (see docs/sandbox.md).
 bench: services build

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
 
 // Admission: a node holds at most MaxProcesses session processes (starting, live and
@@ -30,28 +27,41 @@ import (
 // an idle one takes about half of it, and a busy one more.
 const perProcessRAM = 512 << 20
 
-// AutoMaxProcesses is the bound MaxProcesses 0 stands for: one process per 512 MiB of
-// the machine's memory, between 4 and 256.
-func AutoMaxProcesses() int {
-	total := memTotal()
-	if total <= 0 {
-		return 16
-	}
-	return int(min(max(total/perProcessRAM, 4), 256))
+// Sizing is what MaxProcesses 0 and MaxStarting 0 stand for on this server: one
+// process per 512 MiB of the memory it may use (between 2 and 256) and one start per
+// CPU it may use, both from its own limits (proc.ReadLimits: a container's or a
+// service's cgroup caps, where they are lower than the host's).
+type Sizing struct {
+	MaxProcesses, MaxStarting int
+	Limits                    proc.Limits
 }
 
-func memTotal() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
+// AutoSizing reads the server's limits and sizes the engine from them.
+func AutoSizing() Sizing { return sizeFrom(proc.ReadLimits()) }
+
+func sizeFrom(l proc.Limits) Sizing {
+	procs := 16
+	if l.MemoryBytes > 0 {
+		procs = int(min(max(l.MemoryBytes/perProcessRAM, 2), 256))
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n << 10
-		}
+	return Sizing{MaxProcesses: procs, MaxStarting: l.WholeCPUs(), Limits: l}
+}
+
+// AutoMaxProcesses is the bound MaxProcesses 0 stands for (AutoSizing).
+func AutoMaxProcesses() int { return AutoSizing().MaxProcesses }
+
+// Describe says what the engine is sized to and why, for doctor and the status: the
+// settings' values where the operator set them, else the limits they come from.
+func (s Sizing) Describe(cfg Config) string {
+	procs, starting := fmt.Sprintf("%d session processes (SANDCHAT_SANDBOX_MAX_PROCESSES)", cfg.MaxProcesses),
+		fmt.Sprintf("%d starting at once (SANDCHAT_SANDBOX_MAX_STARTING)", cfg.MaxStarting)
+	if cfg.MaxProcesses == 0 {
+		procs = fmt.Sprintf("%d session processes (one per %d MiB of memory)", s.MaxProcesses, perProcessRAM>>20)
 	}
-	return 0
+	if cfg.MaxStarting == 0 {
+		starting = fmt.Sprintf("%d starting at once (one per CPU)", s.MaxStarting)
+	}
+	return procs + ", " + starting + "; " + s.Limits.Describe()
 }
 
 // admission is the engine's two gates, and the users' shares of the first.
@@ -63,14 +73,14 @@ type admission struct {
 	timeout       time.Duration // the longest one waits (AdmitTimeout)
 }
 
-func newAdmission(cfg Config) *admission {
+func newAdmission(cfg Config, auto Sizing) *admission {
 	procs := cfg.MaxProcesses
 	if procs == 0 {
-		procs = AutoMaxProcesses()
+		procs = auto.MaxProcesses
 	}
 	starting := cfg.MaxStarting
 	if starting == 0 {
-		starting = runtime.NumCPU()
+		starting = auto.MaxStarting
 	}
 	return &admission{
 		procs: admit.New(procs, cfg.AdmitQueue),

@@ -56,6 +56,17 @@ type Config struct {
 
 	Isolation   string // IsolationStrict or IsolationProcess
 	SandboxUser string // the unprivileged user session processes run as when the server is root
+	// Cgroups says whether each session process gets a cgroup of its own in strict
+	// mode: proc.CgroupsAuto (where the server can write one; else rlimits and a uid per
+	// process bound it), proc.CgroupsRequired (refuse to start without) or proc.CgroupsOff.
+	Cgroups string
+	// FirstUID is the first of the uids session processes run as where they have no
+	// cgroup: one per process, as many as MaxProcesses and a few for the operator's
+	// commands. Nothing else on the host may use them.
+	FirstUID int
+	// MemoryMerge lets the kernel merge identical pages of session processes (KSM,
+	// PR_SET_MEMORY_MERGE) where it can: more sessions per GiB for some CPU (docs/operating.md).
+	MemoryMerge bool
 
 	Timeout    time.Duration // default per run
 	MaxTimeout time.Duration // the most a caller may ask for
@@ -116,6 +127,8 @@ func DefaultConfig() Config {
 		IdleTimeout:          10 * time.Minute,
 		Isolation:            IsolationStrict,
 		SandboxUser:          "nobody",
+		Cgroups:              proc.CgroupsAuto,
+		FirstUID:             60000,
 		Timeout:              30 * time.Second,
 		MaxTimeout:           300 * time.Second,
 		Grace:                3 * time.Second,
@@ -194,6 +207,12 @@ func (c Config) Validate() error {
 	}
 	if c.SandboxUser == "" {
 		bad("sandbox user must be set")
+	}
+	if c.Cgroups != proc.CgroupsAuto && c.Cgroups != proc.CgroupsRequired && c.Cgroups != proc.CgroupsOff {
+		bad("sandbox cgroups must be %q, %q or %q, got %q", proc.CgroupsAuto, proc.CgroupsRequired, proc.CgroupsOff, c.Cgroups)
+	}
+	if c.FirstUID < 1000 || c.FirstUID > 1<<31-1-extraUIDs-4096 {
+		bad("sandbox first uid must be between 1000 and %d, got %d", 1<<31-1-extraUIDs-4096, c.FirstUID)
 	}
 	if c.RestoreTimeout < time.Second || c.RestoreTimeout > 30*time.Minute {
 		bad("sandbox restore timeout must be between 1s and 30m, got %s", c.RestoreTimeout)
@@ -396,14 +415,19 @@ func findDeno(runtimeDir string) string {
 	return ""
 }
 
+// extraUIDs are the session uids beyond the node's bound: an operator's doctor, exec or
+// bench beside a full server takes its own.
+const extraUIDs = 16
+
 // jailSpec is what the confinement of session processes is made from; bases is the
-// directory of the packed base snapshots processes read (basepack.go).
-func (c Config) jailSpec(bases string) proc.Spec {
+// directory of the packed base snapshots processes read (basepack.go); maxProcs, the
+// node's bound on session processes.
+func (c Config) jailSpec(bases string, maxProcs int) proc.Spec {
 	return proc.Spec{
 		Strict: c.Isolation != IsolationProcess, SandboxUser: c.SandboxUser,
 		DenoPath: c.DenoPath, RuntimeDir: c.RuntimeDir, PyodideDir: c.PyodideDir, PackageDir: c.PackageDir,
 		PackageCacheDir: c.PackageCacheDir, BaseDir: bases, MemoryBytes: c.MemoryBytes, RuntimeOverheadBytes: c.RuntimeOverheadBytes,
-		Net: netAllow(c),
+		Net: netAllow(c), Cgroups: c.Cgroups, FirstUID: c.FirstUID, Slots: maxProcs + extraUIDs, MemoryMerge: c.MemoryMerge,
 	}
 }
 

@@ -38,6 +38,7 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
+	sizing  Sizing       // what the engine's automatic bounds come from (admission.go)
 	history History      // nil: a session the store lost starts fresh
 	obs     Observer     // what the engine does, for metrics (observe.go); never nil
 	tracer  trace.Tracer // spans of a run's steps and of checkpoints (WithTracer); never nil
@@ -87,7 +88,8 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 		o(e)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.adm = newAdmission(cfg)
+	e.sizing = AutoSizing()
+	e.adm = newAdmission(cfg, e.sizing)
 	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
 	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs, tracer: e.tracer}
 	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
@@ -202,7 +204,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	name := fmt.Sprintf("sandchat-%d-%s", os.Getpid(), newToken()[:8])
-	j, err := proc.OpenJail(cfg.jailSpec(e.procs.bases.dir), name)
+	j, err := proc.OpenJail(cfg.jailSpec(e.procs.bases.dir, e.adm.maxProcs), name)
 	if err != nil {
 		e.state.down("the Python sandbox cannot isolate sessions: " + err.Error())
 		return nil
@@ -335,8 +337,10 @@ func (e *Engine) Status(ctx context.Context) Status {
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
 	s.BaseHash, s.Isolation = e.procs.Base(), rt.isolation
+	s.Sizing = e.sizing.Describe(e.cfg)
 	if l != nil {
 		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
+		s.Bounds = l.Jail.Bounds()
 	}
 	if !s.Deno.Installed && isExecutable(e.cfg.DenoPath) {
 		if v, err := denoVersion(ctx, e.cfg.DenoPath); err == nil {

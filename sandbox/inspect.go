@@ -19,6 +19,11 @@ type ProcessInfo struct {
 	MemoryMax  int64    `json:"memory_max"`  // the kernel's cap on the whole process, bytes
 	TasksMax   int      `json:"tasks_max"`   // processes and threads it may have
 	MemoryUsed int64    `json:"memory_used"` // what it holds now
+	// What bounds it without a cgroup, as the kernel holds it for the Deno process.
+	OOMScoreAdj int    `json:"oom_score_adj"`
+	Nice        int    `json:"nice"`
+	MaxTasks    string `json:"rlimit_nproc"` // RLIMIT_NPROC ("unlimited" when none)
+	MaxCPU      string `json:"rlimit_cpu"`   // RLIMIT_CPU, seconds
 }
 
 // Inspect describes the process of key's live session; ENOTFOUND when it is not live.
@@ -41,6 +46,7 @@ func (e *Engine) Inspect(key string) (ProcessInfo, error) {
 			}
 		}
 	}
+	info.OOMScoreAdj, info.Nice, info.MaxTasks, info.MaxCPU = proc.Rlimits(info.PID)
 	for _, ns := range []string{"user", "pid", "mnt", "net", "ipc", "uts", "cgroup"} {
 		theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", info.PID, ns))
 		ours, err2 := os.Readlink("/proc/self/ns/" + ns)

@@ -14,6 +14,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/sandboxtest"
 )
 
 // The isolation boundary is one process per session, confined by the kernel. These tests
@@ -220,14 +221,7 @@ func TestGraceKillLeavesNothing(t *testing.T) {
 	k := "stubborn"
 	mustSucceed(t, e, k, "x = 1")
 	pids := sessionPIDs(t, e, k)
-	r, err := e.Execute(context.Background(), k, Request{Timeout: time.Second, Code: `import js
-js.eval("(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()")
-while True:
-    try:
-        while True:
-            pass
-    except KeyboardInterrupt:
-        pass`})
+	r, err := e.Execute(context.Background(), k, Request{Timeout: time.Second, Code: sandboxtest.Stubborn})
 	if err != nil || r.Status != StatusTimeout || !strings.Contains(r.Error.Message, "terminated") {
 		t.Fatalf("%v %s %+v", err, r.Status, r.Error)
 	}

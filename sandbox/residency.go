@@ -114,7 +114,7 @@ func (r *residency) watch(stop <-chan struct{}) {
 			// A run that waited while every session was busy: one may be idle by now.
 			r.reclaim()
 		}
-		if j := r.procs.launch.Jail; !j.Strict() {
+		if j := r.procs.launch.Jail; j.Cgroups == nil {
 			capMemory(r.sess.procs(), j.MemoryLimit())
 		}
 	}

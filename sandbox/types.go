@@ -1,6 +1,9 @@
 package sandbox
 
-import "github.com/sandchat/sandchat/sandbox/internal/session"
+import (
+	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
+)
 
 // The types of a run, as the session (internal/session) defines them.
 type (
@@ -28,26 +31,34 @@ const (
 
 // Status is the engine's health, for /api/v1/sandbox/status and `sandchat doctor`.
 type Status struct {
-	Available bool          `json:"available"`
-	Reason    string        `json:"reason,omitempty"`
-	Isolation string        `json:"isolation,omitempty"` // what confines each session process
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Isolation string `json:"isolation,omitempty"` // what confines each session process
+	// Bounds names each mechanism that bounds a session (memory, processes, CPU…).
+	Bounds    []Bound       `json:"bounds,omitempty"`
 	Deno      DenoStatus    `json:"deno"`
 	Pyodide   PyodideStatus `json:"pyodide"`
 	Processes int           `json:"processes"` // session processes: live, warm and spare
 	// MaxProcesses bounds Processes (and those starting); Waiting is how many runs wait
 	// for room under it.
-	MaxProcesses int    `json:"max_processes"`
-	Waiting      int    `json:"admission_waiting"`
-	LiveSess     int    `json:"live_sessions"`
-	WarmPool     int    `json:"warm_pool"`
-	Spares       int    `json:"spares"`
-	BaseHash     string `json:"base_hash,omitempty"`
+	MaxProcesses int `json:"max_processes"`
+	// Sizing says what MaxProcesses and the concurrent starts are and why: the
+	// settings, or the memory and CPUs the server may use (its cgroup's, or the host's).
+	Sizing   string `json:"sizing,omitempty"`
+	Waiting  int    `json:"admission_waiting"`
+	LiveSess int    `json:"live_sessions"`
+	WarmPool int    `json:"warm_pool"`
+	Spares   int    `json:"spares"`
+	BaseHash string `json:"base_hash,omitempty"`
 	// SessionMemory is what each live session's process holds (its cgroup's charge).
 	SessionMemory []int64      `json:"session_memory_bytes,omitempty"`
 	Limits        StatusLimits `json:"limits"`
 	// UserWaiting is how many runs wait for their user's share of the node (admission.go).
 	UserWaiting int `json:"admission_user_waiting"`
 }
+
+// Bound is one mechanism that bounds a session process, with its figures.
+type Bound = proc.Bound
 
 type DenoStatus struct {
 	Installed bool   `json:"installed"`

@@ -87,6 +87,15 @@ func doctor(ctx context.Context, cfg sandbox.Config, rdb redis.UniversalClient, 
 	s := e.Status(ctx)
 	check("engine", nil, fmt.Sprintf("started in %s (base snapshot %.12s)", time.Since(t0).Round(time.Millisecond), s.BaseHash))
 	check("isolation", nil, s.Isolation)
+	for _, b := range s.Bounds {
+		// A bound weaker than the kernel's cap a cgroup gives is named, not failed.
+		mark := "✓"
+		if b.Weaker {
+			mark = "!"
+		}
+		fmt.Fprintf(w, "%s %-12s %s\n", mark, b.What, b.How)
+	}
+	check("capacity", nil, s.Sizing)
 	key := "doctor:" + randomName()
 	defer e.Reset(context.WithoutCancel(ctx), key)
 	r, err := e.Execute(ctx, key, sandbox.Request{Code: "import sys, platform\nf'Python {sys.version.split()[0]} on {platform.machine()}'"})
@@ -109,6 +118,9 @@ func doctor(ctx context.Context, cfg sandbox.Config, rdb redis.UniversalClient, 
 	}
 	if pi.Cgroup != "" {
 		desc += fmt.Sprintf("; cgroup %s (memory max %d MiB, tasks max %d, using %d MiB)", pi.Cgroup, pi.MemoryMax>>20, pi.TasksMax, pi.MemoryUsed>>20)
+	} else {
+		desc += fmt.Sprintf("; no cgroup: RLIMIT_NPROC %s, RLIMIT_CPU %s s, nice %d, oom_score_adj %d, using %d MiB",
+			pi.MaxTasks, pi.MaxCPU, pi.Nice, pi.OOMScoreAdj, pi.MemoryUsed>>20)
 	}
 	check("session", nil, desc)
 	return nil

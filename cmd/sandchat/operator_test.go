@@ -31,7 +31,7 @@ func TestDoctorAndExec(t *testing.T) {
 		t.Fatalf("doctor: %v\n%s", err, out.String())
 	}
 	// The npm package lists numpy in its lock file but ships no wheels: a warning, not ✓.
-	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3.", "✓ isolation", "! numpy        no package source can serve numpy"} {
+	for _, want := range []string{"✓ deno", "✓ pyodide", "✓ redis", "✓ run", "Python 3.", "✓ isolation", "✓ capacity     ", "session processes (one per 512 MiB of memory)", "! numpy        no package source can serve numpy"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("doctor report lacks %q:\n%s", want, out.String())
 		}

@@ -8,6 +8,12 @@
 //     namespaces and mounts, Deno's permissions); Spec is what it is made from.
 //   - cgroup.go: a control group per process (memory and task caps, freezer, kill), on
 //     cgroup v1 and v2.
+//   - rlimits.go: a process without a cgroup (where none can be written): a uid of its
+//     own per process, its rlimits, nice and oom_score_adj; its tasks found by the tree
+//     and by the uid. gate.go: the server's binary started again as sandchat-gate, which
+//     sets them (and page merging) and drops to the session's uid before bubblewrap.
+//   - limits.go: the memory and CPUs the server may use (its cgroup's limits, or the
+//     host's), which the engine sizes itself from.
 //   - codecache.go: Deno's compiled code, filled once and mounted read-only by every
 //     process; runtimefiles.go: the runtime's sources, and of those what the Worker
 //     runs (the base snapshot's build id), found rather than listed.

@@ -34,7 +34,24 @@ type Spec struct {
 	BaseDir                                      string // the engine's packed base snapshots, read by every process
 	MemoryBytes, RuntimeOverheadBytes            int64
 	Net                                          []string // hosts sessions may reach; none: no network
+	// Cgroups says whether each session process gets a cgroup of its own (strict
+	// mode): CgroupsAuto where the server can make one, else rlimits bound it
+	// (rlimits.go); CgroupsRequired refuses to start without; CgroupsOff never makes one.
+	Cgroups string
+	// FirstUID and Slots are the uids session processes run as without a cgroup: one
+	// per process, [FirstUID, FirstUID+Slots).
+	FirstUID, Slots int
+	// MemoryMerge lets KSM merge the identical pages of session processes
+	// (PR_SET_MEMORY_MERGE), where the kernel has it and KSM runs.
+	MemoryMerge bool
 }
+
+// Cgroup modes (Spec.Cgroups).
+const (
+	CgroupsAuto     = "auto"
+	CgroupsRequired = "required"
+	CgroupsOff      = "off"
+)
 
 // Jail builds the command of a session process and its confinement.
 type Jail struct {
@@ -42,6 +59,14 @@ type Jail struct {
 	Cgroups  *Cgroups // nil without cgroup isolation
 	uid, gid int      // the unprivileged user sessions run as; -1: as the server's own user
 	cfg      Spec
+	// Strict mode without a cgroup per session (rlimits.go): the uids session processes
+	// run as, one each, and why there is no cgroup; nil with cgroups.
+	slots    *uidSlots
+	noCgroup error
+	// merge is whether session processes ask for page merging; mergeOff, why not when
+	// the configuration asked for it.
+	merge    bool
+	mergeOff string
 }
 
 // OpenJail checks that the isolation the configuration asks for is available; the
@@ -56,6 +81,18 @@ func OpenJail(cfg Spec, name string) (*Jail, error) {
 		j.uid, j.gid = uid, gid
 	}
 	if !j.cfg.Strict {
+		// No namespaces and no cgroup: where the server is root, each session still
+		// gets a uid of its own and its rlimits (rlimits.go).
+		if j.uid >= 0 {
+			var err error
+			if j.slots, err = newUIDSlots(cfg.FirstUID, cfg.Slots); err != nil {
+				return nil, fmt.Errorf("session uids: %w", err)
+			}
+			j.noCgroup = errors.New("SANDCHAT_SANDBOX_ISOLATION is process")
+		}
+		if cfg.MemoryMerge {
+			j.merge, j.mergeOff = memoryMergeAvailable()
+		}
 		return j, nil
 	}
 	weaker := " (to run with Deno's permissions as the only wall, set SANDCHAT_SANDBOX_ISOLATION=process)"
@@ -71,10 +108,44 @@ func OpenJail(cfg Spec, name string) (*Jail, error) {
 	if out, err := probe.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bubblewrap cannot create namespaces here (%v: %s)%s", err, strings.TrimSpace(string(out)), weaker)
 	}
-	if j.Cgroups, err = openCgroups(name); err != nil {
-		return nil, fmt.Errorf("no writable cgroup for session limits: %w%s", err, weaker)
+	if cfg.Cgroups == CgroupsOff {
+		err = errors.New("SANDCHAT_SANDBOX_CGROUPS is off")
+	} else {
+		j.Cgroups, err = openCgroups(name)
+	}
+	if err != nil {
+		if cfg.Cgroups == CgroupsRequired {
+			return nil, fmt.Errorf("no writable cgroup for session limits: %w (SANDCHAT_SANDBOX_CGROUPS=auto bounds sessions by rlimits instead)%s", err, weaker)
+		}
+		if j.uid < 0 {
+			return nil, fmt.Errorf("no writable cgroup for session limits (%w), and without one each session needs a uid of its own, which only a server running as root can give%s", err, weaker)
+		}
+		j.Cgroups, j.noCgroup = nil, err
+		if j.slots, err = newUIDSlots(cfg.FirstUID, cfg.Slots); err != nil {
+			return nil, fmt.Errorf("session uids: %w", err)
+		}
+	}
+	if cfg.MemoryMerge {
+		j.merge, j.mergeOff = memoryMergeAvailable()
 	}
 	return j, nil
+}
+
+// memoryMergeAvailable tells whether session processes can ask KSM to merge their
+// pages: the kernel knows PR_SET_MEMORY_MERGE and KSM runs; else why not.
+func memoryMergeAvailable() (bool, string) {
+	const prGetMemoryMerge = 68
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prGetMemoryMerge, 0, 0, 0, 0, 0); e != 0 {
+		return false, fmt.Sprintf("this kernel has no PR_SET_MEMORY_MERGE (Linux 6.4 and later, built with CONFIG_KSM): %v", e)
+	}
+	b, err := os.ReadFile("/sys/kernel/mm/ksm/run")
+	if err != nil {
+		return false, "KSM is not available: " + err.Error()
+	}
+	if v := strings.TrimSpace(string(b)); v != "1" {
+		return false, fmt.Sprintf("KSM does not run (/sys/kernel/mm/ksm/run is %s; as root on the host: echo 1 > /sys/kernel/mm/ksm/run)", v)
+	}
+	return true, ""
 }
 
 func lookupUser(name string) (int, int, error) {
@@ -90,10 +161,14 @@ func lookupUser(name string) (int, int, error) {
 	return uid, gid, nil
 }
 
-func (j *Jail) sysProcAttr() *syscall.SysProcAttr {
+func (j *Jail) sysProcAttr() *syscall.SysProcAttr { return j.sysProcAttrAs(j.uid) }
+
+// sysProcAttrAs starts a process as uid (with the sandbox user's group), or as the
+// server's own user for -1.
+func (j *Jail) sysProcAttrAs(uid int) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setsid: true}
-	if j.uid >= 0 {
-		a.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
+	if uid >= 0 {
+		a.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(j.gid), Groups: []uint32{}}
 	}
 	return a
 }
@@ -101,19 +176,70 @@ func (j *Jail) sysProcAttr() *syscall.SysProcAttr {
 // Describe names the isolation in force, for doctor, the status endpoint and the
 // tool catalogue.
 func (j *Jail) Describe() string {
-	if !j.cfg.Strict {
+	if !j.cfg.Strict && j.slots == nil {
 		return "process per session, Deno permissions only (no namespaces, no cgroup limits)"
 	}
-	ctrl := "memory, pids, freezer"
-	if j.Cgroups.version == 2 {
-		ctrl = "memory, pids, freeze"
+	if !j.cfg.Strict {
+		return "process per session, Deno permissions only (no namespaces, no cgroup limits), bounded by rlimits and a uid of its own"
 	}
 	net := "no network"
 	if len(j.cfg.Net) > 0 {
 		net = "network allowlist " + strings.Join(j.cfg.Net, ",")
 	}
-	return fmt.Sprintf("process per session under bubblewrap (user, pid, mount, ipc, uts namespaces; %s) in cgroup v%d (%s)",
-		net, j.Cgroups.version, ctrl)
+	ns := fmt.Sprintf("process per session under bubblewrap (user, pid, mount, ipc, uts namespaces; %s)", net)
+	if j.Cgroups == nil {
+		return ns + fmt.Sprintf(", bounded by rlimits and a uid of its own (no cgroup per session: %v)", j.noCgroup)
+	}
+	ctrl := "memory, pids, freezer"
+	if j.Cgroups.version == 2 {
+		ctrl = "memory, pids, freeze"
+	}
+	return ns + fmt.Sprintf(" in cgroup v%d (%s)", j.Cgroups.version, ctrl)
+}
+
+// Bound is one mechanism that bounds a session, named for doctor and the status.
+type Bound struct {
+	What   string `json:"what"`   // memory, processes, cpu, between runs, page merging
+	How    string `json:"how"`    // the mechanism and its figure
+	Weaker bool   `json:"weaker"` // weaker than the kernel's cap a cgroup would give
+}
+
+// Bounds names each mechanism that bounds a session process, with its figures.
+func (j *Jail) Bounds() []Bound {
+	mem := j.cfg.MemoryBytes >> 20
+	heap := fmt.Sprintf("the wasm heap's maximum (%d MiB: MemoryError past it), V8's heap limit (%d MiB)", mem, min(mem, 1024))
+	var out []Bound
+	switch {
+	case !j.cfg.Strict && j.slots == nil:
+		out = []Bound{
+			{What: "memory", How: heap + fmt.Sprintf("; the engine stops a process whose resident memory passes %d MiB", j.MemoryLimit()>>20), Weaker: true},
+			{What: "processes", How: "none: Deno's permissions (no subprocess)", Weaker: true},
+			{What: "cpu", How: "the run's time limit", Weaker: true},
+		}
+	case j.Cgroups != nil:
+		files := map[int][2]string{1: {"memory.limit_in_bytes", "freezer.state"}, 2: {"memory.max", "cgroup.freeze"}}[j.Cgroups.version]
+		out = []Bound{
+			{What: "memory", How: fmt.Sprintf("cgroup %s %d MiB for the whole process (the kernel's cap); within it %s", files[0], j.MemoryLimit()>>20, heap)},
+			{What: "processes", How: fmt.Sprintf("cgroup pids.max %d (threads included)", SessionTasks)},
+			{What: "cpu", How: "the run's time limit; the cgroup is frozen between runs (" + files[1] + ")"},
+		}
+	default:
+		own, _ := oomScoreAdj(os.Getpid())
+		out = []Bound{
+			{What: "memory", How: fmt.Sprintf("%s; the engine stops a process whose resident memory passes %d MiB; the kernel's OOM killer takes sessions first (oom_score_adj %d, the server's %d)",
+				heap, j.MemoryLimit()>>20, SessionOOMScoreAdj, own), Weaker: true},
+			{What: "processes", How: fmt.Sprintf("RLIMIT_NPROC %d per session, each process under a uid of its own (%d-%d)", SessionTasks, j.cfg.FirstUID, j.cfg.FirstUID+j.cfg.Slots-1), Weaker: true},
+			{What: "cpu", How: fmt.Sprintf("the run's time limit; nice %d; RLIMIT_CPU %d s as a backstop; stopped (SIGSTOP) between runs", SessionNice, SessionCPUSeconds), Weaker: true},
+			{What: "cgroup", How: "none per session: " + j.noCgroup.Error(), Weaker: true},
+		}
+	}
+	switch {
+	case j.merge:
+		out = append(out, Bound{What: "page merging", How: "on: KSM merges identical pages of session processes (PR_SET_MEMORY_MERGE)"})
+	case j.mergeOff != "":
+		out = append(out, Bound{What: "page merging", How: "asked for but off: " + j.mergeOff, Weaker: true})
+	}
+	return out
 }
 
 // MemoryLimit is the kernel's cap on a whole session process: the interpreter's heap
@@ -227,16 +353,31 @@ func (j *Jail) bwrapArgs(pkgs string, code CodeMount) []string {
 // bubblewrap, so no task of the session ever runs outside its limits. The gate reads fd
 // 5; fds 3 and 4 are the protocol's pipes. pkgs is the session's view of the package
 // cache, "" for none; code, the compiled-code cache it mounts (none in process mode).
-func (j *Jail) command(pkgs string, code CodeMount) *exec.Cmd {
+func (j *Jail) command(pkgs string, code CodeMount, uid int) *exec.Cmd {
 	var cmd *exec.Cmd
-	if !j.cfg.Strict {
+	switch {
+	case !j.cfg.Strict && j.slots == nil && !j.merge:
 		deno := j.denoArgs(pkgs)
 		cmd = exec.Command(deno[0], deno[1:]...)
-	} else {
+		cmd.SysProcAttr = j.sysProcAttr()
+	case j.slots == nil && !j.merge:
 		args := append([]string{"-c", `read -r _ <&5 || exit 97; exec 5<&-; exec "$@"`, "sandchat-gate", j.bwrap}, j.bwrapArgs(pkgs, code)...)
 		cmd = exec.Command("/bin/sh", append(args, j.denoArgs(pkgs)...)...)
+		cmd.SysProcAttr = j.sysProcAttrAs(uid)
+	default:
+		// The Go gate (gate.go): rlimits, page merging, then the session's uid.
+		g := gateSpec{UID: uid, GID: j.gid, Merge: j.merge}
+		if j.slots != nil {
+			g.Rlimits, g.NProc, g.CPUSeconds, g.Nice, g.OOMScoreAdj = true, SessionTasks, SessionCPUSeconds, SessionNice, SessionOOMScoreAdj
+		}
+		args := []string{g.String()}
+		if j.cfg.Strict {
+			args = append(append(args, j.bwrap), j.bwrapArgs(pkgs, code)...)
+		}
+		cmd = exec.Command("/proc/self/exe", append(args, j.denoArgs(pkgs)...)...)
+		cmd.Args[0] = gateArg0
+		cmd.SysProcAttr = j.sysProcAttrAs(-1)
 	}
-	cmd.SysProcAttr = j.sysProcAttr()
 	// A task that outlived the kill must not keep Wait on the console pipe for ever.
 	cmd.WaitDelay = time.Second
 	cmd.Dir = "/"
@@ -291,3 +432,6 @@ func (j *Jail) CgroupRoot() string {
 	}
 	return j.Cgroups.roots["unified"]
 }
+
+// Merging tells whether session processes ask KSM to merge their pages.
+func (j *Jail) Merging() bool { return j.merge }

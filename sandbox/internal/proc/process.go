@@ -33,10 +33,16 @@ func (e *Error) Error() string { return "sandbox process: " + e.Msg }
 // Process is one session process (or a warm spare) and the engine's end of its
 // protocol. Calls are one at a time; an interrupt may be sent while one waits.
 type Process struct {
-	id       string
-	log      *slog.Logger
-	cmd      *exec.Cmd
-	cg       *Cgroup // nil without cgroup isolation
+	id  string
+	log *slog.Logger
+	cmd *exec.Cmd
+	cg  *Cgroup // nil without cgroup isolation
+	// unlease gives back the uid of a process without a cgroup once its tasks are gone
+	// (rlimits.go); nothing for the others.
+	unlease func()
+	// oomKills is the OOM kills in the server's own memory group when a process without
+	// a cgroup started: one more by its end tells that the kernel took it for memory.
+	oomKills int64
 	req      *os.File
 	maxFrame int
 	tmp      string     // DENO_DIR of a process without a private /tmp
@@ -59,9 +65,11 @@ type Process struct {
 	// frameLimit bounds the frames read while a call waits (replyLimit); 0: maxFrame.
 	frameLimit int
 	// sink takes the binary section of the awaited reply as it arrives (CallStream).
-	sink   func(js json.RawMessage, bin io.Reader) error
-	frozen bool
-	gen    uint64 // bumped by every thaw: a freeze asked for before it is void
+	sink    func(js json.RawMessage, bin io.Reader) error
+	reaped  atomic.Bool // its pid is the kernel's again: no signal to the tree it was
+	frozen  bool
+	stopped []int  // without a cgroup: the tasks the freeze stopped, for thaw
+	gen     uint64 // bumped by every thaw: a freeze asked for before it is void
 
 	done    chan struct{}
 	why     atomic.Pointer[string]
@@ -111,7 +119,7 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 		release = func() {}
 	}
 	p := &Process{id: id, log: l.Log.With("proc", id), maxFrame: l.MaxFrame, done: make(chan struct{}),
-		reply: make(chan Frame, 1), started: time.Now(), release: sync.OnceFunc(release), base: o.Base}
+		reply: make(chan Frame, 1), started: time.Now(), release: sync.OnceFunc(release), base: o.Base, unlease: func() {}}
 	p.console = &consoleLog{log: p.log}
 	defer func() {
 		if err != nil {
@@ -127,6 +135,17 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 		if p.cg, err = j.Cgroups.create(id, j.MemoryLimit(), SessionTasks); err != nil {
 			return nil, err
 		}
+	}
+	uid := j.uid
+	// Without a cgroup, each session process runs under a uid of its own, which its
+	// RLIMIT_NPROC counts; one that fills the compiled-code cache runs no session's
+	// code, and writes the cache as the sandbox user.
+	if j.slots != nil && !o.Code.Fill {
+		lease, err := j.slots.acquire()
+		if err != nil {
+			return nil, err
+		}
+		uid, p.unlease = lease.uid, sync.OnceFunc(lease.release)
 	}
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
@@ -155,10 +174,10 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 			}
 		}
 	}()
-	if j.uid >= 0 {
+	if uid >= 0 {
 		// The process reopens its ends through /dev/fd as the sandbox user.
 		for _, f := range []*os.File{reqR, repW} {
-			if err := f.Chown(j.uid, j.gid); err != nil {
+			if err := f.Chown(uid, j.gid); err != nil {
 				return nil, fmt.Errorf("chown protocol pipe: %w", err)
 			}
 		}
@@ -168,13 +187,13 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 			return nil, err
 		}
 	}
-	cmd := j.command(p.pkgs.HostDir(), o.Code)
+	cmd := j.command(p.pkgs.HostDir(), o.Code, uid)
 	if !j.Strict() {
 		if p.tmp, err = os.MkdirTemp(l.TmpDir, "deno-"); err != nil {
 			return nil, err
 		}
-		if j.uid >= 0 {
-			_ = os.Chown(p.tmp, j.uid, j.gid)
+		if uid >= 0 {
+			_ = os.Chown(p.tmp, uid, j.gid)
 		}
 		cmd.Env = append(cmd.Env, "DENO_DIR="+p.tmp, "HOME="+p.tmp)
 	}
@@ -189,6 +208,9 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 	reqR.Close()
 	repW.Close()
 	gateR.Close()
+	if p.cg == nil {
+		p.oomKills = ownOOMKills()
+	}
 	go p.wait()
 	go p.read(repR)
 	if p.cg != nil {
@@ -196,7 +218,7 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 			return nil, fmt.Errorf("join cgroup: %w", err)
 		}
 	}
-	if _, err := gateW.Write([]byte("go\n")); err != nil && p.cg != nil {
+	if _, err := gateW.Write([]byte("go\n")); err != nil && (p.cg != nil || j.slots != nil || j.merge) {
 		return nil, fmt.Errorf("open gate: %w", err)
 	}
 	prime := PrimeReq{Op: "prime", Config: o.Config, Warmup: o.Warmup}
@@ -216,9 +238,19 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 
 func (p *Process) wait() {
 	err := p.cmd.Wait()
+	p.reaped.Store(true)
 	if p.cg != nil && p.cg.oomKilled() {
 		p.oom.Store(true)
 		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
+	}
+	var ws syscall.WaitStatus
+	if st, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		ws = st
+	}
+	// Killed, or (bubblewrap passes its child's end on) exited with 128 + SIGKILL.
+	killed := ws.Signaled() && ws.Signal() == syscall.SIGKILL || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL)
+	if p.cg == nil && killed && p.oomKills >= 0 && ownOOMKills() > p.oomKills {
+		p.SetWhy("the server ran out of memory (its container's or service's limit) and the kernel stopped this session to free it")
 	}
 	p.SetWhy(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err))
 	// Whatever the process started goes with it.
@@ -251,6 +283,7 @@ func (p *Process) cleanup() {
 	if p.cg != nil {
 		p.cg.remove()
 	}
+	p.unlease()
 	if p.tmp != "" {
 		_ = os.RemoveAll(p.tmp)
 	}
@@ -267,7 +300,8 @@ func (p *Process) FreezeSoon() {
 }
 
 // Freeze stops every thread of the process between runs: timers and Workers that user
-// code left behind get no CPU until its next run. Without a cgroup, SIGSTOP does it.
+// code left behind get no CPU until its next run. Without a cgroup, SIGSTOP to each of
+// its tasks does it.
 func (p *Process) Freeze() {
 	p.mu.Lock()
 	gen := p.gen
@@ -284,8 +318,8 @@ func (p *Process) freezeAt(gen uint64) {
 	var err error
 	if p.cg != nil {
 		err = p.cg.freeze(true)
-	} else {
-		err = p.cmd.Process.Signal(syscall.SIGSTOP)
+	} else if !p.reaped.Load() {
+		p.stopped = signalTree(p.cmd.Process.Pid, syscall.SIGSTOP)
 	}
 	p.frozen = err == nil
 }
@@ -301,7 +335,10 @@ func (p *Process) thaw() {
 	if p.cg != nil {
 		_ = p.cg.freeze(false)
 	} else {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		for _, pid := range p.stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		p.stopped = nil
 	}
 	p.frozen = false
 }
@@ -313,10 +350,12 @@ func (p *Process) Kill(why string) {
 		p.cg.kill()
 	}
 	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-		if p.cg == nil {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		if p.cg == nil && !p.reaped.Load() {
+			// Its tasks, stopped or not; the uid's sweep (cleanup) gets any that escaped.
+			signalTree(p.cmd.Process.Pid, syscall.SIGKILL)
+			signalTree(p.cmd.Process.Pid, syscall.SIGCONT)
 		}
+		_ = p.cmd.Process.Kill()
 	}
 	if p.req != nil {
 		_ = p.req.Close()
@@ -385,12 +424,13 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // PID is the process's own pid (the gate's, then bubblewrap's, on the host).
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Tasks are the pids of every task of the process: its cgroup's, or its own without one.
+// Tasks are the pids of every task of the process: its cgroup's, or without one, the
+// process and those below it.
 func (p *Process) Tasks() []int {
 	if p.cg != nil {
 		return p.cg.pids()
 	}
-	return []int{p.cmd.Process.Pid}
+	return descendants(p.cmd.Process.Pid)
 }
 
 // CgroupDir is the process's cgroup, "" without one.
