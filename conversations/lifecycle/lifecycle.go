@@ -266,10 +266,11 @@ func (s *Service) Audit(ctx context.Context, q sandchat.AuditQuery) ([]sandchat.
 }
 
 // closeSockets closes sockets after a change that is committed already: a socket that
-// is not told now (Redis away) is refused at its next reconnect.
+// is not told now (Redis away) finds out at its next check of its credential, within a
+// minute.
 func (s *Service) closeSockets(ctx context.Context, userID int64, cred sandchat.Credential, reason string) {
 	if err := s.Sockets.CloseSockets(ctx, userID, cred, reason); err != nil {
-		s.Log.WarnContext(ctx, "close the sockets of a revoked credential; they close at their next reconnect", "user_id", userID, "err", err)
+		s.Log.WarnContext(ctx, "close the sockets of a revoked credential; they close at their next check of it", "user_id", userID, "err", err)
 	}
 }
 
