@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -360,4 +362,38 @@ func TestRetention(t *testing.T) {
 			t.Fatalf("a retention of an hour: %v, want it refused", err)
 		}
 	})
+}
+
+// TestExportNamesStayInside: the names of the files a run made are the code's to
+// choose, and a zip entry named after one must unpack inside the folder it is unpacked
+// in, on every system: a backslash, which Windows reads as a folder's end, a drive's
+// colon and parts made only of dots are no way out of it.
+func TestExportNamesStayInside(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.sandboxNode()
+	alice, _ := m.user(t, "alice", false)
+	conv := alice.createConversation(alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}}).ID)
+	code := `for name in ['..\\..\\..\\..\\..\\..\\evil.bat', 'C:\\Windows\\evil.dll', '. .\\.. .\\evil.txt']:
+    open(name, 'w').write('owned')`
+	if r := alice.run(conv, code); r.Status != "success" || len(r.Artifacts) != 3 {
+		t.Fatalf("the run that names its files: %+v", r)
+	}
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("export: %d %s", resp.StatusCode, raw)
+	}
+	var kept []string
+	for name, content := range unzip(t, raw) {
+		if strings.ContainsAny(name, `\:`) || !filepath.IsLocal(name) || path.Clean(name) != name {
+			t.Errorf("the export holds %q, which may unpack outside its folder", name)
+		}
+		if content == "owned" {
+			kept = append(kept, path.Base(name))
+		}
+	}
+	slices.Sort(kept)
+	if want := []string{"evil.bat", "evil.dll", "evil.txt"}; !slices.Equal(kept, want) {
+		t.Fatalf("the run's files are exported as %v, want %v", kept, want)
+	}
 }

@@ -127,12 +127,16 @@ func (s *Service) exportFile(owner context.Context, z *zipper, id int64, name st
 	return err
 }
 
-// safePath keeps a stored name inside the folder it is written to: no empty, "." or
-// ".." parts (uploads have none already; the check holds for every name).
+// safePath keeps a stored name inside the folder it is written to, wherever the
+// archive is unpacked: no part that is empty or made only of dots and spaces ("..", or
+// a form Windows trims to it; uploads have none already, the check holds for every
+// name), and no backslash or colon, which the name of a file a run made may hold
+// (`..\..\x.bat`, `C:\x`) and which unpackers on Windows read as a folder or a drive.
+// A backslash separates parts, as it would there, and a colon becomes "_".
 func safePath(name string) string {
 	var parts []string
-	for _, p := range strings.Split(name, "/") {
-		if p = strings.TrimSpace(p); p != "" && p != "." && p != ".." {
+	for _, p := range strings.FieldsFunc(name, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if p = strings.ReplaceAll(strings.TrimSpace(p), ":", "_"); strings.Trim(p, ". ") != "" {
 			parts = append(parts, p)
 		}
 	}
