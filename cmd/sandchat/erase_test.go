@@ -19,6 +19,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox"
 )
 
 // pythonLeft is what is left of a conversation's Python state: its session's Redis keys
@@ -395,5 +396,36 @@ func TestExportNamesStayInside(t *testing.T) {
 	slices.Sort(kept)
 	if want := []string{"evil.bat", "evil.dll", "evil.txt"}; !slices.Equal(kept, want) {
 		t.Fatalf("the run's files are exported as %v, want %v", kept, want)
+	}
+}
+
+// TestExportHoldsEveryRun: an export holds every run of a conversation, however many
+// (the conversation's own list shows the newest 500), read a page at a time.
+func TestExportHoldsEveryRun(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	engine := newScriptedEngine(env.rdb)
+	engine.prefix = env.redisPrefix + "engine:"
+	m := env.node(func(_ *Config, m *Main) { m.SandboxEngine = engine })
+	var h sandbox.History = m.Store
+	engine.history.Store(&h)
+	alice, _ := m.user(t, "alice", false)
+	conv := alice.createConversation(alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}}).ID)
+	const runs = 523
+	for i := range runs {
+		if r := alice.run(conv, fmt.Sprintf("counter += %d", i+1)); r.Status != "success" {
+			t.Fatalf("run %d: %+v", i+1, r)
+		}
+	}
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("export: %d %s", resp.StatusCode, raw)
+	}
+	var got []struct{ Code string }
+	if err := json.Unmarshal([]byte(unzip(t, raw)[fmt.Sprintf("conversations/%d/executions.json", conv)]), &got); err != nil {
+		t.Fatalf("executions.json: %v", err)
+	}
+	if len(got) != runs || got[0].Code != "counter += 1" || got[runs-1].Code != fmt.Sprintf("counter += %d", runs) {
+		t.Fatalf("executions.json holds %d runs, want all %d, oldest first", len(got), runs)
 	}
 }

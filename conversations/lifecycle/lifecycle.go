@@ -53,7 +53,8 @@ type Data interface {
 	DeleteConversation(ctx context.Context, id int64) error
 	EraseAuthor(ctx context.Context, userID int64) (conversations.Erased, error)
 	Messages(ctx context.Context, convID int64) ([]conversations.Message, error)
-	Executions(ctx context.Context, convID int64) ([]conversations.StoredExecution, error)
+	// ExecutionsAfter lists at most limit runs after the run after, oldest first.
+	ExecutionsAfter(ctx context.Context, convID, after int64, limit int) ([]conversations.StoredExecution, error)
 	Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error)
 	OpenFile(ctx context.Context, id int64) (conversations.StoredFile, conversations.FileReader, error)
 }
