@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime"
 	"os"
 	"strconv"
@@ -235,17 +236,22 @@ func (s *Server) audit(c *fiber.Ctx) error {
 // its own first (unlinked at once, gone when sent), so a failure while it is made is a
 // problem answer rather than a cut archive, however large the data.
 func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
+	ctx := c.UserContext()
 	f, err := os.CreateTemp("", "sandchat-export-*.zip")
 	if err != nil {
-		return err
+		return s.exportUnwritable(ctx, userID, err)
 	}
 	_ = os.Remove(f.Name())
-	if err := s.admin.Export(c.UserContext(), userID, f); err != nil {
+	if err := s.admin.Export(ctx, userID, f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.ENOSPC) {
-			s.log.WarnContext(c.UserContext(), "no room for an export in the temporary directory", "dir", os.TempDir(), "user_id", userID)
+		var pe *fs.PathError
+		switch {
+		case errors.Is(err, syscall.ENOSPC):
+			s.log.WarnContext(ctx, "no room for an export in the temporary directory", "dir", os.TempDir(), "user_id", userID)
 			return &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 60,
 				Message: "This server has no room left to prepare the export right now; try again later, or ask an administrator."}
+		case errors.As(err, &pe) && pe.Path == f.Name():
+			return s.exportUnwritable(ctx, userID, err)
 		}
 		return err
 	}
@@ -262,4 +268,14 @@ func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.SendStream(f, int(size)) // fasthttp closes f once it is sent
+}
+
+// exportUnwritable answers an export the server's temporary directory refused (missing,
+// read-only, over a quota): the operator's to fix, so it is logged as an error and the
+// caller is told it is not theirs. Left alone, the file system's error reads as a
+// connection's (a syscall.Errno is a net.Error) and would be a quiet "try again".
+func (s *Server) exportUnwritable(ctx context.Context, userID int64, err error) error {
+	s.log.ErrorContext(ctx, "cannot write an export to the temporary directory (TMPDIR)", "dir", os.TempDir(), "user_id", userID, "err", err)
+	return &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 60,
+		Message: "This server cannot prepare exports right now: its temporary directory cannot be written. An administrator must fix it (the server's log says how it failed)."}
 }

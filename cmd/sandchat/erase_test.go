@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -427,5 +428,27 @@ func TestExportHoldsEveryRun(t *testing.T) {
 	}
 	if len(got) != runs || got[0].Code != "counter += 1" || got[runs-1].Code != fmt.Sprintf("counter += %d", runs) {
 		t.Fatalf("executions.json holds %d runs, want all %d, oldest first", len(got), runs)
+	}
+}
+
+// TestExportWithoutTempDir: an export on a server whose temporary directory cannot be
+// written (a read-only root file system with no room mounted at /tmp) is a 503 that
+// says so, and an error in the log that names the directory: not a "try again in a few
+// seconds" that nothing explains. It sets TMPDIR, so it runs alone.
+func TestExportWithoutTempDir(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	t.Setenv("TMPDIR", missing)
+	env := newEnv(t)
+	logs := &logBuffer{}
+	m := env.node(func(_ *Config, m *Main) { m.Log = slog.New(slog.NewTextHandler(logs, nil)) })
+	alice, _ := m.user(t, "alice", false)
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	var p problemJSON
+	_ = json.Unmarshal(raw, &p)
+	if resp.StatusCode != 503 || !strings.Contains(p.Detail, "temporary directory cannot be written") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("an export with no temporary directory: %d %s", resp.StatusCode, raw)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), missing) {
+		t.Fatalf("the log does not say why exports fail:\n%s", logs.String())
 	}
 }
