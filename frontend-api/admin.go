@@ -10,6 +10,7 @@ import (
 	"mime"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -237,6 +238,16 @@ func (s *Server) audit(c *fiber.Ctx) error {
 // problem answer rather than a cut archive, however large the data.
 func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	ctx := c.UserContext()
+	end, err := s.exports.begin(userID)
+	if err != nil {
+		return err
+	}
+	sending := false
+	defer func() {
+		if !sending {
+			end()
+		}
+	}()
 	f, err := os.CreateTemp("", "sandchat-export-*.zip")
 	if err != nil {
 		return s.exportUnwritable(ctx, userID, err)
@@ -267,7 +278,61 @@ func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	c.Set(fiber.HeaderContentType, "application/zip")
 	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.SendStream(f, int(size)) // fasthttp closes f once it is sent
+	// The export counts until it is sent (or the client goes): its file holds the disk
+	// till then.
+	sending = true
+	return c.SendStream(exportFile{File: f, end: end}, int(size)) // fasthttp closes it once it is sent
+}
+
+// exportFile is an export being sent; closing it ends the export (exports.begin).
+type exportFile struct {
+	*os.File
+	end func()
+}
+
+func (f exportFile) Close() error {
+	f.end()
+	return f.File.Close()
+}
+
+// maxExports is how many exports a node prepares at once: each reads all of a user's
+// data (a connection of the node's small Postgres pool while it does), compresses it
+// and holds it on the disk until it is sent.
+const maxExports = 2
+
+// exports are the exports this node is preparing: one per user at a time, maxExports
+// in all. Without a bound, one user asking for their export again and again, without
+// waiting, would fill the node's disk with copies of their data.
+type exports struct {
+	mu    sync.Mutex
+	users map[int64]bool // whose export is being prepared
+}
+
+// begin counts an export of the user's data in, or refuses it (429) while one is being
+// prepared already, or while the node prepares maxExports.
+func (e *exports) begin(userID int64) (end func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.users[userID]:
+		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 30,
+			Message: "An export of this user's data is being prepared already; wait for it to finish before asking again."}
+	case len(e.users) >= maxExports:
+		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 30,
+			Message: fmt.Sprintf("This server is preparing %d exports already; try again in a minute.", maxExports)}
+	}
+	if e.users == nil {
+		e.users = map[int64]bool{}
+	}
+	e.users[userID] = true
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			delete(e.users, userID)
+		})
+	}, nil
 }
 
 // exportUnwritable answers an export the server's temporary directory refused (missing,

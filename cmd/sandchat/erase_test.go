@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
@@ -450,5 +453,80 @@ func TestExportWithoutTempDir(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), missing) {
 		t.Fatalf("the log does not say why exports fail:\n%s", logs.String())
+	}
+}
+
+// TestExportsAtOnce: a node prepares one export of a user at a time, and two in all:
+// each holds a copy of someone's data on its disk until it is sent, so one user asking
+// again and again without waiting (or many at once) would fill it. What is refused is a
+// 429 saying so; the exports under way finish, and the next one is taken.
+func TestExportsAtOnce(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.node()
+	ctx := context.Background()
+	var users []*client
+	for i := range 4 {
+		c, _ := m.user(t, fmt.Sprintf("u%d", i), false)
+		c.createConversation(0)
+		users = append(users, c)
+	}
+	export := func(c *client) (int, string) {
+		req, _ := http.NewRequest("GET", c.base+"/api/v1/me/export", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	// Exports reach the runs of each conversation, and wait there while the test holds
+	// the table (on a connection of its own: the node's pool is small).
+	conn, err := pgx.Connect(ctx, env.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `lock table executions in access exclusive mode`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make(chan answer, 2)
+	for _, c := range users[:2] {
+		go func() {
+			status, body := export(c)
+			answers <- answer{status, body}
+		}()
+	}
+	eventually(t, 60*time.Second, "two exports under way", func() bool {
+		var n int
+		_ = conn.QueryRow(ctx, `select count(*) from pg_locks where not granted and relation = 'executions'::regclass`).Scan(&n)
+		return n == 2
+	})
+	for i, want := range map[int]string{0: "being prepared already", 2: "preparing 2 exports already"} {
+		if status, body := export(users[i]); status != 429 || !strings.Contains(body, want) {
+			t.Fatalf("u%d's export while two are under way: %d %s, want 429 saying %q", i, status, body, want)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := <-answers; a.status != 200 {
+			t.Fatalf("an export under way: %d %.300s", a.status, a.body)
+		}
+	}
+	if status, body := export(users[3]); status != 200 {
+		t.Fatalf("an export once the others are done: %d %.300s", status, body)
 	}
 }
