@@ -20,7 +20,8 @@ const module = "github.com/sandchat/sandchat"
 // only cmd wires adapters in. A package not listed may import none of the project.
 var layers = map[string][]string{
 	"":                               nil,
-	"sandbox":                        {"", "sandbox/internal/admit", "sandbox/internal/state", "sandbox/internal/pkgs", "sandbox/internal/proc"},
+	"sandbox":                        {"", "sandbox/internal/admit", "sandbox/internal/state", "sandbox/internal/pkgs", "sandbox/internal/proc", "sandbox/internal/session"},
+	"sandbox/internal/session":       {"", "sandbox/internal/pkgs", "sandbox/internal/proc", "sandbox/internal/state"},
 	"sandbox/internal/admit":         nil,
 	"sandbox/internal/proc":          {"", "sandbox/internal/pkgs", "sandbox/internal/state"},
 	"sandbox/internal/state":         nil,
@@ -28,6 +29,7 @@ var layers = map[string][]string{
 	"sandbox/internal/pkgs/pkgstest": nil,
 	"sandbox/redisstore":             {"", "sandbox/internal/state"},
 	"sandbox/pgcold":                 {"", "migrations/pgdb"},
+	"sandbox/prommetrics":            {"sandbox"},
 	"conversations":                  {""},
 	"toolkits":                       {"", "conversations", "sandbox", "toolkits/tables"},
 	"toolkits/tables":                nil,

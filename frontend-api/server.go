@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -18,8 +19,11 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -117,6 +121,11 @@ type Deps struct {
 	Messages      MessageStore
 	Tables        TablePreviewer // optional: without it previews are 503
 	Admin         AdminService
+	// Metrics, when set, is served at /metrics; main leaves it out when the metrics
+	// have a listener of their own (SANDCHAT_METRICS_ADDR).
+	Metrics http.Handler
+	// Tracer, when set, makes a span of each request (OpenTelemetry).
+	Tracer trace.Tracer
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -144,6 +153,8 @@ type Server struct {
 	messages      MessageStore
 	tables        TablePreviewer
 	admin         AdminService
+	metricsPage   http.Handler
+	tracer        trace.Tracer
 	// proxies are the trusted proxies' addresses (Config.TrustedProxies).
 	proxies []netip.Prefix
 	// exports bounds the exports the node prepares at once (sendExport).
@@ -205,10 +216,12 @@ func New(d Deps) (_ *Server, err error) {
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
 		users: d.Users, sessions: d.Sessions, logins: d.Logins, tickets: d.Tickets, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, admin: d.Admin,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, admin: d.Admin, metricsPage: d.Metrics, tracer: d.Tracer,
+	}
+	if s.tracer == nil {
+		s.tracer = noop.Tracer{}
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
-	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
 	if s.proxies, err = parseProxies(cfg.TrustedProxies); err != nil {
 		return nil, err
 	}
@@ -241,13 +254,15 @@ func (s *Server) App() *fiber.App { return s.app }
 
 func (s *Server) routes() {
 	app := s.app
+	app.Use(s.observe)
 	app.Use(recover.New(recover.Config{EnableStackTrace: true}))
-	app.Use(s.metrics.middleware)
 	app.Use(s.requestContext)
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
-	app.Get("/metrics", s.metrics.handler())
+	if s.metricsPage != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(s.metricsPage))
+	}
 	s.webRoutes()
 	// Before the group: they sign in, or say whether the cookie does.
 	app.Post("/api/v1/auth/login", s.login)
@@ -300,7 +315,7 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if p := c.Path(); strings.HasSuffix(p, "/sandbox/executions") || strings.HasSuffix(p, "/export") || strings.HasSuffix(p, "/erase") {
 		timeout = s.cfg.ExecutionTimeout
 	}
-	ctx, cancel := context.WithTimeout(s.base, timeout)
+	ctx, cancel := context.WithTimeout(c.UserContext(), timeout) // observe's: s.base's, with the request's id
 	defer cancel()
 	ctx, report := sandchat.WithRateReport(ctx)
 	c.SetUserContext(ctx)

@@ -299,7 +299,8 @@ func (s *Server) websocket() fiber.Handler {
 		}
 		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
-		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
+		// The socket outlives the upgrade's request, and keeps its id for its logs.
+		ctx, cancel := context.WithCancel(sandchat.WithUser(context.WithoutCancel(c.UserContext()), user))
 		cred, _ := c.Locals(localCredential).(sandchat.Credential)
 		cl := &client{hub: h, user: user, expires: cred.ExpiresAt,
 			ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}

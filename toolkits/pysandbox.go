@@ -12,6 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
@@ -21,18 +25,15 @@ import (
 type Engine interface {
 	// Config is the engine's configuration: its limits check a run before it is recorded.
 	Config() sandbox.Config
+	// Execute runs a run: its user's share of the node is waited for, and its /data
+	// asked for under the session's lease (sandbox.Request).
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
 	// StateBytes is what the sessions' saved states hold together; zero for one with none.
 	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
-	// AdmitUser waits until the user may start one more run (their share of the node);
-	// release ends it.
-	AdmitUser(ctx context.Context, user string) (release func(), err error)
 	// Forget deletes a session for good, in every tier, its live process included.
 	Forget(ctx context.Context, key string) error
-	// DataVersions is what the session's warm process holds of /data, or nil.
-	DataVersions(key string) map[string]string
 }
 
 // Peers reach the other nodes (redisbus.Bus).
@@ -92,9 +93,10 @@ type Sandbox struct {
 	MaxStateBytes int64
 	// Peers, when set, are told of each session deleted for good, as Node: a node that
 	// holds its live process closes it at once instead of when it falls idle.
-	Peers Peers
-	Node  string
-	Log   *slog.Logger
+	Peers  Peers
+	Node   string
+	Log    *slog.Logger
+	Tracer trace.Tracer // optional: a span for each run
 
 	background sync.WaitGroup
 	closing    atomic.Bool
@@ -102,6 +104,9 @@ type Sandbox struct {
 	cutOnce    sync.Once
 	cut        chan struct{}
 	cutClose   sync.Once
+
+	metricsOnce sync.Once
+	refusals    *prometheus.CounterVec // by what (metrics.go)
 }
 
 // Shutdown marks the server as stopping: a run the engine fails from now on was cut
@@ -154,6 +159,13 @@ func (s *Sandbox) Wait(ctx context.Context) {
 	case <-ctx.Done():
 		s.abandoned.Store(true)
 	}
+}
+
+func (s *Sandbox) tracer() trace.Tracer {
+	if s.Tracer == nil {
+		return noop.Tracer{}
+	}
+	return s.Tracer
 }
 
 func (s *Sandbox) log() *slog.Logger {

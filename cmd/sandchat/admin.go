@@ -55,7 +55,6 @@ func (m *Main) startLifecycle(bg context.Context, bus *redisbus.Bus) error {
 		return fmt.Errorf("SANDCHAT_RETENTION: %w", err)
 	}
 	m.Retention = r
-	m.HTTP.Registry().MustRegister(r.Collectors()...)
 	go r.Run(bg)
 	return nil
 }

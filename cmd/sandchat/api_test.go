@@ -701,7 +701,7 @@ func tcpState(t *testing.T, conn net.Conn) uint8 {
 // counterValue reads a counter from the node's metrics registry.
 func counterValue(t *testing.T, m *Main, name string) float64 {
 	t.Helper()
-	families, err := m.HTTP.Registry().Gather()
+	families, err := m.Metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,10 @@ import (
 // table: a flag and a SANDCHAT_* environment variable; the flag wins, then the variable,
 // then the default, and every default works on a developer machine.
 type Config struct {
-	Addr            string
+	Addr string
+	// MetricsAddr, when set, is a listener of its own for /metrics and pprof; the
+	// public address then serves neither.
+	MetricsAddr     string
 	DatabaseURL     string
 	RedisURL        string
 	RedisPrefix     string
@@ -168,6 +171,19 @@ var serveSettings = []setting{
 		into: text(func(c *Config) *string { return &c.Addr }), check: func(c *Config) error {
 			if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 				return fmt.Errorf("%q is not host:port", c.Addr)
+			}
+			return nil
+		}},
+	{env: "METRICS_ADDR", help: "a listener of its own (host:port) for /metrics and Go's profiler (/debug/pprof/); the public address then serves neither; default: /metrics on the public address, no profiler", serve: true,
+		into: text(func(c *Config) *string { return &c.MetricsAddr }), check: func(c *Config) error {
+			if c.MetricsAddr == "" {
+				return nil
+			}
+			if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+				return fmt.Errorf("%q is not host:port", c.MetricsAddr)
+			}
+			if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
+				return fmt.Errorf("%q is SANDCHAT_ADDR too: the metrics need an address of their own", c.MetricsAddr)
 			}
 			return nil
 		}},

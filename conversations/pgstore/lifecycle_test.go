@@ -56,7 +56,7 @@ func (b lifecycleBundle) say(t *testing.T, as context.Context, conv int64, text 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.FinishTurn(as, conversations.Fence{TurnID: turn.ID, Owner: "owner"}, conv, conversations.TurnCompleted, ""); err != nil {
+	if _, err := b.store.FinishTurn(as, conversations.Fence{TurnID: turn.ID, Owner: "owner"}, conv, conversations.TurnCompleted, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	return msg

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandchat/sandchat"
@@ -24,12 +25,20 @@ type Limiter struct {
 	prefix string
 	limits map[string]int
 	now    func() time.Time
+	// refused counts refusals by action (the names in limits, a bounded set).
+	refused *prometheus.CounterVec
 }
 
 // NewLimiter returns a limiter with per-minute limits by action name.
 func NewLimiter(rdb redis.UniversalClient, prefix string, perMinute map[string]int) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix, limits: perMinute, now: time.Now}
+	return &Limiter{rdb: rdb, prefix: prefix, limits: perMinute, now: time.Now,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandchat_rate_limited_total", Help: "Actions refused by a per-minute rate limit (429), by action: messages, executions, logins.",
+		}, []string{"action"})}
 }
+
+// Collectors are the limiter's metrics; main registers them.
+func (l *Limiter) Collectors() []prometheus.Collector { return []prometheus.Collector{l.refused} }
 
 // slidingLog keeps, per key, the times of the actions counted within the window (a
 // sorted set scored by milliseconds): the ones older than the window go, and a new one
@@ -87,6 +96,7 @@ func (l *Limiter) AllowKey(ctx context.Context, action, who string) error {
 	if counted == 1 {
 		return nil
 	}
+	l.refused.WithLabelValues(action).Inc()
 	retry := int(max((reset+time.Second-1)/time.Second, 1))
 	return &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: retry,
 		Message: "Rate limit: at most " + strconv.Itoa(limit) + " " + action + " per minute; retry in " + strconv.Itoa(retry) + " s."}

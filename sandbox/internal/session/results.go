@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 
 // shaper makes what a run returns and streams out of what its process sends: output cut
 // at its limit with a marker, artifacts and display items within theirs. The engine's
-// limits are Config's; this is where they shape results, so Config stays settings only.
+// limits are Env.Limits'; this is where they shape results.
 type shaper struct {
 	MaxOutput        int
 	MaxArtifacts     int
@@ -23,9 +23,10 @@ type shaper struct {
 	MaxDisplayBytes  int64
 }
 
-func shaperOf(c *Config) shaper {
-	return shaper{MaxOutput: c.MaxOutput, MaxArtifacts: c.MaxArtifacts, MaxArtifactBytes: c.MaxArtifactBytes,
-		MaxDisplays: c.MaxDisplays, MaxDisplayBytes: c.MaxDisplayBytes}
+func (env *Env) shaper() shaper {
+	l := &env.Limits
+	return shaper{MaxOutput: l.MaxOutput, MaxArtifacts: l.MaxArtifacts, MaxArtifactBytes: l.MaxArtifactBytes,
+		MaxDisplays: l.MaxDisplays, MaxDisplayBytes: l.MaxDisplayBytes}
 }
 
 // hooks sends a run's output and display items to req's callbacks and to what the

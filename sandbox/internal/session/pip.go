@@ -1,11 +1,10 @@
-package sandbox
+package session
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -20,26 +19,18 @@ import (
 
 const pipRequestTimeout = 2 * time.Minute
 
-// pipService answers sessions' package requests, and gives a session that comes back
-// the wheels it had installed.
-type pipService struct {
-	fetch *pkgs.Fetcher // nil unless packages come from a CDN or micropip is on
-	cfg   *Config       // the engine's
-	log   *slog.Logger
-}
-
 // pipServer answers the install requests of one run of a session; what they fetch is
 // part of the run's load.
 type pipServer struct {
-	*pipService
-	lv   *live
+	env  *Env
+	lv   *Session
 	ctx  context.Context
 	busy chan struct{}
 	run  *pkgs.Load
 }
 
-func (ps *pipService) server(ctx context.Context, lv *live, run *pkgs.Load) *pipServer {
-	return &pipServer{pipService: ps, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
+func (env *Env) pipServer(ctx context.Context, lv *Session, run *pkgs.Load) *pipServer {
+	return &pipServer{env: env, lv: lv, ctx: ctx, busy: make(chan struct{}, 1), run: run}
 }
 
 func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
@@ -56,15 +47,15 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		out.Error = "unreadable install request"
 		return out
 	}
-	if s.fetch == nil && req.Lock && len(req.Requirements) == 1 && pkgs.ValidName(req.Requirements[0]) {
+	if s.env.Packages == nil && req.Lock && len(req.Requirements) == 1 && pkgs.ValidName(req.Requirements[0]) {
 		// No fetcher: the session's Pyodide loads its distribution's packages from the
 		// package directory itself.
 		out.Lock = req.Requirements
 		return out
 	}
-	if s.fetch == nil || s.run == nil {
+	if s.env.Packages == nil || s.run == nil {
 		out.Error = "installing packages is turned off in this sandbox; the packages of its Pyodide distribution can still be imported"
-		if !s.cfg.PipOff {
+		if !s.env.Limits.PipOff {
 			out.Error = "installing packages is unavailable: the server's package cache could not be set up"
 		}
 		return out
@@ -73,7 +64,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 	ctx, cancel := context.WithTimeout(s.ctx, pipRequestTimeout)
 	defer cancel()
 	var lockNotes []string
-	plan, err := s.fetch.Install(ctx, s.run, req, have)
+	plan, err := s.env.Packages.Install(ctx, s.run, req, have)
 	if err == nil && len(plan.Lock) > 0 {
 		// Given to the run until it ends: the Worker loads them after this answer.
 		lockNotes = s.run.Ensure(ctx, "", plan.Lock)
@@ -97,7 +88,7 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 		err = &pkgs.Error{Msg: strings.Join(lockNotes, "; ")}
 	}
 	if err != nil {
-		out.Error = s.userError(ctx, "micropip install", err)
+		out.Error = s.env.pipError(ctx, "micropip install", err)
 		return out
 	}
 	s.lv.install(plan.Wheels)
@@ -108,21 +99,21 @@ func (s *pipServer) handle(seq int64, raw json.RawMessage) proc.PipDone {
 	return out
 }
 
-// userError is what a session is told of a package request that failed: a refusal as
+// pipError is what a session is told of a package request that failed: a refusal as
 // it is, anything else logged and said in general words.
-func (ps *pipService) userError(ctx context.Context, what string, err error) string {
+func (env *Env) pipError(ctx context.Context, what string, err error) string {
 	var pe *pkgs.Error
 	if errors.As(err, &pe) {
 		return pe.Msg
 	}
-	ps.log.ErrorContext(ctx, what, "err", err)
+	env.Log.ErrorContext(ctx, what, "err", err)
 	return "the install failed inside the sandbox engine"
 }
 
-// restore gives the wheels a saved session had installed (its record, raw) to the load
+// restorePip gives the wheels a saved session had installed (its record, raw) to the load
 // r: fetched again when evicted and checked against their recorded sha256. It returns
 // them as the process installs them, the record decoded, and what could not be restored.
-func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, key string, raw json.RawMessage) ([]proc.PipWheel, []pkgs.Wheel, []string) {
+func (env *Env) restorePip(ctx context.Context, r *pkgs.Load, key string, raw json.RawMessage) ([]proc.PipWheel, []pkgs.Wheel, []string) {
 	out := []proc.PipWheel{}
 	var wheels []pkgs.Wheel
 	if len(raw) == 0 {
@@ -130,17 +121,17 @@ func (ps *pipService) restore(ctx context.Context, r *pkgs.Load, key string, raw
 	}
 	if err := json.Unmarshal(raw, &wheels); err != nil {
 		// What did decode is restored and kept.
-		ps.log.Warn("session's micropip record does not decode", "session", key, "err", err)
+		env.Log.Warn("session's micropip record does not decode", "session", key, "err", err)
 	}
 	if len(wheels) == 0 {
 		return out, wheels, nil
 	}
-	if ps.fetch == nil {
+	if env.Packages == nil {
 		return out, wheels, []string{"[sandbox] packages installed with micropip are not restored: installing is turned off"}
 	}
 	var notes []string
 	for _, w := range wheels {
-		if err := ps.fetch.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
+		if err := env.Packages.FetchWheel(ctx, r, w, pkgs.MaxWheelBytes); err != nil {
 			notes = append(notes, fmt.Sprintf("[sandbox] installed package %s could not be restored: %v", w.Name, err))
 			continue
 		}

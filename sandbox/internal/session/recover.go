@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"context"
@@ -34,70 +34,52 @@ func (b *brokenState) Error() string {
 // checkCell is what the engine runs to tell whether a restored state can run code.
 const checkCell = "None"
 
-// attachOrReset is attach, resetting a session whose saved state cannot be restored: the
-// run goes on in a new one, told so first.
-func (e *Engine) attachOrReset(ctx context.Context, key string, req Request) (*attached, error) {
-	a, err := e.attach(ctx, key, req)
-	var broken *brokenState
-	if !errors.As(err, &broken) {
-		return a, err
-	}
-	if err := e.resetBroken(ctx, key, broken.why); err != nil {
-		return nil, err
-	}
-	broken.why = lastLine(broken.why)
-	if a, err = e.attach(ctx, key, req); err != nil {
-		return nil, err
-	}
-	a.info.Expired, a.info.ResetFrom = false, broken.version
-	a.notes = append([]string{resetNote(broken.version, "it could not be restored: "+broken.why)}, a.notes...)
-	return a, nil
-}
-
-// afterFailure is what follows a run whose interpreter failed in the session a brought
-// back (res says so): the run again, when its code never started; a check of the saved
-// state, when the failure may be that state's.
-func (e *Engine) afterFailure(ctx context.Context, key, token string, req Request, a *attached, res Result, failed *interpreterFailed, ctxErr error) (Result, error) {
+// afterFailure is what follows a run whose interpreter failed in the session as Open
+// (o) brought it back (res says so): the run again, when its code never started; a
+// check of the saved state, when the failure may be that state's.
+func (env *Env) afterFailure(ctx context.Context, key, token string, req Request, o *opened, res Result, failed *interpreterFailed, ctxErr error) (Result, error) {
 	if ctxErr != nil {
 		return res, ctxErr
 	}
-	if a.info.RestoredFrom == FromLive {
+	if o.info.RestoredFrom == FromLive {
 		if failed.started {
 			// The code may be what failed: the saved state is not suspect.
 			return res, ctxErr
 		}
 		// What failed is the process, left so by an earlier run (its JavaScript); the run
 		// goes on from the saved state.
-		again, err := e.attachOrReset(ctx, key, req)
+		again, err := Open(ctx, env, key, nil, req)
 		if err != nil {
 			return res, ctxErr
 		}
+		ao := again.takeOpened()
 		var retried *interpreterFailed
-		res, retried, ctxErr = e.runIn(ctx, key, token, req, again)
+		res, retried, ctxErr = again.runIn(ctx, token, req, ao)
 		if retried == nil || ctxErr != nil {
 			return res, ctxErr
 		}
-		a, failed = again, retried
+		o, failed = ao, retried
 	}
 	version := res.Session.Version
-	if version == 0 || a.info.ResetFrom > 0 {
+	if version == 0 || o.info.ResetFrom > 0 {
 		// Nothing saved to blame: a new session, or one this run reset already.
 		return res, ctxErr
 	}
-	why, broken := e.check(ctx, key)
+	why, broken := env.check(ctx, key)
 	if !broken {
 		return res, ctxErr
 	}
-	if err := e.resetBroken(ctx, key, why); err != nil {
+	if err := env.resetBroken(ctx, key, why); err != nil {
 		return res, ctxErr
 	}
 	note := resetNote(version, "it failed again once restored: "+why)
 	if !failed.started {
-		fresh, err := e.attach(ctx, key, req)
+		fresh, err := env.attach(ctx, key, nil, req)
 		if err == nil {
-			fresh.info.Expired, fresh.info.ResetFrom = false, version
-			fresh.notes = append([]string{note}, fresh.notes...)
-			res, _, ctxErr = e.runIn(ctx, key, token, req, fresh)
+			fo := fresh.takeOpened()
+			fo.info.Expired, fo.info.ResetFrom = false, version
+			fo.notes = append([]string{note}, fo.notes...)
+			res, _, ctxErr = fresh.runIn(ctx, token, req, fo)
 			return res, ctxErr
 		}
 	}
@@ -109,22 +91,23 @@ func (e *Engine) afterFailure(ctx context.Context, key, token string, req Reques
 // check restores key's saved state into a process of its own and runs checkCell in it:
 // broken when that fails. The process stays the session's when it answers. A check that
 // cannot be made (no room, the store unreachable) finds nothing broken.
-func (e *Engine) check(ctx context.Context, key string) (why string, broken bool) {
-	a, err := e.attach(ctx, key, Request{})
+func (env *Env) check(ctx context.Context, key string) (why string, broken bool) {
+	s, err := env.attach(ctx, key, nil, Request{})
 	var bs *brokenState
 	if errors.As(err, &bs) {
 		return bs.why, true
 	}
 	if err != nil {
-		e.log.Warn("sandbox: a failed session's saved state could not be checked", "session", key, "err", err)
+		env.Log.Warn("sandbox: a failed session's saved state could not be checked", "session", key, "err", err)
 		return "", false
 	}
-	p := a.lv.process()
+	s.takeOpened()
+	p := s.p
 	var o proc.Blobs
 	rep := p.Run(ctx, proc.RunReq{Op: "run", Code: checkCell, Filename: "<sandchat-check>", Data: []proc.DataFile{},
 		DataVersions: map[string]string{}, Preload: []string{}}, &o,
-		proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: e.cfg.Timeout, Grace: e.cfg.Grace}, proc.RunHooks{},
-		func() { e.sess.drop(key, a.lv, "the check of its saved state did not stop") })
+		proc.RunLimits{Load: env.Limits.RestoreTimeout, Timeout: env.Limits.Timeout, Grace: env.Limits.Grace}, proc.RunHooks{},
+		func() { s.drop("the check of its saved state did not stop") })
 	var r proc.RunReply
 	switch {
 	case rep.Stuck:
@@ -142,28 +125,25 @@ func (e *Engine) check(ctx context.Context, key string) (why string, broken bool
 			why += ": " + r.Error.Type + ": " + r.Error.Message
 		}
 	default:
-		e.res.release(a.lv)
+		s.release()
 		return "", false
 	}
 	if !rep.Stuck {
-		e.sess.drop(key, a.lv, "its saved state failed the check")
+		s.drop("its saved state failed the check")
 	}
-	e.log.Warn("sandbox: a session's saved state cannot run code; resetting it", "session", key, "why", why)
+	env.Log.Warn("sandbox: a session's saved state cannot run code; resetting it", "session", key, "why", why)
 	return clip(lastLine(why), 300), true
 }
 
 // resetBroken resets key, whose saved state cannot run, keeping it marked as a session
 // that had a state (its history is not replayed into the new one).
-func (e *Engine) resetBroken(ctx context.Context, key, why string) error {
-	ctx = context.WithoutCancel(ctx)
-	if err := e.st.Reset(ctx, key, true); err != nil {
-		e.log.Error("sandbox: reset of a session whose state cannot run", "session", key, "err", err)
+func (env *Env) resetBroken(ctx context.Context, key, why string) error {
+	if err := Reset(context.WithoutCancel(ctx), env, key, nil, true); err != nil {
+		env.Log.Error("sandbox: reset of a session whose state cannot run", "session", key, "err", err)
 		return err
 	}
-	if lv := e.sess.take(key); lv != nil {
-		lv.process().Close("reset: its saved state cannot run")
-	}
-	e.log.Warn("sandbox: session reset, its saved state cannot run", "session", key, "why", why)
+	env.Obs.SessionReset(ResetBroken)
+	env.Log.Warn("sandbox: session reset, its saved state cannot run", "session", key, "why", why)
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package sandbox
+package session
 
 import (
 	"regexp"
@@ -14,8 +14,8 @@ const maxPreload = 64
 
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}$`)
 
-// preloadCode is the preload as the import statements it stands for.
-func preloadCode(mods []string) string {
+// PreloadCode is the preload as the import statements it stands for.
+func PreloadCode(mods []string) string {
 	var b strings.Builder
 	for _, m := range mods {
 		b.WriteString("import " + m + "\n")
