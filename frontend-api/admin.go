@@ -238,6 +238,16 @@ func (s *Server) audit(c *fiber.Ctx) error {
 // problem answer rather than a cut archive, however large the data.
 func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	ctx := c.UserContext()
+	// A GET, but not a harmless one: it reads all of someone's data and an
+	// administrator's is recorded. A browser's cookie goes with a link another site's
+	// page follows (SameSite=Lax lets top-level navigations through), so that page could
+	// have an administrator's browser export anyone, on the record as their own act:
+	// signed in by a session, it must come from the server's own pages (or be typed in).
+	if _, bySession := c.Locals(localSession).(int64); bySession {
+		if err := s.checkOrigin(c, false); err != nil {
+			return err
+		}
+	}
 	end, err := s.exports.begin(userID)
 	if err != nil {
 		return err

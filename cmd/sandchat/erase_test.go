@@ -530,3 +530,46 @@ func TestExportsAtOnce(t *testing.T) {
 		t.Fatalf("an export once the others are done: %d %.300s", status, body)
 	}
 }
+
+// TestExportFromAnotherSite: another site's page cannot have a signed-in browser export
+// data by sending it to the export's address (a link, a redirect: the session's cookie
+// goes with a top-level navigation): nothing is read, and no export is put on an
+// administrator's record. Typed in the address bar, or from the server's own pages, it
+// works.
+func TestExportFromAnotherSite(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.node()
+	root, rootID := m.user(t, "root", true)
+	_, bobID := m.user(t, "bob", false)
+	_, _, browser := exchange(t, root.base, mintLink(root, rootID), nil)
+	bobs := fmt.Sprintf("/api/v1/admin/users/%d/export", bobID)
+	exports := func() int {
+		var audit []sandchat.AuditEntry
+		root.must(200, "GET", fmt.Sprintf("/api/v1/admin/audit?target_type=user&target_id=%d", bobID), nil, &audit)
+		n := 0
+		for _, e := range audit {
+			if e.Action == sandchat.ActionUserExport {
+				n++
+			}
+		}
+		return n
+	}
+	crossSite := map[string]string{"Origin": "", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+	for _, path := range []string{bobs, "/api/v1/me/export"} {
+		if resp, raw := browser.send("GET", path, nil, crossSite); resp.StatusCode != 403 {
+			t.Fatalf("GET %s from another site's page: %d %.200s, want 403", path, resp.StatusCode, raw)
+		}
+	}
+	if n := exports(); n != 0 {
+		t.Fatalf("another site's page put %d exports of bob on the admin's record", n)
+	}
+	for _, site := range []string{"none", "same-origin"} {
+		if resp, raw := browser.send("GET", bobs, nil, map[string]string{"Origin": "", "Sec-Fetch-Site": site}); resp.StatusCode != 200 {
+			t.Fatalf("GET %s with Sec-Fetch-Site %s: %d %.200s", bobs, site, resp.StatusCode, raw)
+		}
+	}
+	if n := exports(); n != 2 {
+		t.Fatalf("%d exports of bob on record, want the admin's 2", n)
+	}
+}
