@@ -87,10 +87,11 @@ func clientKey(a netip.Addr) string {
 }
 
 // forwardedAddr reads one entry of a forwarding header: an address, with or without a
-// port ("203.0.113.7", "203.0.113.7:5120", "[2001:db8::1]:443").
+// port ("203.0.113.7", "203.0.113.7:5120", "[2001:db8::1]:443"), an IPv6 address in
+// brackets or not ("[2001:db8::1]").
 func forwardedAddr(entry string) (netip.Addr, bool) {
 	entry = strings.TrimSpace(entry)
-	if a, err := netip.ParseAddr(entry); err == nil {
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(entry, "["), "]")); err == nil {
 		return a.Unmap(), true
 	}
 	if host, _, err := net.SplitHostPort(entry); err == nil {
