@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -571,5 +573,77 @@ func TestExportFromAnotherSite(t *testing.T) {
 	}
 	if n := exports(); n != 2 {
 		t.Fatalf("%d exports of bob on record, want the admin's 2", n)
+	}
+}
+
+// forgetRefused is the scripted engine, except that the Python state of one session
+// cannot be deleted (Redis unreachable at that moment), while refuse holds its key.
+type forgetRefused struct {
+	*scriptedEngine
+	refuse atomic.Value // string
+}
+
+func (e *forgetRefused) Forget(ctx context.Context, key string) error {
+	if r, _ := e.refuse.Load().(string); r == key {
+		return sandchat.Unavailable(sandchat.DepRedis, errors.New("injected: the session's state could not be deleted"))
+	}
+	return e.scriptedEngine.Forget(ctx, key)
+}
+
+// TestEraseStoppedIsRecorded: an erase that stops part way has deleted what it deleted
+// by then, for good: that is on the record at once, not only if and when the erase is
+// asked again (whose own record counts only what it did then).
+func TestEraseStoppedIsRecorded(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	engine := &forgetRefused{scriptedEngine: newScriptedEngine(env.rdb)}
+	engine.prefix = env.redisPrefix + "engine:"
+	m := env.node(func(_ *Config, m *Main) { m.SandboxEngine = engine })
+	var h sandbox.History = m.Store
+	engine.history.Store(&h)
+	root, _ := m.user(t, "root", true)
+	alice, aliceID := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	first, second := alice.createConversation(agent.ID), alice.createConversation(agent.ID)
+	for _, conv := range []int64{first, second} {
+		if r := alice.run(conv, "counter += 1"); r.Status != "success" {
+			t.Fatalf("%+v", r)
+		}
+	}
+	erasures := func() []map[string]any {
+		var audit []sandchat.AuditEntry
+		root.must(200, "GET", fmt.Sprintf("/api/v1/admin/audit?target_type=user&target_id=%d", aliceID), nil, &audit)
+		var out []map[string]any
+		for _, e := range audit {
+			if e.Action == sandchat.ActionUserErase {
+				var d map[string]any
+				_ = json.Unmarshal(e.Details, &d)
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	erase := fmt.Sprintf("/api/v1/admin/users/%d/erase", aliceID)
+	engine.refuse.Store(fmt.Sprintf("conv:%d", second))
+	root.unavailable(sandchat.DepRedis, "POST", erase, nil)
+	var left []int64
+	rows, _ := m.DB.Query(context.Background(), `select id from conversations where owner_id = $1 order by id`, aliceID)
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		left = append(left, id)
+	}
+	rows.Close()
+	if !slices.Equal(left, []int64{second}) {
+		t.Fatalf("alice's conversations after the erase stopped: %v, want only %d", left, second)
+	}
+	if got := erasures(); len(got) != 1 || got[0]["finished"] != false || got[0]["conversations_deleted"] != 1.0 ||
+		!strings.Contains(fmt.Sprint(got[0]["stopped_by"]), "Redis") {
+		t.Fatalf("the erase that stopped is recorded as %v, want what it deleted and why it stopped", got)
+	}
+	engine.refuse.Store("")
+	root.must(200, "POST", erase, nil, nil)
+	if got := erasures(); len(got) != 2 || got[0]["conversations_deleted"] != 1.0 || got[0]["finished"] != nil {
+		t.Fatalf("erasures on record %v, want the finished one, newest first, with what it deleted", got)
 	}
 }

@@ -160,12 +160,16 @@ type Erasure struct {
 // what they wrote in conversations of others is taken out (conversations/pgstore's
 // EraseAuthor), and the account with its agents, tokens, sessions and memberships is
 // deleted. An erase that fails part way leaves the account disabled and can be run
-// again: it goes on where it stopped.
-func (s *Service) Erase(ctx context.Context, id int64) (Erasure, error) {
-	var out Erasure
+// again: it goes on where it stopped. What one that stops did is recorded then.
+func (s *Service) Erase(ctx context.Context, id int64) (out Erasure, err error) {
 	if _, err := s.Disable(ctx, id); err != nil {
 		return out, err
 	}
+	defer func() {
+		if err != nil && (out.ConversationsDeleted > 0 || out.Erased != conversations.Erased{}) {
+			s.recordStopped(ctx, id, out, err)
+		}
+	}()
 	owner := sandchat.WithUser(ctx, &sandchat.User{ID: id})
 	convs, err := s.Data.OwnedConversations(ctx, id)
 	if err != nil {
@@ -194,6 +198,23 @@ func (s *Service) Erase(ctx context.Context, id int64) (Erasure, error) {
 	s.Log.InfoContext(ctx, "user erased", "user_id", id, "conversations", out.ConversationsDeleted, "agents", out.AgentsDeleted,
 		"messages_anonymized", out.Messages, "uploads_deleted", out.Uploads)
 	return out, nil
+}
+
+// stoppedErasure is the record of an erase that stopped part way.
+type stoppedErasure struct {
+	Erasure
+	Finished  bool   `json:"finished"`
+	StoppedBy string `json:"stopped_by"`
+}
+
+// recordStopped puts what an erase that stopped part way deleted on the record: the
+// conversations gone, the words taken out. Run again, the erase records only what it
+// does then; without this, what it did first would be on no record at all.
+func (s *Service) recordStopped(ctx context.Context, id int64, done Erasure, cause error) {
+	if err := s.Accounts.Record(ctx, sandchat.ActionUserErase, sandchat.AuditTargetUser, id,
+		stoppedErasure{Erasure: done, StoppedBy: sandchat.ErrorMessage(cause)}); err != nil {
+		s.Log.WarnContext(ctx, "record an erase that stopped part way", "user_id", id, "conversations_deleted", done.ConversationsDeleted, "err", err)
+	}
 }
 
 // deleteConversation is the owner's delete of a conversation (DELETE
