@@ -33,6 +33,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "sandbox package cache bound must be at least 16 MiB"},
 		{"retention below a day", "RETENTION", "1h", "SANDCHAT_RETENTION: 1h0m0s is out of range (24h0m0s to"},
 		{"retention neither off nor a duration", "RETENTION", "never", `SANDCHAT_RETENTION: "never" is not a positive duration`},
+		{"a proxy header whose entries are no addresses", "PROXY_HEADER", "forwarded", "SANDCHAT_PROXY_HEADER: the Forwarded header (RFC 7239) is not read"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
