@@ -75,9 +75,16 @@ func IsConnError(err error) bool {
 	}
 	var ne net.Error
 	var oe *net.OpError
-	switch {
-	case errors.As(err, &oe), errors.As(err, &ne):
+	if errors.As(err, &oe) {
 		return true
+	}
+	// A bare syscall.Errno is a net.Error too: a file's ENOENT or EACCES reached no server.
+	if errors.As(err, &ne) {
+		if _, errno := ne.(syscall.Errno); !errno {
+			return true
+		}
+	}
+	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true
