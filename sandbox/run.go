@@ -189,8 +189,8 @@ func (e *Engine) runIn(ctx context.Context, key, token string, req Request, a *a
 		return Result{}, nil, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := e.shape.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
-	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.Order = out.seen.order(len(notesPrefix(notes)))
+	out.disp.finish(&res, len(notesPrefix(notes)), r.DisplaysDropped)
 	nameImages(&res)
 	res.ExecutionMS = ms
 	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {

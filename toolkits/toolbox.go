@@ -196,8 +196,18 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 		OnDisplay: func(d sandchat.Display) {
 			// Output printed before the item goes out first, as the user saw it happen.
 			_ = out.Flush()
-			shown++
-			_ = b.turn.Emit(ctx, conversations.EventToolDisplay, merge(base, displayData(shown-1, d)))
+			// Items are numbered as the run's record will hold them: a clear takes away
+			// those before it, an update changes items already numbered.
+			index := shown
+			switch d.Kind {
+			case sandchat.DisplayClear:
+				shown, index = 0, 0
+			case sandchat.DisplayUpdate:
+				index = -1
+			default:
+				shown++
+			}
+			_ = b.turn.Emit(ctx, conversations.EventToolDisplay, merge(base, displayData(index, d)))
 		},
 	})
 	_ = out.Flush()
