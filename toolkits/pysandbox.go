@@ -33,6 +33,8 @@ type Engine interface {
 	Forget(ctx context.Context, key string) error
 	// DataVersions is what the session's warm process holds of /data, or nil.
 	DataVersions(key string) map[string]string
+	// Loadable tells whether a session could load a package of the distribution now.
+	Loadable(ctx context.Context, name string) bool
 }
 
 // ExecutionStore records runs with their artifacts and hands the conversation's
@@ -107,6 +109,11 @@ func (s *Sandbox) CutOff() { s.cutClose.Do(func() { close(s.cutCh()) }) }
 func (s *Sandbox) cutCh() chan struct{} {
 	s.cutOnce.Do(func() { s.cut = make(chan struct{}) })
 	return s.cut
+}
+
+// loadable tells whether this deployment's sessions could load package name now.
+func (s *Sandbox) loadable(ctx context.Context, name string) bool {
+	return s != nil && s.Engine != nil && s.Engine.Loadable(ctx, name)
 }
 
 // SessionKey is the interpreter a run uses: the conversation's, or with per-agent

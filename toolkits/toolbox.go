@@ -163,7 +163,7 @@ func (b *Toolbox) Call(ctx context.Context, call ToolCall) string {
 		if b.turn.Vetoed(ctx, DataAnalysis) {
 			return Refuse("The user switched Data analysis off for this conversation during this turn; do not call it again.")
 		}
-		return b.tools.data.call(ctx, b.caller.ConversationID, call, b.python)
+		return b.tools.data.call(ctx, b.caller.ConversationID, call, b.python, b.python && b.tools.sandbox.loadable(ctx, "pandas"))
 	case call.Name == DelegateTool && b.swarm != nil:
 		return b.delegate(ctx, call)
 	}

@@ -411,6 +411,9 @@ func (e *scriptedEngine) Config() sandbox.Config { return sandbox.DefaultConfig(
 // DataVersions: the scripted engine keeps no /data, so every run gets every upload.
 func (e *scriptedEngine) DataVersions(string) map[string]string { return nil }
 
+// Loadable: the scripted engine loads no packages.
+func (e *scriptedEngine) Loadable(context.Context, string) bool { return false }
+
 var _ toolkits.Engine = (*scriptedEngine)(nil)
 
 // faultEnv is one Postgres cluster, one Redis and the scripted engine the fault cases
