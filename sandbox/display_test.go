@@ -178,7 +178,9 @@ func TestDisplay(t *testing.T) {
 // against the bounds afresh; the caller hears of each as it comes, within a bound.
 func TestDisplaysFold(t *testing.T) {
 	t.Parallel()
-	html := func(s string) string { return `{"data": {"text/html": "` + s + `", "text/plain": "t"}, "metadata": {}}` }
+	html := func(s string) string {
+		return `{"data": {"text/html": "` + s + `", "text/plain": "t"}, "metadata": {}}`
+	}
 	withID := func(s, id string) string {
 		return `{"data": {"text/html": "` + s + `", "text/plain": "t"}, "metadata": {}, "transient": {"display_id": "` + id + `"}}`
 	}
