@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # sandchat with its Python sandbox (Deno + Pyodide).
-#   docker build -t sandchat .            # or: docker compose up --build (Postgres + Redis too)
+#   docker build --build-arg VERSION=$(git describe --tags --match 'v[0-9]*' --always --dirty) -t sandchat .
+#   (or: docker compose up --build, Postgres + Redis too; SANDCHAT_VERSION gives the version)
 # The image needs Postgres and Redis: SANDCHAT_DATABASE_URL, SANDCHAT_REDIS_URL.
 
 # --- 1. the Go binary -------------------------------------------------------------------
@@ -9,10 +10,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# What `sandchat --version` and sandchat_build_info report (.git stays out of the context).
+ARG VERSION=devel
 # No cgo anywhere in the tree: a static binary that runs on any base image.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/sandchat ./cmd/sandchat
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sandchat ./cmd/sandchat
 
 # --- 2. the sandbox runtime: the Deno and Pyodide pinned by the lock file -----------------
 FROM node:20-bookworm-slim AS runtime

@@ -5,13 +5,17 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-e2e test-race test-cgroup2 services build vet bench
+.PHONY: run test test-e2e test-race test-cgroup2 services build vet rules bench soak
 
 services:
 	@./.ci/services
 
+## VERSION is what `sandchat --version` and sandchat_build_info say: the nearest release tag (v…) and
+## the commits since (or the commit alone), -dirty when the work tree has changes.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo devel)
+
 build:
-	$(GO) build -o bin/sandchat ./cmd/sandchat
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/sandchat ./cmd/sandchat
 
 ## run: the server with its defaults on http://127.0.0.1:8080, printing a one-time sign-in link
 ## for the admin and an admin API token.
@@ -23,11 +27,18 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
+## rules: the shipped Prometheus alerts pass promtool's checks and their own tests
+## (promtool comes with Debian's prometheus package, which .ci/services installs).
+rules:
+	@command -v promtool >/dev/null || { echo "promtool is missing: ./.ci/services installs it (Debian's prometheus package)" >&2; exit 1; }
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+
 ## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in three parts
 ## run at once by .ci/test (each spends most of its time waiting on processes): test-e2e,
 ## test-race and test-cgroup2 (where its VM is present; always in CI).
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
-test: services vet
+test: services vet rules
 	@./.ci/test
 
 ## test-e2e: every package outside RACE_PKGS (cmd/sandchat: end-to-end and browser tests that
@@ -48,3 +59,10 @@ test-cgroup2: services
 ## bench: the sandbox engine's figures (see docs/sandbox.md).
 bench: services build
 	./bin/sandchat bench
+
+## soak: TestSoak for SOAK (10m by default): two nodes on one database and Redis, one killed
+## and started again, cells cancelled while their sessions restore; every cell checked
+## against its record (nothing lost, nothing applied twice).
+SOAK ?= 10m
+soak: services
+	SANDCHAT_SOAK=$(SOAK) $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/sandchat

@@ -27,6 +27,9 @@ type SessionService interface {
 	ExchangeLoginLink(ctx context.Context, secret string, ttl time.Duration) (*Session, error)
 	// Session returns the live session a cookie's secret names, or EUNAUTHORIZED.
 	Session(ctx context.Context, secret string) (*Session, error)
+	// SessionByHash is Session for the secret whose SecretHash is hash: how a ticket
+	// checks that the session that made it is still live.
+	SessionByHash(ctx context.Context, hash []byte) (*Session, error)
 	// EndSession deletes a session: its cookie no longer signs anyone in.
 	EndSession(ctx context.Context, id int64) error
 }

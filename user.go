@@ -48,4 +48,10 @@ type UserService interface {
 	CreateUser(ctx context.Context, name string, admin bool) (*User, string, error)
 	// Authenticate returns the user a token belongs to, or EUNAUTHORIZED.
 	Authenticate(ctx context.Context, token string) (*User, error)
+	// AuthenticateHash is Authenticate for the token whose SecretHash is hash, with the
+	// credential the token is (its id and expiry): how every request signed in by a
+	// token is checked, and how a ticket checks that the token that made it still signs
+	// its user in. A revoked or expired token, and any token of a disabled account, is
+	// EUNAUTHORIZED.
+	AuthenticateHash(ctx context.Context, hash []byte) (*User, Credential, error)
 }

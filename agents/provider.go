@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 
+	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -45,7 +46,12 @@ type CompletionRequest struct {
 type Completion struct {
 	Content   string
 	ToolCalls []ToolCall
+	// Usage is what the step cost, as the endpoint reported it; nil when it did not.
+	Usage *Usage
 }
+
+// Usage is what model calls cost in tokens; a turn keeps their sum.
+type Usage = conversations.Usage
 
 // Provider is an LLM behind one interface. Complete runs one step; onDelta receives
 // text tokens as they stream (it may be called zero times by a provider that does not

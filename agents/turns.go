@@ -16,6 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/toolkits"
@@ -41,7 +47,7 @@ type TurnStore interface {
 	// turn no longer runs for f.Owner.
 	AddMessage(ctx context.Context, f conversations.Fence, m conversations.Message) (conversations.Message, conversations.Event, error)
 	Emit(ctx context.Context, f conversations.Fence, convID int64, typ string, agentPath []string, data any) (conversations.Event, error)
-	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error)
+	FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string, usage *conversations.Usage) (*conversations.Event, error)
 	StartHandoff(ctx context.Context, f conversations.Fence, convID, from, to int64, path []string, task string) (int64, conversations.Event, error)
 	FinishHandoff(ctx context.Context, f conversations.Fence, convID, id int64, path []string, status, result string) (conversations.Event, error)
 	// Heartbeat renews this node's turns and returns the ones it no longer runs and
@@ -90,6 +96,7 @@ type RunnerDeps struct {
 	Cancels   CancelBus
 	Limiter   toolkits.Limiter // optional: no rate limit on messages without it
 	Log       *slog.Logger
+	Tracer    trace.Tracer // optional: a span for each turn and each tool call
 	NodeID    string
 	MaxSteps  int // model calls per agent per turn (12)
 	MaxDepth  int // nesting of delegations (3)
@@ -117,6 +124,7 @@ type Runner struct {
 	cancels     CancelBus
 	limiter     toolkits.Limiter
 	log         *slog.Logger
+	tracer      trace.Tracer
 	nodeID      string
 	maxSteps    int
 	maxDepth    int
@@ -126,6 +134,9 @@ type Runner struct {
 	quietAfter  time.Duration
 	writeRetry  time.Duration
 	finishRetry time.Duration
+
+	// turns counts the turns this node ended, by status.
+	turns *prometheus.CounterVec
 
 	mu       sync.Mutex
 	running  map[int64]*activeTurn
@@ -156,14 +167,20 @@ func NewRunner(d RunnerDeps) (*Runner, error) {
 	r := &Runner{
 		store: d.Store, agents: d.Agents, catalogue: d.Catalogue, tools: d.Tools,
 		providers: d.Providers, events: d.Events, cancels: d.Cancels, limiter: d.Limiter,
-		log: d.Log, nodeID: d.NodeID, nodes: d.Nodes,
+		log: d.Log, tracer: cmp.Or[trace.Tracer](d.Tracer, noop.Tracer{}), nodeID: d.NodeID, nodes: d.Nodes,
 		maxSteps: cmp.Or(d.MaxSteps, 12), maxDepth: cmp.Or(d.MaxDepth, 3),
 		staleAfter: positive(d.StaleAfter, 30*time.Second), nodeTTL: positive(d.NodeTTL, 3*time.Second),
 		writeRetry: positive(d.WriteRetry, 15*time.Second), finishRetry: positive(d.FinishRetry, 10*time.Minute),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandchat_turns_total", Help: "Assistant turns ended on this node, by status: completed, failed, cancelled.",
+		}, []string{"status"}),
 	}
 	r.quietAfter = min(positive(d.QuietAfter, r.nodeTTL+time.Second), r.staleAfter)
 	return r, nil
 }
+
+// Collectors are the turn runner's metrics; main registers them.
+func (r *Runner) Collectors() []prometheus.Collector { return []prometheus.Collector{r.turns} }
 
 func positive(d, def time.Duration) time.Duration {
 	if d <= 0 {
@@ -282,7 +299,10 @@ func (r *Runner) launch(ctx context.Context, t *turnRun, evs []conversations.Eve
 	for _, ev := range evs {
 		r.publish(ctx, ev)
 	}
-	tctx, cancel := context.WithCancelCause(sandchat.WithUser(context.Background(), sandchat.UserFromContext(ctx)))
+	// The turn outlives its request, and keeps its id and its trace: its log lines and
+	// spans are the request's.
+	bg := trace.ContextWithSpanContext(sandchat.WithRequestID(context.Background(), sandchat.RequestID(ctx)), trace.SpanContextFromContext(ctx))
+	tctx, cancel := context.WithCancelCause(sandchat.WithUser(bg, sandchat.UserFromContext(ctx)))
 	t.cancel = cancel
 	r.mu.Lock()
 	if r.running == nil {
@@ -323,7 +343,7 @@ func (r *Runner) Cancel(ctx context.Context, convID, turnID int64) error {
 	pctx, cancel := context.WithTimeout(ctx, cancelPublishTimeout)
 	defer cancel()
 	if err := r.cancels.PublishCancel(pctx, turnID); err != nil {
-		r.log.Warn("publish cancel; the runner's heartbeat will see it", "turn_id", turnID, "err", err)
+		r.log.WarnContext(ctx, "publish cancel; the runner's heartbeat will see it", "turn_id", turnID, "err", err)
 	}
 	return nil
 }
@@ -346,7 +366,7 @@ func (r *Runner) CancelLocal(turnID int64) bool {
 
 func (r *Runner) publish(ctx context.Context, ev conversations.Event) {
 	if err := r.events.PublishConversation(context.WithoutCancel(ctx), ev); err != nil {
-		r.log.Warn("publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
+		r.log.WarnContext(ctx, "publish event", "type", ev.Type, "conversation_id", ev.ConversationID, "err", err)
 	}
 }
 
@@ -389,15 +409,23 @@ func (r *Runner) worthRetrying(err error) bool {
 
 func (r *Runner) run(ctx context.Context, t *turnRun) {
 	defer r.finished.Done()
+	ctx, span := r.tracer.Start(ctx, "turn", trace.WithAttributes(attribute.Int64("sandchat.turn_id", t.turnID),
+		attribute.Int64("sandchat.conversation_id", t.convID)))
 	status, errText := conversations.TurnCompleted, ""
 	defer func() {
+		defer span.End()
 		if p := recover(); p != nil {
-			r.log.Error("turn panicked", "turn_id", t.turnID, "panic", p)
+			r.log.ErrorContext(ctx, "turn panicked", "turn_id", t.turnID, "panic", p)
 			status, errText = conversations.TurnFailed, "internal error"
 		}
 		// The turn stays in running (and renewed) until its end is stored, so no other
 		// node fails it with a wrong reason meanwhile.
 		if status != "" {
+			r.turns.WithLabelValues(status).Inc()
+			span.SetAttributes(attribute.String("sandchat.turn_status", status))
+			if status == conversations.TurnFailed {
+				span.SetStatus(codes.Error, errText)
+			}
 			r.finish(ctx, t, status, errText)
 		}
 		r.mu.Lock()
@@ -407,7 +435,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	err := t.turn(ctx)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errFenced) || errors.Is(err, conversations.ErrFenced):
-		r.log.Warn("turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
+		r.log.WarnContext(ctx, "turn ended elsewhere; this runner stopped", "turn_id", t.turnID)
 		status = ""
 	case err == nil:
 	case errors.Is(cause, errCancelled):
@@ -417,7 +445,7 @@ func (r *Runner) run(ctx context.Context, t *turnRun) {
 	default:
 		status, errText = conversations.TurnFailed, sandchat.ErrorMessage(err)
 		if sandchat.ErrorCode(err) == sandchat.EINTERNAL {
-			r.log.Error("turn failed", "turn_id", t.turnID, "err", err)
+			r.log.ErrorContext(ctx, "turn failed", "turn_id", t.turnID, "err", err)
 		}
 	}
 }
@@ -428,16 +456,16 @@ func (r *Runner) finish(ctx context.Context, t *turnRun, status, errText string)
 	ctx = context.WithoutCancel(ctx)
 	var ev *conversations.Event
 	err := r.backoff(r.finishRetry).Retry(ctx, func() (err error) {
-		ev, err = r.store.FinishTurn(ctx, t.fence, t.convID, status, errText)
+		ev, err = r.store.FinishTurn(ctx, t.fence, t.convID, status, errText, t.used())
 		return err
 	}, r.worthRetrying)
 	switch {
 	case err == nil:
 		r.publish(ctx, *ev)
 	case errors.Is(err, conversations.ErrFenced):
-		r.log.Warn("turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
+		r.log.WarnContext(ctx, "turn ended elsewhere before this runner could end it", "turn_id", t.turnID)
 	default:
-		r.log.Error("finish turn", "turn_id", t.turnID, "err", err)
+		r.log.ErrorContext(ctx, "finish turn", "turn_id", t.turnID, "err", err)
 	}
 }
 
@@ -481,6 +509,34 @@ type turnRun struct {
 	cancel context.CancelCauseFunc
 	// retry: the turn answers the latest user message again (Runner.Retry).
 	retry bool
+
+	mu    sync.Mutex
+	usage *Usage // the sum of what its model calls reported; guarded by mu
+}
+
+// addUsage adds what one model call reported to the turn's tokens.
+func (t *turnRun) addUsage(u *Usage) {
+	if u == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.usage == nil {
+		t.usage = &Usage{}
+	}
+	t.usage.PromptTokens += u.PromptTokens
+	t.usage.CompletionTokens += u.CompletionTokens
+}
+
+// used is the turn's tokens so far; nil when no model reported any.
+func (t *turnRun) used() *Usage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.usage == nil {
+		return nil
+	}
+	u := *t.usage
+	return &u
 }
 
 // agentLoop lets one agent answer: call the model, run the tools it asks for, feed the
@@ -519,6 +575,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		req.Messages = append(req.Messages, msgs...)
 		deltas := t.stream(ctx, conversations.EventMessageDelta, path, map[string]any{"turn_id": t.turnID, "step": step})
 		comp, err := provider.Complete(ctx, req, deltas.add)
+		t.addUsage(comp.Usage)
 		if ferr := deltas.Flush(); ferr != nil && err == nil {
 			err = ferr
 		}
@@ -551,7 +608,7 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		// The context a child sees: the conversation so far, without this pending call.
 		at.before = msgs[:len(msgs)-1]
 		for _, call := range comp.ToolCalls {
-			content := box.Call(ctx, call)
+			content := t.call(ctx, box, call)
 			if err := ctx.Err(); err != nil {
 				return "", context.Cause(ctx)
 			}
@@ -571,6 +628,13 @@ func (t *turnRun) agentLoop(ctx context.Context, agent *Agent, path []string, ms
 		}
 	}
 	return "", sandchat.Errorf(sandchat.EUNAVAILABLE, "The agent %s did not finish within %d steps.", agent.Name, r.maxSteps)
+}
+
+// call runs one tool call of the model, in a span of its own.
+func (t *turnRun) call(ctx context.Context, box *toolkits.Toolbox, call ToolCall) string {
+	ctx, span := t.r.tracer.Start(ctx, "tool "+call.Name, trace.WithAttributes(attribute.String("sandchat.tool", call.Name)))
+	defer span.End()
+	return box.Call(ctx, call)
 }
 
 // systemPrompt is the agent's own prompt followed by what the model must know of the

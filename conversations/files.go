@@ -3,6 +3,7 @@ package conversations
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -22,6 +23,11 @@ const (
 	MaxConversationBytes = 64 << 20
 	DefaultQuota         = 256 << 20
 )
+
+// ErrOverQuota is in the chain of a write refused because the conversation's storage
+// is full (its quota, or the total its uploads may take), beside the error that says
+// so to the caller with the sizes.
+var ErrOverQuota = errors.New("the conversation's storage quota is full")
 
 // UploadTooLarge is the refusal of one file over MaxUploadBytes, with both sizes.
 func UploadTooLarge(name string, size int64) error {

@@ -40,6 +40,15 @@ type Turn struct {
 	// client that opens the conversation mid-turn subscribes with since StartedSeq-1 to
 	// get the whole turn so far (output printed before it came included), then live.
 	StartedSeq *int64 `json:"started_seq,omitempty"`
+	// Usage is the LLM tokens the turn used, summed over its model calls; absent when
+	// no model reported any (the builtin model, an endpoint that does not).
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is what model calls cost in tokens, as their endpoint reported it.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 }
 
 // Turn statuses.

@@ -39,6 +39,9 @@ type Hub struct {
 	metrics *hubMetrics
 	ps      *redis.PubSub
 	done    chan struct{}
+	// closing ends the linger of sockets dropped as slow (CloseAll).
+	closing   chan struct{}
+	closeOnce sync.Once
 
 	subMu    sync.Mutex // serializes SUBSCRIBE/UNSUBSCRIBE with the map changes they follow
 	mu       sync.RWMutex
@@ -60,6 +63,7 @@ func NewHub(bus Bus, events EventSource, cfg WSConfig, log *slog.Logger) *Hub {
 		bus: bus, events: events, cfg: cfg.withDefaults(), log: log, metrics: newHubMetrics(),
 		ps:       bus.PubSub(context.Background()),
 		done:     make(chan struct{}),
+		closing:  make(chan struct{}),
 		channels: map[string]*channel{},
 		clients:  map[*client]struct{}{},
 	}
@@ -107,8 +111,10 @@ func (h *Hub) deliver(name string, payload []byte) {
 		ConversationID int64  `json:"conversation_id"`
 		Seq            int64  `json:"seq"`
 		Data           struct {
-			ConversationID int64 `json:"conversation_id"`
-			SessionID      int64 `json:"session_id"`
+			ConversationID int64  `json:"conversation_id"`
+			SessionID      int64  `json:"session_id"`
+			TokenID        int64  `json:"token_id"`
+			Reason         string `json:"reason"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(payload, &head); err != nil {
@@ -132,6 +138,14 @@ func (h *Hub) deliver(name string, payload []byte) {
 		for cl := range c.clients {
 			if cl.session != 0 && cl.session == head.Data.SessionID {
 				cl.shutdown(closeSignedOut, "signed out")
+			}
+		}
+		return
+	}
+	if head.Type == EventCredentialsRevoked && c.convID == 0 {
+		for cl := range c.clients {
+			if cl.signedInBy(head.Data.TokenID, head.Data.SessionID) {
+				cl.shutdown(closeSignedOut, head.Data.Reason)
 			}
 		}
 		return
@@ -239,11 +253,11 @@ func (h *Hub) add(cl *client) {
 	h.mu.Unlock()
 }
 
+// remove takes cl out of the hub; the socket's goroutine ends (h.running) after.
 func (h *Hub) remove(cl *client) {
 	h.mu.Lock()
 	delete(h.clients, cl)
 	h.mu.Unlock()
-	h.running.Done()
 }
 
 // Wait returns when every socket has finished, or when ctx ends.
@@ -261,6 +275,7 @@ func (h *Hub) Wait(ctx context.Context) {
 
 // CloseAll tells every client to reconnect (to another node, during a deploy).
 func (h *Hub) CloseAll() {
+	h.closeOnce.Do(func() { close(h.closing) })
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for cl := range h.clients {

@@ -5,20 +5,21 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics lives in a registry of its own, so several servers in one test process do
-// not collide, and other packages register their collectors on it.
+// metrics are the HTTP layer's collectors. They are registered by main, with every
+// other part's, in the process's registry (a registry per process, so several servers
+// in one test process do not collide).
 type metrics struct {
-	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
+
+// DurationBuckets reach 300 s, the longest a sandbox run may take, so that a slow run's
+// request is measured instead of falling past the last bucket.
+var DurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // hubMetrics are the hub's collectors; main registers them with Server.Registry.
 type hubMetrics struct {
@@ -47,58 +48,46 @@ func (h *Hub) Collectors() []prometheus.Collector {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
+	return &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandchat_http_requests_total", Help: "HTTP requests by route and status.",
 		}, []string{"method", "route", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sandchat_http_request_duration_seconds", Help: "HTTP request latency by route.",
-			Buckets: prometheus.DefBuckets,
+			Buckets: DurationBuckets,
 		}, []string{"method", "route"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }
 
-// Registry is where other parts of the process add their collectors.
-func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+// Collectors are the HTTP layer's metrics; main registers them with the hub's.
+func (s *Server) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.metrics.requests, s.metrics.duration}
+}
 
-func (m *metrics) middleware(c *fiber.Ctx) error {
-	start := time.Now()
-	err := c.Next()
-	status := c.Response().StatusCode()
-	if err != nil {
-		// The error handler has not run yet; count what it will most likely answer.
-		if fe, ok := err.(*fiber.Error); ok {
-			status = fe.Code
-		} else {
-			status = codeStatus[codeOf(lastResort(c, err))]
-		}
-	}
-	// Labels outlive the request: Prometheus keeps them as map keys. Fiber's strings
-	// are views into fasthttp's reused buffers, so each is copied, and what a client
-	// chooses freely (path, method) is bounded so it cannot blow up the series count.
-	route := "unmatched"
+// count records one answered request.
+func (m *metrics) count(method, route string, status int, took time.Duration) {
+	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(method, route).Observe(took.Seconds())
+}
+
+// labels are a request's method and route as metrics and logs name them. Labels
+// outlive the request: Prometheus keeps them as map keys. Fiber's strings are views
+// into fasthttp's reused buffers, so each is copied, and what a client chooses freely
+// (path, method) is bounded so it cannot blow up the series count.
+func labels(c *fiber.Ctx) (method, route string) {
+	route = "unmatched"
 	if c.Locals(localUnmatched) == nil {
 		route = utils.CopyString(c.Route().Path)
 	}
-	method := "OTHER"
+	method = "OTHER"
 	switch c.Method() {
 	case fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
 		fiber.MethodDelete, fiber.MethodOptions:
 		method = utils.CopyString(c.Method())
 	}
-	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-	m.duration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
-	return err
+	return method, route
 }
 
 // localUnmatched is set by the catch-all handler, whose route would otherwise label
 // every unknown path alike with "/" and hide that it matched nothing.
 const localUnmatched = "sandchat.unmatched"
-
-func (m *metrics) handler() fiber.Handler {
-	return adaptor.HTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-}

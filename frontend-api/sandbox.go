@@ -34,6 +34,12 @@ type FileStore interface {
 
 func (s *Server) sandboxRoutes(v1 fiber.Router) {
 	v1.Get("/sandbox/status", func(c *fiber.Ctx) error {
+		// The engine's paths on this node and every session's figures are the
+		// operator's; a member sees their own conversation's session.
+		if sandchat.RequireAdmin(c.UserContext()) != nil {
+			return sandchat.Errorf(sandchat.EFORBIDDEN, "Only administrators see the sandbox engine's status; "+
+				"a conversation's own Python session is at GET /api/v1/conversations/{id}/sandbox/session.")
+		}
 		if s.sandboxStatus == nil {
 			return c.JSON(sandbox.Status{Reason: "The sandbox engine is not configured."})
 		}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -17,8 +19,11 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -54,6 +59,11 @@ type Config struct {
 	ExecutionTimeout time.Duration
 	BodyLimit        int
 	WS               WSConfig
+	// TrustedProxies are the addresses (IPs or CIDR ranges) of the proxies in front of
+	// the server: only their ProxyHeader (X-Forwarded-For unless set) and
+	// X-Forwarded-Proto are believed. None: the peer is the client.
+	TrustedProxies []string
+	ProxyHeader    string
 }
 
 // ToolSettings reads and changes a conversation's internal tools (toolkits.Service).
@@ -96,6 +106,7 @@ type Deps struct {
 	Users         sandchat.UserService
 	Sessions      sandchat.SessionService
 	Logins        LoginLimiter // optional: without it sign-ins are not counted
+	Tickets       sandchat.TicketService
 	Agents        agents.Service
 	Conversations conversations.Service
 	Tools         ToolSettings
@@ -109,6 +120,12 @@ type Deps struct {
 	Turns         TurnService
 	Messages      MessageStore
 	Tables        TablePreviewer // optional: without it previews are 503
+	Admin         AdminService
+	// Metrics, when set, is served at /metrics; main leaves it out when the metrics
+	// have a listener of their own (SANDCHAT_METRICS_ADDR).
+	Metrics http.Handler
+	// Tracer, when set, makes a span of each request (OpenTelemetry).
+	Tracer trace.Tracer
 }
 
 // Server is the Fiber app with everything its handlers call.
@@ -121,6 +138,7 @@ type Server struct {
 	users         sandchat.UserService
 	sessions      sandchat.SessionService
 	logins        LoginLimiter
+	tickets       sandchat.TicketService
 	agents        agents.Service
 	conversations conversations.Service
 	tools         ToolSettings
@@ -134,6 +152,11 @@ type Server struct {
 	turns         TurnService
 	messages      MessageStore
 	tables        TablePreviewer
+	admin         AdminService
+	metricsPage   http.Handler
+	tracer        trace.Tracer
+	// proxies are the trusted proxies' addresses (Config.TrustedProxies).
+	proxies []netip.Prefix
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.
@@ -152,12 +175,13 @@ var shutdownProblem = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2
 const headerTimeout = 5 * time.Second
 
 // New builds the app with its routes, refusing deps that lack a required service.
-func New(d Deps) (*Server, error) {
+func New(d Deps) (_ *Server, err error) {
 	var missing []string
 	for name, ok := range map[string]bool{
-		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
+		"Log": d.Log != nil, "Users": d.Users != nil, "Sessions": d.Sessions != nil, "Tickets": d.Tickets != nil, "Agents": d.Agents != nil, "Conversations": d.Conversations != nil,
 		"Tools": d.Tools != nil, "Catalogue": d.Catalogue != nil, "Events": d.Events != nil, "Hub": d.Hub != nil,
 		"Sandbox": d.Sandbox != nil, "Files": d.Files != nil, "Turns": d.Turns != nil, "Messages": d.Messages != nil,
+		"Admin": d.Admin != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -183,14 +207,22 @@ func New(d Deps) (*Server, error) {
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
+	if cfg.ProxyHeader == "" {
+		cfg.ProxyHeader = fiber.HeaderXForwardedFor
+	}
 	s := &Server{
 		cfg: cfg, log: d.Log, metrics: newMetrics(),
-		users: d.Users, sessions: d.Sessions, logins: d.Logins, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
+		users: d.Users, sessions: d.Sessions, logins: d.Logins, tickets: d.Tickets, agents: d.Agents, conversations: d.Conversations, tools: d.Tools, catalogue: d.Catalogue,
 		events: d.Events, hub: d.Hub, ready: d.Ready, sandbox: d.Sandbox, sandboxStatus: d.SandboxStatus,
-		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables,
+		files: d.Files, turns: d.Turns, messages: d.Messages, tables: d.Tables, admin: d.Admin, metricsPage: d.Metrics, tracer: d.Tracer,
+	}
+	if s.tracer == nil {
+		s.tracer = noop.Tracer{}
 	}
 	s.base, s.stopRequests = context.WithCancelCause(context.Background())
-	s.metrics.reg.MustRegister(d.Hub.Collectors()...)
+	if s.proxies, err = parseProxies(cfg.TrustedProxies); err != nil {
+		return nil, err
+	}
 	s.app = fiber.New(fiber.Config{
 		ErrorHandler:          s.errorHandler,
 		DisableStartupMessage: true,
@@ -201,6 +233,12 @@ func New(d Deps) (*Server, error) {
 		ReadTimeout: headerTimeout,
 		IdleTimeout: 2 * time.Minute,
 		AppName:     "sandchat",
+
+		// Behind proxies, what they say of the client (its address, TLS) is believed
+		// from them only.
+		EnableTrustedProxyCheck: len(s.proxies) > 0,
+		TrustedProxies:          cfg.TrustedProxies,
+		ProxyHeader:             cfg.ProxyHeader,
 	})
 	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 		return fasthttp.RequestConfig{ReadTimeout: time.Minute}
@@ -214,13 +252,15 @@ func (s *Server) App() *fiber.App { return s.app }
 
 func (s *Server) routes() {
 	app := s.app
+	app.Use(s.observe)
 	app.Use(recover.New(recover.Config{EnableStackTrace: true}))
-	app.Use(s.metrics.middleware)
 	app.Use(s.requestContext)
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
-	app.Get("/metrics", s.metrics.handler())
+	if s.metricsPage != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(s.metricsPage))
+	}
 	s.webRoutes()
 	// Before the group: they sign in, or say whether the cookie does.
 	app.Post("/api/v1/auth/login", s.login)
@@ -228,6 +268,7 @@ func (s *Server) routes() {
 
 	v1 := app.Group("/api/v1", s.authenticate)
 	v1.Post("/auth/logout", s.logout)
+	v1.Post("/tickets", s.createTicket)
 	v1.Get("/me", s.me)
 	v1.Post("/users", s.createUser)
 	v1.Post("/users/:id/login-link", s.createLoginLink)
@@ -252,6 +293,7 @@ func (s *Server) routes() {
 	s.sandboxRoutes(v1)
 	s.previewRoutes(v1)
 	s.turnRoutes(v1)
+	s.adminRoutes(v1)
 	v1.Get("/ws", s.websocket())
 
 	app.Use(func(c *fiber.Ctx) error {
@@ -267,13 +309,17 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	timeout := s.cfg.RequestTimeout
-	if strings.HasSuffix(c.Path(), "/sandbox/executions") {
+	// A run, and what reads or deletes all of a user's data, may take minutes.
+	if p := c.Path(); strings.HasSuffix(p, "/sandbox/executions") || strings.HasSuffix(p, "/export") || strings.HasSuffix(p, "/erase") {
 		timeout = s.cfg.ExecutionTimeout
 	}
-	ctx, cancel := context.WithTimeout(s.base, timeout)
+	ctx, cancel := context.WithTimeout(c.UserContext(), timeout) // observe's: s.base's, with the request's id
 	defer cancel()
+	ctx, report := sandchat.WithRateReport(ctx)
 	c.SetUserContext(ctx)
-	return c.Next()
+	err := c.Next()
+	setRateLimitHeaders(c, report)
+	return err
 }
 
 // Serve answers on ln until Shutdown. With no allowed origins configured, the

@@ -13,7 +13,7 @@ func TestNewRefusesMissingDeps(t *testing.T) {
 	if err == nil || s != nil {
 		t.Fatalf("built without services: %v", err)
 	}
-	want := "missing Agents, Catalogue, Conversations, Events, Files, Hub, Log, Messages, Sandbox, Sessions, Tools, Turns, Users"
+	want := "missing Admin, Agents, Catalogue, Conversations, Events, Files, Hub, Log, Messages, Sandbox, Sessions, Tickets, Tools, Turns, Users"
 	if !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("error %q, want it to end with %q", err, want)
 	}

@@ -155,6 +155,7 @@ func (s *Server) authenticateSession(c *fiber.Ctx, secret string) error {
 	c.SetUserContext(sandchat.WithUser(ctx, sess.User))
 	c.Locals("user", sess.User)
 	c.Locals(localSession, sess.ID)
+	c.Locals(localCredential, sandchat.Credential{Kind: sandchat.CredentialSession, Hash: sandchat.SecretHash(secret), ID: sess.ID, ExpiresAt: sess.ExpiresAt})
 	return c.Next()
 }
 
@@ -173,7 +174,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	if s.logins != nil {
-		if err := s.logins.AllowKey(ctx, "logins", c.IP()); err != nil {
+		if err := s.logins.AllowKey(ctx, "logins", s.clientIP(c)); err != nil {
 			return err
 		}
 	}

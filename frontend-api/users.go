@@ -11,9 +11,10 @@ import (
 func codeOf(err error) string { return sandchat.ErrorCode(err) }
 
 // authenticate puts the token's user into the request context. WebSockets and file
-// downloads may carry the token as ?access_token=, since browsers set no headers on a
-// socket, an <img> or a plain link. Without a token, a browser session's cookie signs
-// the request in (authenticateSession).
+// downloads, which browsers open without headers, may carry a ticket instead
+// (?ticket=, authenticateTicket), or, as a fallback for clients that cannot ask for
+// one, the token itself as ?access_token=. Without a token, a browser session's cookie
+// signs the request in (authenticateSession).
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	token := ""
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
@@ -22,7 +23,10 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 			return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Use Authorization: Bearer <token>.")
 		}
 		token = strings.TrimSpace(rest)
-	} else if strings.HasSuffix(c.Path(), "/ws") || (c.Method() == fiber.MethodGet && strings.HasPrefix(c.Path(), "/api/v1/files/")) {
+	} else if ticketQuery(c) {
+		if ticket := c.Query("ticket"); ticket != "" {
+			return s.authenticateTicket(c, ticket)
+		}
 		token = c.Query("access_token")
 	}
 	if token == "" {
@@ -35,13 +39,14 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "Sign in first: an API token (Authorization: Bearer <token>) or a browser session is required.")
 	}
 	ctx := c.UserContext()
-	u, err := s.users.Authenticate(ctx, token)
+	u, cred, err := s.users.AuthenticateHash(ctx, sandchat.SecretHash(token))
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="sandchat", error="invalid_token"`)
 		return err
 	}
 	c.SetUserContext(sandchat.WithUser(ctx, u))
 	c.Locals("user", u)
+	c.Locals(localCredential, cred)
 	return c.Next()
 }
 

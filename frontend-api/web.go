@@ -68,6 +68,8 @@ func (s *Server) webRoutes() {
 		c.Set(fiber.HeaderContentType, contentType)
 		if name == "frame.html" {
 			c.Set("Content-Security-Policy", frameCSP(string(c.Request().Host())))
+			// Links are never resolved ahead: DNS would carry their host names out.
+			c.Set("X-DNS-Prefetch-Control", "off")
 		} else {
 			c.Set("Content-Security-Policy", webCSP)
 		}

@@ -184,9 +184,10 @@ func TestWebEventNames(t *testing.T) {
 	}
 	// Sent, and not for the web client to handle.
 	unhandled := map[string]string{
-		"access.revoked": "the server ends the removed member's subscription itself",
-		"session.ended":  "the server closes the sockets of a signed-out session itself",
-		"pong":           "the answer to a client's ping, which the web client does not send",
+		"access.revoked":      "the server ends the removed member's subscription itself",
+		"session.ended":       "the server closes the sockets of a signed-out session itself",
+		"credentials.revoked": "the server closes the sockets of a revoked token or session, or a disabled account, itself",
+		"pong":                "the answer to a client's ping, which the web client does not send",
 	}
 	var missing []string
 	for name := range sent {

@@ -29,6 +29,10 @@ type WSConfig struct {
 	MaxSubscriptions int
 	// ReplayPage is how many events one query of a replay reads.
 	ReplayPage int
+	// SlowLinger bounds how long a socket dropped as too slow is still held, its close
+	// frame behind what the client has not read yet, for a client that reads again to
+	// read its way to it; then the connection is reset.
+	SlowLinger time.Duration
 }
 
 func (c WSConfig) withDefaults() WSConfig {
@@ -48,6 +52,7 @@ func (c WSConfig) withDefaults() WSConfig {
 	defDur(&c.WriteTimeout, 10*time.Second)
 	defDur(&c.PingInterval, 25*time.Second)
 	defDur(&c.PongWait, 60*time.Second)
+	defDur(&c.SlowLinger, 5*time.Second)
 	if c.ReadLimit <= 0 {
 		c.ReadLimit = 64 << 10
 	}
@@ -93,6 +98,10 @@ type client struct {
 	// session is the browser session that opened the socket (0: an API token); its
 	// sign-out closes the socket.
 	session int64
+	// token is the API token that opened the socket (0: a browser session); revoking it
+	// closes the socket, and so does expires, when the credential stops working.
+	token   int64
+	expires time.Time
 	ctx     context.Context
 	cancel  context.CancelFunc
 
@@ -104,6 +113,14 @@ type client struct {
 	unsent    int
 	closeCode int
 	closeMsg  string
+	// lingerUntil is when a socket closing for slowness stops waiting for its client
+	// to take the close frame (tooSlowLocked sets it).
+	lingerUntil time.Time
+	// writing is when the write in progress began (zero: none): one that takes the
+	// write timeout is a client too slow.
+	writing time.Time
+	// closeSent: the close frame went out (the writer, for a socket dropped as slow).
+	closeSent bool
 	wake      chan struct{}
 
 	// channels are the pub/sub channels this socket joined (under chMu: the reader
@@ -132,11 +149,6 @@ func (cl *client) enqueue(it outItem) {
 	}
 	if over() {
 		cl.tooSlowLocked()
-		// The writer may be stuck in a write to a client that stopped reading: give
-		// that write a second, then the writer says 1013 and closes the connection.
-		if conn := cl.conn; conn != nil {
-			go func() { _ = conn.NetConn().SetWriteDeadline(time.Now().Add(time.Second)) }()
-		}
 		return
 	}
 	cl.queue = append(cl.queue, it)
@@ -147,14 +159,24 @@ func (cl *client) enqueue(it outItem) {
 	}
 }
 
-// tooSlowLocked closes the socket with 1013, once; cl.mu is held.
+// tooSlowLocked drops the socket for slowness, once, and counts it, whichever way the
+// slowness showed (the queue bound, a write left blocked, writes not taken, pings not
+// answered); cl.mu is held. The hub lets go of the socket at once: its reader stops.
+// The client gets SlowLinger to take what the kernel holds for it: a write in progress
+// may finish within it (a frame is never cut while the client reads), and the close
+// frame, 1013, goes after it (the writer, then linger).
 func (cl *client) tooSlowLocked() {
 	if cl.closeCode != 0 {
 		return
 	}
 	cl.closeCode, cl.closeMsg = closeSlow, "client too slow, reconnect with since"
+	cl.lingerUntil = time.Now().Add(cl.hub.cfg.SlowLinger)
 	cl.hub.metrics.slowClosed.Inc()
 	cl.cancel()
+	if cl.conn != nil {
+		_ = cl.conn.NetConn().SetReadDeadline(time.Now())
+		_ = cl.conn.NetConn().SetWriteDeadline(cl.lingerUntil)
+	}
 }
 
 // wrote records what the kernel holds for the client after a write, and closes the
@@ -170,7 +192,8 @@ func (cl *client) wrote() {
 }
 
 // writeFailed ends the socket after a failed write; one that ran out of time failed
-// because the client stopped reading.
+// because the client stopped reading (the write's own deadline, which only a write the
+// watch did not see in time reaches).
 func (cl *client) writeFailed(err error) {
 	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 		cl.mu.Lock()
@@ -198,6 +221,18 @@ func (cl *client) shutdown(code int, msg string) {
 	}
 	cl.mu.Unlock()
 	cl.cancel()
+}
+
+// signedInBy reports whether a revocation of the user's credentials (a token, a browser
+// session, or all of them when both are 0) covers this socket.
+func (cl *client) signedInBy(tokenID, sessionID int64) bool {
+	switch {
+	case tokenID != 0:
+		return cl.token == tokenID
+	case sessionID != 0:
+		return cl.session == sessionID
+	}
+	return true
 }
 
 func (cl *client) frame(typ string, conv int64, data any) {
@@ -229,9 +264,17 @@ func (s *Server) websocket() fiber.Handler {
 		}
 		h := s.hub
 		user := sandchat.UserFromContext(c.UserContext())
-		ctx, cancel := context.WithCancel(sandchat.WithUser(context.Background(), user))
-		session, _ := c.Locals(localSession).(int64)
-		cl := &client{hub: h, user: user, session: session, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		// The socket outlives the upgrade's request, and keeps its id for its logs.
+		ctx, cancel := context.WithCancel(sandchat.WithUser(context.WithoutCancel(c.UserContext()), user))
+		cred, _ := c.Locals(localCredential).(sandchat.Credential)
+		cl := &client{hub: h, user: user, expires: cred.ExpiresAt,
+			ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), convs: map[int64]*convState{}}
+		switch cred.Kind {
+		case sandchat.CredentialSession:
+			cl.session = cred.ID
+		case sandchat.CredentialToken:
+			cl.token = cred.ID
+		}
 		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
@@ -254,33 +297,97 @@ func (cl *client) run() {
 	h := cl.hub
 	h.add(cl)
 	h.metrics.clients.Inc()
-	defer func() {
-		cl.chMu.Lock()
-		names := cl.channels
-		cl.channels = nil
-		cl.chMu.Unlock()
-		for _, name := range names {
-			h.leave(cl, name)
-		}
-		h.remove(cl)
-		h.metrics.clients.Dec()
-	}()
+	defer h.running.Done()
+	if !cl.expires.IsZero() {
+		expiry := time.AfterFunc(time.Until(cl.expires), func() { cl.shutdown(closeSignedOut, "sign-in expired") })
+		defer expiry.Stop()
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		cl.writeLoop()
 	}()
+	go cl.watch()
 	cl.readLoop()
 	cl.cancel()
+	// Nothing reaches the socket any more: it leaves its channels and the hub, though
+	// its writer may still be finishing a write and its close frame.
+	cl.chMu.Lock()
+	names := cl.channels
+	cl.channels = nil
+	cl.chMu.Unlock()
+	for _, name := range names {
+		h.leave(cl, name)
+	}
+	h.remove(cl)
+	h.metrics.clients.Dec()
 	<-writerDone
 	cl.mu.Lock()
-	slow := cl.closeCode == closeSlow
+	slow, until, sent := cl.closeCode == closeSlow, cl.lingerUntil, cl.closeSent
 	cl.mu.Unlock()
-	if slow && unsent(cl.conn.NetConn()) > 0 {
-		// The client did not catch up within the grace: it would never read its 1013
-		// behind the backlog, and a plain close would leave the kernel holding the
-		// socket and the backlog for minutes.
-		abort(cl.conn.NetConn())
+	if slow {
+		cl.linger(until, sent)
+	}
+}
+
+// lingerPoll is how often a lingering socket asks the kernel whether its client has
+// taken everything.
+const lingerPoll = 100 * time.Millisecond
+
+// linger holds a socket dropped for slowness until its client has taken all the kernel
+// holds for it, the close frame last, and answered it; or, at the latest, until the
+// linger ends: then the connection is reset, so the kernel drops what the client never
+// read at once, instead of holding it and the socket for minutes while it waits for a
+// window that does not open. What the client sends meanwhile is read and dropped: a
+// socket closed with input unread is reset, and the reset would destroy the close
+// frame before the client reads it. Without a close frame sent (the write that would
+// have carried it failed) there is nothing to wait for.
+func (cl *client) linger(until time.Time, closeSent bool) {
+	conn := cl.conn.NetConn()
+	if !closeSent {
+		abort(conn)
+		return
+	}
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		_ = conn.SetReadDeadline(until.Add(closeGrace))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				return // the client closed its side, or the linger is over
+			}
+		}
+	}()
+	defer func() {
+		_ = conn.SetReadDeadline(time.Now())
+		<-answered
+	}()
+	tick := time.NewTicker(lingerPoll)
+	defer tick.Stop()
+	for {
+		pending, _, ok := inFlight(conn)
+		if !ok {
+			return // the kernel does not say: the socket closes as it is
+		}
+		if pending == 0 {
+			select { // taken, close frame and all: a moment for the client's answer
+			case <-answered:
+			case <-time.After(closeGrace):
+			case <-cl.hub.closing:
+			}
+			return
+		}
+		if !time.Now().Before(until) {
+			abort(conn)
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-cl.hub.closing:
+			abort(conn)
+			return
+		}
 	}
 }
 
@@ -298,6 +405,13 @@ func (cl *client) readLoop() {
 	for {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() && cl.ctx.Err() == nil {
+				// Nothing for PongWait, not even the answer to a ping: the client
+				// stopped reading.
+				cl.mu.Lock()
+				cl.tooSlowLocked()
+				cl.mu.Unlock()
+			}
 			return
 		}
 		if cl.ctx.Err() != nil {
@@ -383,7 +497,7 @@ const progressCheck = time.Second
 // acknowledges what the server writes though its application stopped reading, so
 // neither the queue bound nor a write's deadline may ever trip; but once its buffer is
 // full, what the server wrote waits unacknowledged, and no byte of it moving for the
-// write timeout is a stalled reader. Only the writer touches it.
+// write timeout is a stalled reader. Only the watch touches it.
 type progress struct {
 	acked uint64
 	since time.Time // when the acknowledged count last moved, or nothing was waiting
@@ -400,27 +514,71 @@ func (p *progress) stalled(conn net.Conn, now time.Time, limit time.Duration) bo
 	return now.Sub(p.since) >= limit
 }
 
-func (cl *client) writeLoop() {
-	cfg := cl.hub.cfg
-	ping := time.NewTicker(cfg.PingInterval)
-	defer ping.Stop()
+// watch drops, as too slow, a socket whose client has not taken any of what was
+// written to it for the write timeout, or has left one write blocked that long. It runs
+// beside the writer, which may be the one blocked.
+func (cl *client) watch() {
+	limit := cl.hub.cfg.WriteTimeout
 	check := time.NewTicker(progressCheck)
 	defer check.Stop()
 	var taken progress
 	for {
 		select {
+		case <-cl.ctx.Done():
+			return
 		case now := <-check.C:
-			if taken.stalled(cl.conn.NetConn(), now, cfg.WriteTimeout) {
-				cl.mu.Lock()
+			stalled := taken.stalled(cl.conn.NetConn(), now, limit)
+			cl.mu.Lock()
+			if stalled || !cl.writing.IsZero() && now.Sub(cl.writing) >= limit {
 				cl.tooSlowLocked()
-				cl.mu.Unlock()
 			}
+			cl.mu.Unlock()
+		}
+	}
+}
+
+// beginWrite marks a write in progress for the watch, or refuses it once the socket is
+// closing: the close frame goes next, nothing else. The deadline it returns is a
+// backstop only: the watch drops a client that leaves the write blocked and moves the
+// deadline to the end of the linger, within which a client that reads again gets the
+// whole frame.
+func (cl *client) beginWrite() (time.Time, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if err := cl.ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	cl.writing = time.Now()
+	return cl.writing.Add(cl.hub.cfg.WriteTimeout + cl.hub.cfg.SlowLinger), nil
+}
+
+func (cl *client) endWrite() {
+	cl.mu.Lock()
+	cl.writing = time.Time{}
+	cl.mu.Unlock()
+}
+
+func (cl *client) writeLoop() {
+	cfg := cl.hub.cfg
+	ping := time.NewTicker(cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
 		case <-cl.ctx.Done():
 			cl.mu.Lock()
-			code, msg := cl.closeCode, cl.closeMsg
+			code, msg, until := cl.closeCode, cl.closeMsg, cl.lingerUntil
 			cl.mu.Unlock()
 			if code == 0 {
 				code, msg = websocket.CloseNormalClosure, ""
+			}
+			if code == closeSlow {
+				// Behind what the client has not read yet, within the linger.
+				err := cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), until)
+				cl.mu.Lock()
+				cl.closeSent = err == nil
+				_ = cl.conn.NetConn().SetReadDeadline(time.Now())
+				cl.mu.Unlock()
+				return
 			}
 			err := cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(time.Second))
 			// fasthttp ignores Close on a hijacked connection (its wrapper's Close is a
@@ -438,7 +596,12 @@ func (cl *client) writeLoop() {
 			cl.mu.Unlock()
 			return
 		case <-ping.C:
-			if err := cl.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(cfg.WriteTimeout)); err != nil {
+			deadline, err := cl.beginWrite()
+			if err == nil {
+				err = cl.conn.WriteControl(websocket.PingMessage, nil, deadline)
+				cl.endWrite()
+			}
+			if err != nil {
 				cl.writeFailed(err)
 			}
 		case <-cl.wake:
@@ -460,11 +623,14 @@ func (cl *client) writeLoop() {
 }
 
 func (cl *client) write(payload []byte) error {
-	if err := cl.ctx.Err(); err != nil {
-		return err // closing: the close frame goes next, nothing else
+	deadline, err := cl.beginWrite()
+	if err != nil {
+		return err
 	}
-	_ = cl.conn.SetWriteDeadline(time.Now().Add(cl.hub.cfg.WriteTimeout))
-	if err := cl.conn.WriteMessage(websocket.TextMessage, payload); err != nil {
+	_ = cl.conn.SetWriteDeadline(deadline)
+	err = cl.conn.WriteMessage(websocket.TextMessage, payload)
+	cl.endWrite()
+	if err != nil {
 		return err
 	}
 	cl.wrote()

@@ -22,8 +22,9 @@ import (
 // (tool output in frames of up to 16 KiB, with token deltas between them), silent or
 // sending the protocol's ping every second. Most of the flood fits in the two kernels'
 // buffers, so no write of the server's need block and the queue bound need not trip:
-// the server must still see that nothing it wrote is being taken, and free its side
-// within 15 s of the flood's end, counted as a slow disconnect.
+// the server must still see that nothing it wrote is being taken, let go of the socket
+// within 15 s of the flood's end, counted as a slow disconnect, and tear its end down
+// once the linger is over.
 func TestStalledReaderDuringAFlood(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -95,8 +96,9 @@ func TestStalledReaderDuringAFlood(t *testing.T) {
 			if n := counter(t, b.hub.metrics.slowClosed); n != 1 {
 				t.Fatalf("slow disconnects %v, want 1", n)
 			}
-			// Its side is freed, not left to the kernel: the client's end is reset.
-			testenv.Eventually(t, within-time.Since(end), "the server's end torn down", func() bool { return tcpStateOf(t, conn.NetConn()) == 7 /* TCP_CLOSE */ })
+			// Its side is freed, not left to the kernel: the client, which read nothing
+			// within the linger, has its end reset.
+			testenv.Eventually(t, within+b.hub.cfg.SlowLinger-time.Since(end), "the server's end torn down", func() bool { return tcpStateOf(t, conn.NetConn()) == 7 /* TCP_CLOSE */ })
 			t.Logf("freed %s after the flood's end", time.Since(end).Round(100*time.Millisecond))
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			for {
@@ -141,4 +143,54 @@ func tcpStateOf(t *testing.T, conn net.Conn) uint8 {
 		t.Fatal(err)
 	}
 	return info.State
+}
+
+// TestSlowClientReadsItsClose: a client dropped as too slow is told so: the server lets
+// go of it at once and counts it, its close frame (1013) waits behind what the client
+// had not read, and a client that reads again within the linger reads everything, the
+// close last, without a reset. A client that stops answering pings (it reads nothing at
+// all) is dropped, counted and told the same way.
+func TestSlowClientReadsItsClose(t *testing.T) {
+	t.Parallel()
+	readToClose := func(t *testing.T, conn *websocket.Conn) (frames int) {
+		t.Helper()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			_, _, err := conn.ReadMessage()
+			if err == nil {
+				frames++
+				continue
+			}
+			if !websocket.IsCloseError(err, websocket.CloseTryAgainLater) {
+				t.Fatalf("after %d frames the client read %v, want close 1013", frames, err)
+			}
+			return frames
+		}
+	}
+	t.Run("stalled behind a flood", func(t *testing.T) {
+		t.Parallel()
+		b := setupHub(t, WSConfig{WriteTimeout: time.Second, SlowLinger: time.Minute})
+		conn := b.dial(t, 16<<10)
+		const n = 400
+		b.flood(n, 16<<10) // 6.4 MB, far more than the two kernels hold
+		testenv.Eventually(t, 30*time.Second, "the server let go of the stalled socket", func() bool { return b.hub.Clients() == 0 })
+		if c := counter(t, b.hub.metrics.slowClosed); c != 1 {
+			t.Fatalf("slow disconnects %v, want 1", c)
+		}
+		frames := readToClose(t, conn)
+		if frames == 0 || frames >= n {
+			t.Fatalf("read %d of %d frames before the close: want those the kernels held, not all", frames, n)
+		}
+		t.Logf("read %d of %d frames, then 1013", frames, n)
+	})
+	t.Run("silent", func(t *testing.T) {
+		t.Parallel()
+		b := setupHub(t, WSConfig{PingInterval: 100 * time.Millisecond, PongWait: 500 * time.Millisecond, SlowLinger: time.Minute})
+		conn := b.dial(t, 64<<10)
+		testenv.Eventually(t, 10*time.Second, "the server dropped the client that answers no ping", func() bool { return b.hub.Clients() == 0 })
+		if c := counter(t, b.hub.metrics.slowClosed); c != 1 {
+			t.Fatalf("slow disconnects %v, want 1", c)
+		}
+		readToClose(t, conn)
+	})
 }

@@ -46,6 +46,26 @@ func Migrate(ctx context.Context, databaseURL string) (from, to int32, err error
 	return from, to, err
 }
 
+// Current is the version the database at databaseURL is migrated to (0 for none), read
+// without changing anything: a server started with --no-migrate checks it.
+func Current(ctx context.Context, databaseURL string) (int32, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `select to_regclass($1) is not null`, VersionTable).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var v int32
+	err = conn.QueryRow(ctx, `select version from `+VersionTable).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
 // Latest is the version a fully migrated database has.
 func Latest() int32 {
 	names, _ := migrate.FindMigrations(files)

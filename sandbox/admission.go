@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
@@ -23,7 +24,7 @@ import (
 // Between users the node is shared: one user's runs hold at most a share of its
 // processes (all but a quarter, at least one, kept for the others: admit.ShareOf), so
 // six long runs of one user leave room for another user's first run. A user past the
-// share waits for one of their own runs to end (AdmitUser), never another user's.
+// share waits for one of their own runs to end (Request.User), never another user's.
 
 // perProcessRAM is the memory the automatic bound reserves for each session process:
 // an idle one takes about half of it, and a busy one more.
@@ -58,9 +59,11 @@ type admission struct {
 	procs, starts *admit.Gate
 	users         *admit.Shares
 	maxProcs      int
+	queue         int           // runs that may wait for a process (AdmitQueue)
+	timeout       time.Duration // the longest one waits (AdmitTimeout)
 }
 
-func newAdmission(cfg Config, reclaim func()) *admission {
+func newAdmission(cfg Config) *admission {
 	procs := cfg.MaxProcesses
 	if procs == 0 {
 		procs = AutoMaxProcesses()
@@ -70,11 +73,13 @@ func newAdmission(cfg Config, reclaim func()) *admission {
 		starting = runtime.NumCPU()
 	}
 	return &admission{
-		procs: admit.New(procs, cfg.AdmitQueue, reclaim),
+		procs: admit.New(procs, cfg.AdmitQueue),
 		// Every starter holds a process slot already: the queue can be as long as that.
-		starts:   admit.New(starting, procs, nil),
+		starts:   admit.New(starting, procs),
 		users:    admit.NewShares(admit.ShareOf(procs), cfg.AdmitQueue),
 		maxProcs: procs,
+		queue:    cfg.AdmitQueue,
+		timeout:  cfg.AdmitTimeout,
 	}
 }
 
@@ -90,29 +95,29 @@ func (s *slot) release() {
 	}
 }
 
-// AdmitUser waits until the user may start one more run on this node: while they have
-// their share of its processes running, their next run waits (up to AdmitTimeout) for
-// one of them to end. release gives the place back when the run is over. An empty user
-// (an operator's command) is not counted. ctx ending (the caller gone) leaves the queue.
-func (e *Engine) AdmitUser(ctx context.Context, user string) (release func(), err error) {
+// user waits until user may start one more run on this node: while they have their
+// share of its processes running, their next run waits (up to AdmitTimeout) for one of
+// them to end. release gives the place back when the run is over. An empty user (an
+// operator's command) is not counted. ctx ending (the caller gone) leaves the queue.
+func (a *admission) user(ctx context.Context, user string) (release func(), err error) {
 	if user == "" {
 		return func() {}, nil
 	}
-	wait, cancel := context.WithTimeout(ctx, e.cfg.AdmitTimeout)
+	wait, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	err = e.adm.users.Acquire(wait, user)
+	err = a.users.Acquire(wait, user)
 	switch {
 	case err == nil:
 		var once sync.Once
-		return func() { once.Do(func() { e.adm.users.Release(user) }) }, nil
+		return func() { once.Do(func() { a.users.Release(user) }) }, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case errors.Is(err, admit.ErrQueueFull):
 		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
 			"You already have %d runs going on this server (each user's share of its %d session processes) and %d more waiting; try again when one has finished.",
-			e.adm.users.Share(), e.adm.maxProcs, e.cfg.AdmitQueue)}
+			a.users.Share(), a.maxProcs, a.queue)}
 	}
 	return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 5, Message: fmt.Sprintf(
 		"You already have %d runs going on this server (each user's share of its %d session processes), and none finished within %s; try again when one has.",
-		e.adm.users.Share(), e.adm.maxProcs, e.cfg.AdmitTimeout)}
+		a.users.Share(), a.maxProcs, a.timeout)}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // The base snapshot: one per runtime build, booted by the first node and shared through
@@ -53,15 +54,15 @@ func (n *nodeProcs) ensureBase(ctx context.Context, build string) error {
 func (n *nodeProcs) boot(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := n.spawn(ctx, ctx, nil, nil)
+	p, err := n.spawn(ctx, ctx, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close("boot done")
-	if len(n.cfg.Preload) > 0 && n.launch.Fetch != nil {
-		pk := n.packages(p)
+	if len(n.cfg.Preload) > 0 && n.launch.Fetch != nil && p.View() != nil {
+		pk := n.launch.Fetch.Begin(p.View())
 		defer pk.Done()
-		notes := pk.Ensure(ctx, preloadCode(n.cfg.Preload), nil)
+		notes := pk.Ensure(ctx, session.PreloadCode(n.cfg.Preload), nil)
 		if u := pk.UnservedNames(); len(u) > 0 {
 			notes = append(notes, "packages not served: "+strings.Join(u, ", ")+" (the log says why)")
 		}
@@ -69,7 +70,7 @@ func (n *nodeProcs) boot(ctx context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("preload: %s", strings.Join(notes, "; "))
 		}
 	}
-	f, err := p.Call(ctx, proc.BootReq{Op: "boot", Preload: nonNil(n.cfg.Preload)}, nil)
+	f, err := p.Call(ctx, proc.BootReq{Op: "boot", Preload: append([]string{}, n.cfg.Preload...)}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("boot pyodide: %w%s", err, p.ConsoleTail())
 	}

@@ -55,9 +55,11 @@ const (
 // burst is how many conversations start at once in the burst rows.
 const burst = 8
 
-// BenchRows measures the engine on this machine: p50/p95 for the numbers the design sets
-// targets for, plus a fresh Deno + Pyodide per run (the cost model of sandboxes that keep
-// no state) to compare with. Its sessions live in scratch, a store made for the
+// BenchRows measures the engine on this machine, as cfg sets it (the deployment's
+// settings, the shipped defaults unless they say otherwise), through the engine's own
+// methods: p50/p95 for the numbers the design sets targets for, plus a fresh Deno +
+// Pyodide per run (the cost model of sandboxes that keep no state) to compare with. Its
+// sessions live in scratch, a store made for the
 // measurement (the caller empties it); the deployment's base snapshot is taken from
 // main when it has one, so the bench measures sessions, not a Pyodide boot. n is the
 // number of samples per metric (the fresh-process one takes at most 5); progress goes
@@ -67,9 +69,6 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		n = 1
 	}
 	cfg = Locate(cfg)
-	cfg.WarmPool = max(cfg.WarmPool, 1)
-	cfg.WarmPoolMax = max(cfg.WarmPoolMax, burst)
-	cfg.MaxLive = max(cfg.MaxLive, 2*burst+4)
 	e, err := New(cfg, scratch, nil)
 	if err != nil {
 		return nil, err
@@ -110,23 +109,24 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
-	// The session is claimed as a run claims it, so nothing evicts or checkpoints it
-	// meanwhile.
-	lv := e.sess.get("bench:warm")
-	if lv == nil || !lv.claim(lv.info().Version) {
+	// Its heap is saved first, so no checkpoint comes during the measurement; nothing else
+	// takes its process meanwhile (the engine is the bench's own).
+	if err := e.sess.checkpoint(ctx, "bench:warm"); err != nil {
+		return nil, err
+	}
+	p := e.sess.process("bench:warm")
+	if p == nil {
 		return nil, fmt.Errorf("the bench session is not live")
 	}
 	var samples []float64
 	for range max(n, 20) {
 		t0 := time.Now()
-		if _, err := lv.process().Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
-			lv.release()
+		if _, err := p.Call(ctx, proc.RunReq{Op: "run", Code: "x += 1", Filename: "<bench>", Data: []proc.DataFile{}}, nil); err != nil {
 			return nil, err
 		}
 		samples = append(samples, ms(time.Since(t0)))
 	}
-	lv.process().Freeze()
-	lv.release()
+	p.Freeze()
 	rows = append(rows, row(benchEngineOnly, "ms", samples, 2))
 
 	fmt.Fprintln(log, "measuring:", benchWarmPersist)
@@ -207,11 +207,9 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 			return nil, err
 		}
 		// Evicted as the engine evicts: the heap is checkpointed, then the process goes.
-		lv := e.sess.forget(key)
-		if lv == nil {
+		if !e.sess.evict(key, "bench") {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		e.ckpt.retire(lv, "bench")
 		info, err := e.Session(ctx, key)
 		if err != nil {
 			return nil, err
@@ -237,11 +235,11 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 		if _, err := must(key, "data = list(range(1000))"); err != nil {
 			return nil, err
 		}
-		lv := e.sess.get(key)
-		if lv == nil {
+		p := e.sess.process(key)
+		if p == nil {
 			return nil, fmt.Errorf("session %s is not live", key)
 		}
-		procs = append(procs, lv.process())
+		procs = append(procs, p)
 	}
 	// Idle: the runs have answered and the processes have settled (and been frozen).
 	time.Sleep(time.Second)
@@ -252,11 +250,9 @@ func BenchRows(ctx context.Context, cfg Config, main, scratch Store, n int, log 
 	if err := waitPool(ctx, e); err != nil {
 		return nil, err
 	}
-	e.pool.mu.Lock()
-	for _, p := range e.pool.spares {
+	for _, p := range e.pool.spareProcs() {
 		spare = append(spare, float64(p.PSS())/(1<<20))
 	}
-	e.pool.mu.Unlock()
 	rows = append(rows, row(benchRSS, "MB", mem, 200), row(benchPSS, "MiB", pss, 120))
 	if len(spare) > 0 {
 		rows = append(rows, row(benchSparePSS, "MiB", spare, 0))

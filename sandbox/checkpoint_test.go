@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"context"
-	"github.com/sandchat/sandchat/migrations/testenv"
 	"testing"
 	"time"
+
+	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // storedHeap reads what Redis holds for key: the session's version and the version its
@@ -98,14 +100,17 @@ func TestCheckpoint(t *testing.T) {
 // killLive stops key's process without a checkpoint, as a crash would.
 func killLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	e.sess.drop(key, liveOf(t, e, key), "killed by the test")
+	liveOf(t, e, key).Process().Close("killed by the test")
 }
 
 // liveOf is key's live session; the test fails when there is none.
-func liveOf(t testing.TB, e *Engine, key string) *live {
+func liveOf(t testing.TB, e *Engine, key string) *session.Session {
 	t.Helper()
 	lv := e.sess.get(key)
 	if lv == nil {
+		t.Fatalf("session %s is not live", key)
+	}
+	if _, ok := lv.Live(); !ok {
 		t.Fatalf("session %s is not live", key)
 	}
 	return lv

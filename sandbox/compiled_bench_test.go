@@ -32,7 +32,7 @@ func BenchmarkCompiledRestore(b *testing.B) {
 			benchRun(b, e, key, "data = [str(i) for i in range(1000)]")
 			for b.Loop() {
 				b.StopTimer()
-				if err := e.ckpt.live(context.Background(), liveOf(b, e, key)); err != nil {
+				if err := liveOf(b, e, key).Checkpoint(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 				evictLive(b, e, key)

@@ -15,6 +15,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -414,4 +415,12 @@ func fileExists(p string) bool {
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// limits are the settings a session keeps to.
+func (c Config) limits() session.Limits {
+	return session.Limits{Timeout: c.Timeout, Grace: c.Grace, RestoreTimeout: c.RestoreTimeout,
+		MaxOutput: c.MaxOutput, MaxArtifacts: c.MaxArtifacts, MaxArtifactBytes: c.MaxArtifactBytes,
+		MaxDisplays: c.MaxDisplays, MaxDisplayBytes: c.MaxDisplayBytes, MaxDataBytes: c.MaxDataBytes, MaxStateBytes: c.MaxStateBytes,
+		CheckpointDelay: c.CheckpointDelay, SessionTTL: c.SessionTTL, ForceReplay: c.ForceReplay, PipOff: c.PipOff}
 }

@@ -15,56 +15,80 @@ func TestDataIsReadOnly(t *testing.T) {
 	e, _, key := setup(t)
 	k := key("data")
 	code := "r = [open('/data/in.csv').read()]\ntry:\n    open('/data/in.csv', 'w').write('x')\nexcept PermissionError as e:\n    r.append('denied')\ntry:\n    open('/data/new.txt', 'w').write('x')\nexcept PermissionError as e:\n    r.append('denied')\nr"
-	r, err := e.Execute(context.Background(), k, Request{Code: code, Data: []File{{Name: "in.csv", Data: []byte("a,b")}}})
+	r, err := e.Execute(context.Background(), k, Request{Code: code, Data: files(File{Name: "in.csv", Data: []byte("a,b")})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resultOf(r) != "['a,b', 'denied', 'denied']" || len(r.Artifacts) != 0 {
 		t.Fatalf("got %s %+v artifacts %v", resultOf(r), r.Error, r.Artifacts)
 	}
-	_, err = e.Execute(context.Background(), k, Request{Code: "1", Data: []File{{Name: "../etc/x", Data: nil}}})
+	_, err = e.Execute(context.Background(), k, Request{Code: "1", Data: files(File{Name: "../etc/x", Data: nil})})
 	if sandchat.ErrorCode(err) != sandchat.EINVALID {
 		t.Fatalf("bad data name: err %v", err)
 	}
 }
 
-// TestDataTravelsOnce: a run sends only the uploads its session's process does not hold;
-// one that left them out after the process went gets ErrDataStale before any code runs.
+// files is a Request.Data that gives fs, whatever the process holds.
+func files(fs ...File) func(context.Context, map[string]string) ([]File, error) {
+	return func(context.Context, map[string]string) ([]File, error) { return fs, nil }
+}
+
+// uploads are a caller's files as Request.Data gives them: the bytes of those whose
+// version the process does not hold, as a conversation's store does. It keeps what the
+// session said it held each time it asked.
+type uploads struct {
+	files []File
+	held  []map[string]string
+}
+
+func (u *uploads) data(_ context.Context, held map[string]string) ([]File, error) {
+	u.held = append(u.held, held)
+	out := make([]File, 0, len(u.files))
+	for _, f := range u.files {
+		if held[f.Name] == f.Version {
+			f.Size, f.Data = int64(len(f.Data)), nil
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// TestDataTravelsOnce: a run's caller sends only the uploads its session's process does
+// not hold, told which it holds under the run's lease; a process brought back holds
+// none, and gets them all.
 func TestDataTravelsOnce(t *testing.T) {
 	e, _, key := setup(t)
 	k := key("once")
 	ctx := context.Background()
-	exec := func(code string, files ...File) (Result, error) {
-		return e.Execute(ctx, k, Request{Code: code, Data: files})
+	u := &uploads{}
+	exec := func(code string, fs ...File) (Result, map[string]string) {
+		t.Helper()
+		u.files = fs
+		r, err := e.Execute(ctx, k, Request{Code: code, Data: u.data})
+		if err != nil {
+			t.Fatalf("%q: %v", code, err)
+		}
+		return r, u.held[len(u.held)-1]
 	}
-	r, err := exec("import lib\n[open('/data/in.csv').read(), lib.V]",
+	r, held := exec("import lib\n[open('/data/in.csv').read(), lib.V]",
 		File{Name: "in.csv", Version: "1", Data: []byte("a,b")}, File{Name: "lib.py", Version: "1", Data: []byte("V = 1\n")})
-	if err != nil || resultOf(r) != "['a,b', 1]" {
-		t.Fatalf("first run: %s %v", resultOf(r), err)
-	}
-	if got := e.DataVersions(k); got["in.csv"] != "1" || got["lib.py"] != "1" || len(got) != 2 {
-		t.Fatalf("versions held: %v", got)
+	if resultOf(r) != "['a,b', 1]" || held != nil {
+		t.Fatalf("first run: %s, the session said it held %v", resultOf(r), held)
 	}
 	// Unchanged files come without their bytes and are still there.
-	r, err = exec("[open('/data/in.csv').read(), lib.V]", File{Name: "in.csv", Version: "1", Size: 3}, File{Name: "lib.py", Version: "1", Size: 6})
-	if err != nil || resultOf(r) != "['a,b', 1]" {
-		t.Fatalf("unchanged files left out: %s %v %+v", resultOf(r), err, r.Error)
+	r, held = exec("[open('/data/in.csv').read(), lib.V]", File{Name: "in.csv", Version: "1", Data: []byte("a,b")}, File{Name: "lib.py", Version: "1", Data: []byte("V = 1\n")})
+	if resultOf(r) != "['a,b', 1]" || held["in.csv"] != "1" || held["lib.py"] != "1" || len(held) != 2 {
+		t.Fatalf("unchanged files left out: %s %+v, held %v", resultOf(r), r.Error, held)
 	}
 	// A changed module is sent, re-imported; a file left out of the listing is gone.
-	r, err = exec("import importlib, lib, os\n[lib.V, sorted(os.listdir('/data'))]", File{Name: "lib.py", Version: "2", Data: []byte("V = 2\n")})
-	if err != nil || resultOf(r) != "[2, ['lib.py']]" {
-		t.Fatalf("after a change: %s %v %+v", resultOf(r), err, r.Error)
+	r, _ = exec("import importlib, lib, os\n[lib.V, sorted(os.listdir('/data'))]", File{Name: "lib.py", Version: "2", Data: []byte("V = 2\n")})
+	if resultOf(r) != "[2, ['lib.py']]" {
+		t.Fatalf("after a change: %s %+v", resultOf(r), r.Error)
 	}
 	evictLive(t, e, k)
-	if e.DataVersions(k) != nil {
-		t.Fatal("versions of an evicted session")
-	}
-	if _, err := exec("lib.V", File{Name: "lib.py", Version: "2", Size: 6}); !errors.Is(err, ErrDataStale) {
-		t.Fatalf("bytes left out for a process that does not hold them: %v, want ErrDataStale", err)
-	}
-	r, err = exec("lib.V", File{Name: "lib.py", Version: "2", Data: []byte("V = 2\n")})
-	if err != nil || resultOf(r) != "2" {
-		t.Fatalf("sent again: %s %v %+v %s", resultOf(r), err, r.Error, r.Session.RestoredFrom)
+	r, held = exec("lib.V", File{Name: "lib.py", Version: "2", Data: []byte("V = 2\n")})
+	if resultOf(r) != "2" || held != nil {
+		t.Fatalf("after an eviction: %s %+v from %s, the session said it held %v", resultOf(r), r.Error, r.Session.RestoredFrom, held)
 	}
 }
 
@@ -81,13 +105,13 @@ func TestStopDuringDataSync(t *testing.T) {
 		for j := range big {
 			big[j] = byte(i + j)
 		}
-		files := []File{{Name: "big.bin", Version: fmt.Sprint(i), Data: big}}
+		parts := []File{{Name: "big.bin", Version: fmt.Sprint(i), Data: big}}
 		for n := range 40 {
-			files = append(files, File{Name: fmt.Sprintf("part%d.csv", n), Version: fmt.Sprint(i), Data: []byte(fmt.Sprintf("%d,%d\n", i, n))})
+			parts = append(parts, File{Name: fmt.Sprintf("part%d.csv", n), Version: fmt.Sprint(i), Data: []byte(fmt.Sprintf("%d,%d\n", i, n))})
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(time.Duration(i%8)*4*time.Millisecond, cancel)
-		r, err := e.Execute(ctx, k, Request{Code: "stopped_at = " + fmt.Sprint(i), Data: files})
+		r, err := e.Execute(ctx, k, Request{Code: "stopped_at = " + fmt.Sprint(i), Data: func(context.Context, map[string]string) ([]File, error) { return parts, nil }})
 		cancel()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("stop %d: %v", i, err)

@@ -18,7 +18,7 @@ func TestRunAfterProcessDeath(t *testing.T) {
 		t.Run(fmt.Sprint(delay), func(t *testing.T) {
 			key := keyOf(fmt.Sprint(delay))
 			mustSucceed(t, e, key, "x = 41")
-			killAll(t, liveOf(t, e, key).process())
+			killAll(t, liveOf(t, e, key).Process())
 			time.Sleep(delay)
 			res := mustSucceed(t, e, key, "x + 1")
 			if got := resultOf(res); got != "42" {

@@ -27,7 +27,7 @@ func TestSuccessAfterFailureIsDurable(t *testing.T) {
 		t.Fatalf("the failing run: status %s, want error", res.Status)
 	}
 	mustSucceed(t, e, key, "z = x + y")
-	killAll(t, liveOf(t, e, key).process())
+	killAll(t, liveOf(t, e, key).Process())
 	res := mustSucceed(t, e, key, "z")
 	if got := resultOf(res); got != "6" {
 		t.Fatalf("after the crash: z = %s, want 6 (restored from %s, stderr %q)", got, res.Session.RestoredFrom, res.Stderr)
@@ -46,14 +46,14 @@ func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
 	until := time.Now().Add(5 * time.Second).Unix()
 	mustSucceed(t, e, key, fmt.Sprintf("import time\nassert time.time() < %d", until))
 	mustSucceed(t, e, key, "b = 2")
-	killAll(t, liveOf(t, e, key).process())
+	killAll(t, liveOf(t, e, key).Process())
 	time.Sleep(time.Until(time.Unix(until+1, 0)))
 	res := mustSucceed(t, e, key, "c = 3")
 	if !strings.Contains(res.Stderr, "could not be fully restored") {
 		t.Fatalf("the restore did not say it was partial: stderr %q", res.Stderr)
 	}
 	lv := liveOf(t, e, key)
-	if err := e.ckpt.live(ctx, lv); err != nil {
+	if err := lv.Checkpoint(ctx); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	st, err := e.st.Load(ctx, key, false)
@@ -76,9 +76,8 @@ func TestPartialRestoreIsNotCheckpointed(t *testing.T) {
 // its log at the first save, even when the first run after the rebuild fails.
 func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
 	t.Parallel()
-	e, b := newEngine(t, func(c *Config) { c.ForceReplay = true })
 	history := &runLog{}
-	e.history = history
+	e, b := newEngineOn(t, func(c *Config) { c.ForceReplay = true }, nil, WithHistory(history))
 	ctx := context.Background()
 	k := "rebuilt"
 	for _, code := range []string{"counter = 0", "counter += 1"} {
@@ -96,7 +95,7 @@ func TestHistoryCellsLoggedAfterAFailure(t *testing.T) {
 		t.Fatalf("first run after the loss: %s from %s", r.Status, r.Session.RestoredFrom)
 	}
 	mustSucceed(t, e, k, "counter += 1")
-	killAll(t, liveOf(t, e, k).process())
+	killAll(t, liveOf(t, e, k).Process())
 	if r := mustSucceed(t, e, k, "counter"); resultOf(r) != "2" {
 		t.Fatalf("after the crash: counter = %s, want 2 (stderr %q)", resultOf(r), r.Stderr)
 	}
@@ -145,7 +144,7 @@ func TestInterruptAtStart(t *testing.T) {
 	e, _, keyOf := setup(t)
 	key := keyOf("interrupt-at-start")
 	mustSucceed(t, e, key, "n = 1")
-	p := liveOf(t, e, key).process()
+	p := liveOf(t, e, key).Process()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i, code := range []string{"while True:\n    n += 1", "import math\nwhile True:\n    n += 1"} {

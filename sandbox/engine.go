@@ -12,9 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // Engine runs Python sessions, each in a session process of its own, confined by the
@@ -22,10 +26,9 @@ import (
 // compiled-code cache) is internal/proc. It is safe for concurrent use.
 // The package comment (doc.go) maps the files.
 type Engine struct {
-	cfg   Config
-	shape shaper // what runs return, within cfg's limits
-	log   *slog.Logger
-	st    Store
+	cfg Config
+	log *slog.Logger
+	st  Store
 
 	// Set once by Start before the engine reports itself available; read-only after.
 	cacheDir string
@@ -35,14 +38,14 @@ type Engine struct {
 	procs   *nodeProcs // starting processes within the node's bound (procs.go)
 	pool    *pool
 	adm     *admission
-	history History  // nil: a session the store lost starts fresh
-	obs     Observer // what the engine does, for metrics (observe.go); never nil
-	leases  *leases  // a session's runs, one at a time across nodes (lease.go)
+	history History      // nil: a session the store lost starts fresh
+	obs     Observer     // what the engine does, for metrics (observe.go); never nil
+	tracer  trace.Tracer // spans of a run's steps and of checkpoints (WithTracer); never nil
+	leases  *leases      // a session's runs, one at a time across nodes (lease.go)
 
 	sess *sessions    // the live sessions of this node (sessions.go)
-	ckpt *checkpoints // their heaps, saved off the runs' path (checkpoint.go)
 	res  *residency   // which sessions keep a process here, and evictions (residency.go)
-	pip  *pipService  // sessions' package requests (pip.go); set by Start
+	env  *session.Env // what each session is handed (internal/session); Start completes it
 
 	state *availability // whether runs are taken, and why not
 
@@ -75,24 +78,22 @@ func New(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error
 	}
 	cfg = Locate(cfg)
 	e := &Engine{
-		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}),
+		cfg: cfg, log: log, st: st, sess: newSessions(), stop: make(chan struct{}), obs: noObserver{}, tracer: noop.Tracer{},
 		state: &availability{log: log, reason: "the sandbox engine is starting (Deno and Pyodide boot in a few seconds)"},
 	}
-	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.obs = noObserver{}
-	e.res = &residency{cfg: &e.cfg, sess: e.sess}
-	e.adm = newAdmission(cfg, e.res.reclaim)
-	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
-	e.shape = shaperOf(&e.cfg)
-	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st}
-	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
-	e.procs.pool = e.pool
-	e.ckpt = &checkpoints{cfg: &e.cfg, log: log, st: st, sess: e.sess, ctx: e.ctx, lease: e.leases.with}
-	e.res.adm, e.res.pool, e.res.ckpt, e.res.procs = e.adm, e.pool, e.ckpt, e.procs
-	e.ckpt.idle = e.res.trim
+	// Options first: the helpers built below take what they set (the observer, the
+	// history). Then each helper is built on those it uses, and nothing reaches back.
 	for _, o := range opts {
 		o(e)
 	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.adm = newAdmission(cfg)
+	e.leases = &leases{st: st, cfg: &e.cfg, log: e.log}
+	e.procs = &nodeProcs{cfg: &e.cfg, log: log, adm: e.adm, st: st, obs: e.obs, tracer: e.tracer}
+	e.pool = newPool(e.procs, e.ctx, &e.wg, e.state.isClosed)
+	e.res = &residency{cfg: &e.cfg, sess: e.sess, pool: e.pool, adm: e.adm, procs: e.procs}
+	e.env = &session.Env{Limits: cfg.limits(), Procs: processes{e.procs, e.pool}, Store: st, History: e.history,
+		Obs: e.obs, Tracer: e.tracer, Adopt: e.res.adopt, Lease: e.leases.with, Log: log}
 	return e, nil
 }
 
@@ -210,9 +211,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	e.procs.launch = &proc.Launcher{Jail: j, Log: e.log, TmpDir: e.cacheDir, Fetch: e.fetch, CacheDir: cfg.PackageCacheDir, MaxFrame: maxReplyBytes(cfg)}
 	e.procs.config = runtimeConfig(cfg, e.fetch)
-	e.rt, e.ckpt.build = rt, rt.build
+	e.rt, e.env.Build = rt, rt.build
+	if e.fetch != nil {
+		e.env.Packages = e.fetch
+	}
 	e.mu.Unlock()
-	e.pip = &pipService{fetch: e.fetch, cfg: &e.cfg, log: e.log}
 	if err := e.bringUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -253,7 +256,7 @@ func (e *Engine) bringUp(ctx context.Context) error {
 	}
 	e.pool.start()
 	e.wg.Go(func() { e.res.watch(e.stop) })
-	e.log.Info("python sandbox ready", "deno", e.rt.deno, "pyodide", e.rt.pyodide, "base", e.procs.currentHash(), "isolation", e.rt.isolation)
+	e.log.Info("python sandbox ready", "deno", e.rt.deno, "pyodide", e.rt.pyodide, "base", e.procs.Base(), "isolation", e.rt.isolation)
 	return nil
 }
 
@@ -268,7 +271,7 @@ func runtimeConfig(cfg Config, fetch *pkgs.Fetcher) proc.RuntimeConfig {
 		Read:       proc.Dirs(cfg.PyodideDir, cfg.PackageDir, cfg.PackageCacheDir),
 		Net:        netAllow(cfg),
 		Memory:     cfg.MemoryBytes, MaxOutput: cfg.MaxOutput,
-		MaxFileBytes: max(cfg.MaxArtifactBytes, 1), MaxFiles: maxChangedFiles,
+		MaxFileBytes: max(cfg.MaxArtifactBytes, 1), MaxFiles: session.MaxChangedFiles,
 		MaxDisplays: cfg.MaxDisplays, MaxDisplayBytes: cfg.MaxDisplayBytes,
 	}
 	if c.Net == nil {
@@ -292,9 +295,6 @@ func runtimeConfig(cfg Config, fetch *pkgs.Fetcher) proc.RuntimeConfig {
 	}
 	return c
 }
-
-// maxChangedFiles bounds the files a run reports as changed; more are only counted.
-const maxChangedFiles = 1000
 
 // maxReplyBytes bounds one frame from a session process: a heap delta, the changed
 // files it may send, and its output.
@@ -334,7 +334,7 @@ func (e *Engine) Status(ctx context.Context) Status {
 	e.mu.Unlock()
 	s.Deno = DenoStatus{Installed: rt.deno != "", Version: rt.deno, Path: e.cfg.DenoPath}
 	s.Pyodide = PyodideStatus{Installed: rt.pyodide != "", Version: rt.pyodide, Path: e.cfg.PyodideDir}
-	s.BaseHash, s.Isolation = e.procs.currentHash(), rt.isolation
+	s.BaseHash, s.Isolation = e.procs.Base(), rt.isolation
 	if l != nil {
 		s.Limits.ProcessMemoryBytes = l.Jail.MemoryLimit()
 	}
@@ -363,19 +363,12 @@ func (e *Engine) Close() error {
 	if !e.state.shut() {
 		return nil
 	}
-	lvs := e.sess.closeAll()
-	var procs []*proc.Process
-	for _, lv := range lvs {
-		procs = append(procs, lv.process())
-	}
-	// Shutdown checkpoints first: the sessions come back on any node without replay.
-	e.ckpt.all(lvs)
+	e.sess.closeAll()
 	close(e.stop)
 	e.cancel()
 	e.wg.Wait()
-	procs = append(procs, e.pool.drain()...)
 	var wg sync.WaitGroup
-	for _, p := range procs {
+	for _, p := range e.pool.drain() {
 		wg.Go(func() { p.Close("the sandbox engine is shut down") })
 	}
 	wg.Wait()

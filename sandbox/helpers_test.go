@@ -172,15 +172,16 @@ func newEngine(t *testing.T, mutate func(*Config)) (*Engine, bundle) {
 	return newEngineOn(t, mutate, nil)
 }
 
-// newEngineOn is newEngine with the engine's store made by store (nil: Redis alone).
-func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store) (*Engine, bundle) {
+// newEngineOn is newEngine with the engine's store made by store (nil: Redis alone)
+// and New's options.
+func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store, opts ...Option) (*Engine, bundle) {
 	t.Helper()
 	shared, sb, _ := setup(t)
 	rdb := sb.rdb
 	prefix := randomPrefix(t.Name())
 	cleanPrefix(t, rdb, prefix)
 	ctx := context.Background()
-	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.procs.currentHash()} {
+	for _, k := range []string{"build:" + shared.rt.build, "base:" + shared.procs.Base()} {
 		if err := rdb.Copy(ctx, sb.prefix+"sandbox:"+k, prefix+"sandbox:"+k, 0, true).Err(); err != nil {
 			t.Fatalf("copy base: %v", err)
 		}
@@ -193,7 +194,7 @@ func newEngineOn(t *testing.T, mutate func(*Config), store func(Config) Store) (
 	if store != nil {
 		st = store(cfg)
 	}
-	e, err := bootEngine(cfg, st, testLogger(t))
+	e, err := bootEngine(cfg, st, testLogger(t), opts...)
 	if e != nil {
 		t.Cleanup(func() { _ = e.Close() })
 	}
@@ -218,11 +219,11 @@ func startEngine(t testing.TB, cfg Config, rdb redis.UniversalClient) *Engine {
 // bootEngine is how every test starts an engine: it checks the runtime is installed,
 // starts the engine within three minutes and requires it available. On an error after
 // New the engine is returned too, for the caller to close.
-func bootEngine(cfg Config, st Store, log *slog.Logger) (*Engine, error) {
+func bootEngine(cfg Config, st Store, log *slog.Logger, opts ...Option) (*Engine, error) {
 	if err := checkRuntime(cfg); err != nil {
 		return nil, err
 	}
-	e, err := New(cfg, st, log)
+	e, err := New(cfg, st, log, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("New: %w", err)
 	}

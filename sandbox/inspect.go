@@ -23,11 +23,10 @@ type ProcessInfo struct {
 
 // Inspect describes the process of key's live session; ENOTFOUND when it is not live.
 func (e *Engine) Inspect(key string) (ProcessInfo, error) {
-	lv := e.sess.get(key)
-	if lv == nil || !lv.process().Alive() {
+	p := e.sess.process(key)
+	if p == nil || !p.Alive() {
 		return ProcessInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "Session %q is not live on this node.", key)
 	}
-	p := lv.process()
 	info := ProcessInfo{PID: denoPID(p, e.cfg.DenoPath), MemoryUsed: p.Memory()}
 	if dir := p.CgroupDir(); dir != "" {
 		info.Cgroup, info.MemoryMax, info.TasksMax = dir, e.procs.launch.Jail.MemoryLimit(), proc.SessionTasks

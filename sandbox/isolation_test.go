@@ -303,12 +303,12 @@ func TestHiddenGlobals(t *testing.T) {
 func sessionPIDs(t *testing.T, e *Engine, key string) []int {
 	t.Helper()
 	lv := e.sess.get(key)
-	if lv == nil || lv.process().CgroupDir() == "" {
+	if lv == nil || lv.Process().CgroupDir() == "" {
 		t.Fatalf("session %s is not live in a cgroup", key)
 	}
-	pids := lv.process().Tasks()
+	pids := lv.Process().Tasks()
 	if len(pids) == 0 {
-		t.Fatalf("no tasks in %s", lv.process().CgroupDir())
+		t.Fatalf("no tasks in %s", lv.Process().CgroupDir())
 	}
 	return pids
 }

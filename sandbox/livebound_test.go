@@ -26,7 +26,7 @@ func TestLiveBound(t *testing.T) {
 				signalAll(t, e, "a", syscall.SIGCONT)
 			}
 		}()
-		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { _, idle := a.Idle(); return !idle })
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -35,14 +35,14 @@ func TestLiveBound(t *testing.T) {
 			_, err := e.Execute(ctx, "b", Request{Code: "import time\ntime.sleep(60)", Timeout: 90 * time.Second})
 			ran <- err
 		}()
-		testenv.Eventually(t, 60*time.Second, "b adopted", func() bool { return e.sess.get("b") != nil })
+		testenv.Eventually(t, 60*time.Second, "b adopted", func() bool { return e.sess.process("b") != nil })
 		if n := e.sess.count(); n != 2 {
 			t.Fatalf("%d live sessions while a's checkpoint holds it, want 2", n)
 		}
 		signalAll(t, e, "a", syscall.SIGCONT)
 		stopped = false
 		// a's checkpoint ends while b still runs: a is the one idle, and goes.
-		testenv.Eventually(t, 30*time.Second, "a evicted, b kept", func() bool { return e.sess.count() == 1 && e.sess.get("a") == nil })
+		testenv.Eventually(t, 30*time.Second, "a evicted, b kept", func() bool { return e.sess.count() == 1 && e.sess.process("a") == nil })
 		select {
 		case err := <-ran:
 			t.Fatalf("b's run ended before the bound held: %v", err)
@@ -63,7 +63,7 @@ func TestLiveBound(t *testing.T) {
 			ran <- err
 		}()
 		a := liveOf(t, e, "a")
-		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { idle, _ := a.idle(); return !idle })
+		testenv.Eventually(t, 30*time.Second, "a busy", func() bool { _, idle := a.Idle(); return !idle })
 		mustSucceed(t, e, "b", "y = 1")
 		cancel() // a's run is stopped: it is idle again
 		<-ran
@@ -74,7 +74,7 @@ func TestLiveBound(t *testing.T) {
 // signalAll sends sig to every task of key's live process.
 func signalAll(t *testing.T, e *Engine, key string, sig syscall.Signal) {
 	t.Helper()
-	for _, pid := range liveOf(t, e, key).process().Tasks() {
+	for _, pid := range liveOf(t, e, key).Process().Tasks() {
 		if err := syscall.Kill(pid, sig); err != nil {
 			t.Logf("signal %d: %v", pid, err)
 		}

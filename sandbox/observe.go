@@ -1,6 +1,12 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sandchat/sandchat/sandbox/internal/session"
+)
 
 // Observer hears what the engine does, for an operator's metrics. The engine calls it
 // from its own goroutines, often with a session's lock held: a method must return at
@@ -42,12 +48,18 @@ const (
 
 // SessionReset causes.
 const (
-	ResetByUser = "user"
-	ResetBroken = "broken"
+	ResetByUser = session.ResetByUser
+	ResetBroken = session.ResetBroken
 )
 
 // WithObserver has the engine tell o what it does.
 func WithObserver(o Observer) Option { return func(e *Engine) { e.obs = o } }
+
+// WithTracer has the engine make spans of each run's steps, in the trace of the
+// run's context: the wait for a process (sandbox admission), bringing its session
+// back (sandbox restore), its code (sandbox execute), and each heap checkpoint
+// (sandbox checkpoint; one off the runs' path starts a trace of its own).
+func WithTracer(t trace.Tracer) Option { return func(e *Engine) { e.tracer = t } }
 
 // noObserver is the engine's Observer when none is given.
 type noObserver struct{}

@@ -1,10 +1,7 @@
 package sandbox
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
-	"strings"
 	"testing"
 )
 
@@ -35,33 +32,5 @@ func TestAvailability(t *testing.T) {
 	}
 	if ok, why := a.get(); ok || why != "the sandbox engine is shut down" || !a.isClosed() {
 		t.Fatalf("after shut: %v %q", ok, why)
-	}
-}
-
-// TestPipRestoreRecord: a saved session's micropip record comes back as it decodes,
-// even in part, and is kept when installing is off (the next save must not erase it).
-func TestPipRestoreRecord(t *testing.T) {
-	ps := &pipService{cfg: &Config{}, log: slog.New(slog.DiscardHandler)}
-	ctx := context.Background()
-	for _, c := range []struct {
-		name, raw string
-		kept      int
-		note      bool
-	}{
-		{"none", ``, 0, false},
-		{"empty", `[]`, 0, false},
-		{"two wheels, installing off", `[{"name":"a","version":"1"},{"name":"b","version":"2"}]`, 2, true},
-		{"partly readable", `[{"name":"a","version":"1"},{"name":7}]`, 2, true},
-	} {
-		got, wheels, notes := ps.restore(ctx, nil, "k", json.RawMessage(c.raw))
-		if got == nil || len(got) != 0 {
-			t.Errorf("%s: wheels for the process %v, want [] (none fetched without a fetcher)", c.name, got)
-		}
-		if len(wheels) != c.kept {
-			t.Errorf("%s: kept %d wheels, want %d", c.name, len(wheels), c.kept)
-		}
-		if hasNote := len(notes) == 1 && strings.Contains(notes[0], "installing is turned off"); hasNote != c.note {
-			t.Errorf("%s: notes %q", c.name, notes)
-		}
 	}
 }

@@ -80,7 +80,7 @@ sorted(seen), opened`, cache, strings.Join(wheels, " "))
 		}
 	})
 	t.Run("a session's view goes with its process", func(t *testing.T) {
-		ids := []string{liveOf(t, e, "a").process().ID(), liveOf(t, e, "b").process().ID()}
+		ids := []string{liveOf(t, e, "a").Process().ID(), liveOf(t, e, "b").Process().ID()}
 		evictLive(t, e, "a")
 		evictLive(t, e, "b")
 		for _, id := range ids {

@@ -130,6 +130,13 @@ func (p *pool) sizes() (ready, spares int) {
 	return len(p.ready), len(p.spares)
 }
 
+// spareProcs are the spares the pool holds now, for the bench.
+func (p *pool) spareProcs() []*proc.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*proc.Process(nil), p.spares...)
+}
+
 // idle tells whether the pool is full and no refill is under way, for the bench.
 func (p *pool) idle() bool {
 	p.mu.Lock()

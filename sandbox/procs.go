@@ -12,10 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/admit"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
-	"github.com/sandchat/sandchat/sandbox/internal/state"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // nodeProcs hands out this node's session processes: a ready one (the base interpreter
@@ -36,8 +39,10 @@ type nodeProcs struct {
 	bases baseFiles      // the base as processes are primed with it (basepack.go)
 	code  proc.CodeCache // what Deno compiles for a process, filled once
 
-	pool *pool // processes started ahead of demand
-	st   Store // older bases, for a session saved against one
+	st  Store    // older bases, for a session saved against one
+	obs Observer // told of each process started, and of each the kernel killed
+	// tracer makes a span of each wait for room on the node.
+	tracer trace.Tracer
 
 	mu       sync.Mutex // guards base and baseHash, which a new base replaces
 	base     []byte     // the base snapshot new sessions start from
@@ -51,8 +56,8 @@ func (n *nodeProcs) currentBase() []byte {
 	return n.base
 }
 
-// currentHash names the current base.
-func (n *nodeProcs) currentHash() string {
+// Base names the current base.
+func (n *nodeProcs) Base() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.baseHash
@@ -64,68 +69,67 @@ func (n *nodeProcs) setBase(b []byte, hash string) {
 	n.mu.Unlock()
 }
 
-// readyProc is a process with the base interpreter: from the warm pool, or started now
-// once the node has room for it (wait bounds the wait for room).
-func (n *nodeProcs) readyProc(wait, ctx context.Context) (*proc.Process, error) {
-	if p := n.pool.takeReady(); p != nil {
+// processes are the node's session processes as sessions ask for them
+// (session.Processes): from the warm pool when it has one, else started within the
+// node's bounds.
+type processes struct {
+	*nodeProcs
+	pool *pool
+}
+
+// Ready is a process with the base interpreter: from the warm pool, or started now once
+// the node has room for it (wait bounds the wait for room, which waited adds to).
+func (ps processes) Ready(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
+	if p := ps.pool.takeReady(); p != nil {
 		return p, nil
 	}
+	return ps.startReady(wait, ctx, waited)
+}
+
+// Primed is a process primed with the base snapshot named base, for a saved heap to be
+// loaded in it: a spare from the pool when that is the current base, else one started
+// once the node has room for it (wait bounds the wait for room, which waited adds to).
+func (ps processes) Primed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
+	if base == ps.Base() {
+		if p := ps.pool.takeSpare(); p != nil {
+			return p, nil
+		}
+	}
+	return ps.startPrimed(wait, ctx, waited, base)
+}
+
+// startReady starts a process and loads the base interpreter in it, once the node has
+// room for it.
+func (n *nodeProcs) startReady(wait, ctx context.Context, waited *time.Duration) (*proc.Process, error) {
 	// Starting is bounded on its own (a loaded machine may take seconds): RestoreTimeout
 	// bounds the restore work that follows.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
 	defer cancel()
-	return n.spawn(wait, ctx, n.currentBase(), func(p *proc.Process) error {
+	return n.spawn(wait, ctx, waited, n.currentBase(), func(p *proc.Process) error {
 		if _, err := p.Call(ctx, proc.LoadReq{Op: "load"}, nil); err != nil {
-			return procErr(err, p)
+			return session.ProcessError(err, p)
 		}
 		return nil
 	})
 }
 
-// restoreProc brings a saved heap back in a process primed with the base it was saved
-// against: a spare from the pool when that is the current base, else one started once
-// the node has room for it (wait bounds the wait for room).
-func (n *nodeProcs) restoreProc(wait, ctx context.Context, st *state.State) (*proc.Process, error) {
-	var p *proc.Process
-	if st.Base == n.currentHash() {
-		p = n.pool.takeSpare()
-	}
-	if p == nil {
-		base := n.currentBase()
-		if st.Base != n.currentHash() {
-			b, err := n.st.LoadBase(ctx, st.Base)
-			if err != nil {
-				return nil, err
-			}
-			if b == nil {
-				return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
-			}
-			base = b
-		}
-		start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
-		defer cancel()
-		var err error
-		if p, err = n.spawn(wait, start, base, nil); err != nil {
+// startPrimed starts a process primed with the base named base (the current one, or an
+// older one from the store), once the node has room for it.
+func (n *nodeProcs) startPrimed(wait, ctx context.Context, waited *time.Duration, base string) (*proc.Process, error) {
+	snap := n.currentBase()
+	if base != n.Base() {
+		b, err := n.st.LoadBase(ctx, base)
+		if err != nil {
 			return nil, err
 		}
-	}
-	var o proc.Blobs
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.RestoreTimeout)
-	defer cancel()
-	delta, err := deltaBlob(&o, p.Base(), st.Delta)
-	if err != nil {
-		p.Close("restore failed")
-		return nil, &proc.Error{Msg: err.Error()}
-	}
-	if _, err := p.Call(ctx, proc.LoadReq{Op: "load", Header: o.Add(st.Header), Delta: delta}, &o); err != nil {
-		p.Close("restore failed")
-		if errors.Is(err, proc.ErrGone) {
-			// The heap itself took the process down (over the memory cap, say).
-			return nil, &proc.Error{Msg: p.Reason()}
+		if b == nil {
+			return nil, &proc.Error{Msg: "the base snapshot of this session is gone"}
 		}
-		return nil, err
+		snap = b
 	}
-	return p, nil
+	start, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolStartBudget)
+	defer cancel()
+	return n.spawn(wait, start, waited, snap, nil)
 }
 
 // admitProc waits for room for one more session process. wait bounds the wait (with
@@ -153,21 +157,30 @@ func (n *nodeProcs) admitProc(wait context.Context) (*slot, error) {
 var errNoRoom = errors.New("no room for another session process")
 
 // spawn starts a session process within the node's bounds: it waits for room (as long
-// as wait and AdmitTimeout allow), then for a turn to start one, and runs prep (loading
-// a heap: the rest of the CPU-bound start) in that turn. ctx bounds the start itself.
-func (n *nodeProcs) spawn(wait, ctx context.Context, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
+// as wait and AdmitTimeout allow; waited, when not nil, adds how long), then for a turn
+// to start one, and runs prep (loading a heap: the rest of the CPU-bound start) in that
+// turn. ctx bounds the start itself.
+func (n *nodeProcs) spawn(wait, ctx context.Context, waited *time.Duration, base []byte, prep func(*proc.Process) error) (*proc.Process, error) {
+	t0 := time.Now()
+	_, span := n.tracer.Start(wait, "sandbox admission")
 	s, err := n.admitProc(wait)
+	if waited != nil {
+		*waited += time.Since(t0)
+	}
 	if err != nil {
+		span.SetStatus(codes.Error, sandchat.ErrorMessage(err))
+		span.End()
 		return nil, err
 	}
+	span.End()
 	if err := n.adm.starts.Acquire(ctx); err != nil {
 		s.release()
-		return nil, procErr(err, nil)
+		return nil, session.ProcessError(err, nil)
 	}
 	defer n.adm.starts.Release()
 	p, err := n.startProc(ctx, base, false, s)
 	if err != nil {
-		return nil, procErr(err, nil)
+		return nil, session.ProcessError(err, nil)
 	}
 	if prep != nil {
 		if err := prep(p); err != nil {
@@ -212,10 +225,21 @@ func (n *nodeProcs) startProcWith(ctx context.Context, base []byte, warmup bool,
 		s.release()
 		return nil, err
 	}
-	return n.launch.Start(ctx, proc.Start{
+	p, err := n.launch.Start(ctx, proc.Start{
 		BaseFile: file, Base: base, Warmup: warmup,
 		Config: n.config, Code: code, Release: s.release,
 	})
+	if err != nil {
+		return nil, err
+	}
+	n.obs.ProcessStarted()
+	go func() {
+		<-p.Done()
+		if p.OOMKilled() {
+			n.obs.OOMKilled()
+		}
+	}()
+	return p, nil
 }
 
 // codeFills is how many processes fill the compiled-code cache, one after the other:

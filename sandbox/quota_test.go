@@ -11,6 +11,7 @@ import (
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/migrations/pgdb"
 	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 	"github.com/sandchat/sandchat/sandbox/pgcold"
 	"github.com/sandchat/sandchat/sandbox/redisstore"
 )
@@ -64,7 +65,7 @@ func TestStateKeptIsCounted(t *testing.T) {
 		n0, size0 := kept(k)
 		// Within the limit alone (so the process sends it), over it with the file.
 		mustSucceed(t, e, k, "blob = os.urandom(4 << 20)")
-		if err := e.ckpt.live(ctx, liveOf(t, e, k)); err == nil || !strings.Contains(err.Error(), "limit") {
+		if err := liveOf(t, e, k).Checkpoint(ctx); err == nil || !strings.Contains(err.Error(), "limit") {
 			t.Fatalf("a heap past the limit with the files: %v", err)
 		}
 		if n, size := kept(k); n != n0 || size != size0 {
@@ -161,12 +162,12 @@ func TestBudgetReserved(t *testing.T) {
 			t.Fatalf("run: %v %q", err, r.Stderr)
 		}
 		before := held(k)
-		if err := e.ckpt.live(ctx, liveOf(t, e, k)); !errors.Is(err, errHeapTooLarge) || held(k) != before {
+		if err := liveOf(t, e, k).Checkpoint(ctx); !errors.Is(err, session.ErrHeapTooLarge) || held(k) != before {
 			t.Fatalf("a checkpoint past the room now: %v, %d bytes held (%d before)", err, held(k), before)
 		}
 		// The room grew since (something else let it go).
 		b.room.Store(8 << 20)
-		if err := e.ckpt.live(ctx, liveOf(t, e, k)); err != nil || held(k) < 2<<20 {
+		if err := liveOf(t, e, k).Checkpoint(ctx); err != nil || held(k) < 2<<20 {
 			t.Fatalf("a checkpoint within the room: %v, %d bytes held", err, held(k))
 		}
 	})

@@ -5,18 +5,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
-// residency decides which sessions keep a process on this node: a session that ran is
-// adopted; past MaxLive, IdleTimeout, or when a run waits for a process slot
-// (admission.go), an idle one is evicted, checkpointed first (checkpoint.go). Its lock
-// guards only the count of evictions in flight; the sessions have their own.
+// residency decides which sessions keep a process on this node: a session brought back
+// for a run is adopted; past MaxLive, IdleTimeout, or when a run waits for a process
+// slot (admission.go), an idle one is evicted, checkpointed first (Session.Retire). Its
+// lock guards only the count of evictions in flight; the sessions have their own.
 type residency struct {
 	cfg   *Config // the engine's
 	sess  *sessions
-	ckpt  *checkpoints
 	pool  *pool
 	adm   *admission
 	procs *nodeProcs
@@ -25,14 +24,10 @@ type residency struct {
 	reclaiming int        // evicted processes not gone yet: each frees one slot soon
 }
 
-// errShutDown answers a run whose session came back as the engine shut down.
-var errShutDown = &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2,
-	Message: "The Python sandbox is shutting down on this server; run the code again."}
-
-// adopt makes lv key's live session, busy, and evicts past MaxLive; false once the
-// engine is shut down.
-func (r *residency) adopt(key string, lv *live) bool {
-	if !r.sess.adopt(key, lv) {
+// adopt makes s key's session and evicts past MaxLive; false once the engine is shut
+// down.
+func (r *residency) adopt(key string, s *session.Session) bool {
+	if !r.sess.adopt(key, s) {
 		return false
 	}
 	r.trim()
@@ -41,18 +36,15 @@ func (r *residency) adopt(key string, lv *live) bool {
 
 // trim evicts the least recently used idle sessions past MaxLive. Only idle ones can go:
 // a session adopted while the others were busy (a run, a checkpoint) leaves more than
-// MaxLive live until one of them is idle again, so trim runs then too (release, and
-// the end of a checkpoint).
+// MaxLive live until one of them is idle again, so trim runs then too (after each run,
+// and every second).
 func (r *residency) trim() {
-	for _, old := range r.sess.overLimit(r.cfg.MaxLive) {
-		go r.ckpt.retire(old, "evicted (least recently used)")
-	}
+	r.sess.retire(r.sess.overLimit(r.cfg.MaxLive), "evicted (least recently used)")
 }
 
-// release marks lv idle after a run; its process is frozen until the next one.
-func (r *residency) release(lv *live) {
-	lv.process().FreezeSoon()
-	lv.release()
+// ran follows a run's end: its session is idle again, so one past MaxLive may go, and a
+// run that waits for a process may have it.
+func (r *residency) ran() {
 	r.trim()
 	if r.adm.procs.Waiting() > 0 {
 		// Runs wait for a process: this idle one (or an older one) makes room.
@@ -60,23 +52,31 @@ func (r *residency) release(lv *live) {
 	}
 }
 
-// reclaim frees one process slot for a run that waits, unless evictions already under
-// way will: a pooled process nobody took first, else the least recently used idle
-// session. Called when a run starts waiting and when a run ends while some wait.
+// reclaim frees process slots for the runs that wait, one for each that evictions
+// already under way will not serve: a pooled process nobody took first, else the least
+// recently used idle session. Called when runs start waiting and when a run ends while
+// some wait.
 func (r *residency) reclaim() {
+	for r.reclaimOne() {
+	}
+}
+
+// reclaimOne starts one eviction for a run that waits; false when none is needed or
+// there is nothing idle to evict.
+func (r *residency) reclaimOne() bool {
 	r.mu.Lock()
 	if r.reclaiming >= r.adm.procs.Waiting() {
 		r.mu.Unlock()
-		return
+		return false
 	}
 	pooled := r.pool.evictOne()
-	var lv *live
+	var s *session.Session
 	if pooled == nil {
-		lv = r.sess.forgetOldestIdle()
+		s = r.sess.evictOldest()
 	}
-	if pooled == nil && lv == nil {
+	if pooled == nil && s == nil {
 		r.mu.Unlock()
-		return
+		return false
 	}
 	r.reclaiming++
 	r.mu.Unlock()
@@ -84,16 +84,18 @@ func (r *residency) reclaim() {
 		if pooled != nil {
 			pooled.Close("evicted: room for a waiting run (pooled)")
 		} else {
-			r.ckpt.retire(lv, "evicted: room for a waiting run (least recently used)")
+			retire(s, "evicted: room for a waiting run (least recently used)")
 		}
 		r.mu.Lock()
 		r.reclaiming--
 		r.mu.Unlock()
 	}()
+	return true
 }
 
-// watch evicts idle sessions and forgets the ones whose process died (they come back
-// from Redis on their next run), every second until stop.
+// watch makes room for runs that start waiting for a process, as they come; and every
+// second it evicts idle sessions and the ones whose process died (they come back from
+// Redis on their next run), until stop.
 func (r *residency) watch(stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -101,11 +103,13 @@ func (r *residency) watch(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case <-r.adm.procs.Pressure():
+			r.reclaim()
+			continue
 		case <-t.C:
 		}
-		for _, lv := range r.sess.idle(r.cfg.IdleTimeout) {
-			go r.ckpt.retire(lv, "evicted (idle)")
-		}
+		r.sess.retire(r.sess.idle(r.cfg.IdleTimeout), "evicted (idle)")
+		r.trim()
 		if r.adm.procs.Waiting() > 0 {
 			// A run that waited while every session was busy: one may be idle by now.
 			r.reclaim()

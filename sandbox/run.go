@@ -1,27 +1,19 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"path"
 	"time"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
-// maxSavedFilesPerRun bounds how many working-directory files one save may write.
-const maxSavedFilesPerRun = maxChangedFiles
-
-// check refuses a request outside the limits, saying which.
 // Check tells whether the engine would take req for key under c's limits (the key, the
-// code's size, the time limit, the preload, the /data files), for a caller that records
-// a run before it asks for it. Execute checks again.
-func (c Config) Check(key string, req Request) error { return c.check(key, &req) }
-
-func (c *Config) check(key string, req *Request) error {
+// code's size, the time limit, the preload), for a caller that records a run before it
+// asks for it. Execute checks again, and checks the files of /data when they come.
+func (c Config) Check(key string, req Request) error {
 	if key == "" || len(key) > 512 {
 		return sandchat.Errorf(sandchat.EINVALID, "Session key must be 1 to 512 bytes.")
 	}
@@ -31,53 +23,51 @@ func (c *Config) check(key string, req *Request) error {
 	if req.Timeout < 0 || req.Timeout > c.MaxTimeout {
 		return sandchat.Errorf(sandchat.EINVALID, "Timeout must be between 0 and %s.", c.MaxTimeout)
 	}
-	if err := CheckPreload(req.Preload); err != nil {
-		return err
-	}
-	var total int64
-	names := make(map[string]bool, len(req.Data))
-	for _, f := range req.Data {
-		if err := sandchat.CheckDataPath(f.Name); err != nil {
-			return err
-		}
-		names[f.Name] = true
-		total += max(f.Size, int64(len(f.Data)))
-	}
-	for _, f := range req.Data {
-		for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
-			if names[dir] {
-				return sandchat.Errorf(sandchat.ECONFLICT, "/data/%s is a file, so /data/%s cannot be under it.", dir, f.Name)
-			}
-		}
-	}
-	if total > c.MaxDataBytes {
-		return sandchat.Errorf(sandchat.ETOOLARGE, "The files under /data total %s; a run may mount at most %s.", sandchat.Size(total), sandchat.Size(c.MaxDataBytes))
-	}
-	return nil
+	return CheckPreload(req.Preload)
 }
 
 // Execute runs req.Code in the session named by key (chosen by the caller, e.g.
-// "conv:42" or "conv:42/agent:7"). Runs of one session are serialised across nodes.
-// Cancelling ctx interrupts the running code; the interrupted Result comes back along
-// with ctx's error.
-func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, error) {
+// "conv:42" or "conv:42/agent:7"): checked, admitted (req.User's share of the node),
+// under the session's lease (one run at a time across nodes), in the session as Open
+// finds it or brings it back. Cancelling ctx interrupts the running code; the
+// interrupted Result comes back along with ctx's error.
+func (e *Engine) Execute(ctx context.Context, key string, req Request) (res Result, err error) {
+	t0 := time.Now()
+	reached := false // the run got its session's interpreter
+	var waited time.Duration
+	defer func() {
+		status, took := runStatus(res, err, reached), time.Since(t0)
+		e.obs.RunDone(status, res.Session.RestoredFrom, took)
+		// One line per run, at info: what an operator follows a run by (the request's id
+		// comes with ctx).
+		attrs := []any{"session", key, "status", status, "from", res.Session.RestoredFrom, "queued_ms", waited.Milliseconds(),
+			"exec_ms", res.ExecutionMS, "total_ms", took.Milliseconds(), "state_bytes", res.Session.StateBytes}
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		e.log.InfoContext(ctx, "sandbox run", attrs...)
+	}()
 	if ok, why := e.Available(); !ok {
 		return Result{}, sandchat.Errorf(sandchat.EUNAVAILABLE, "The Python sandbox is unavailable: %s", why)
 	}
-	if err := e.cfg.check(key, &req); err != nil {
+	if err := e.cfg.Check(key, req); err != nil {
 		return Result{}, err
 	}
-	if req.Timeout == 0 {
-		req.Timeout = e.cfg.Timeout
+	req.Timeout = cmp.Or(req.Timeout, e.cfg.Timeout)
+	release, err := e.adm.user(ctx, req.User)
+	if err != nil {
+		return Result{}, err
 	}
-	var res Result
-	t0 := time.Now()
-	var waited time.Duration
-	err := e.leases.with(ctx, key, func(ctx context.Context, token string) error {
+	defer release()
+	err = e.leases.with(ctx, key, func(ctx context.Context, token string) error {
 		waited = time.Since(t0)
-		var err error
-		res, err = e.runLocked(ctx, key, token, req)
-		e.sizes(ctx, key, &res)
+		s, err := session.Open(ctx, e.env, key, e.sess.get(key), req)
+		if err != nil {
+			return err
+		}
+		reached = true
+		res, err = s.Run(ctx, token, req)
+		e.res.ran()
 		return err
 	})
 	if res.Status != "" {
@@ -89,122 +79,22 @@ func (e *Engine) Execute(ctx context.Context, key string, req Request) (Result, 
 			res.Session.Packages = []string{}
 		}
 	}
-	e.log.Debug("sandbox run", "session", key, "status", res.Status, "from", res.Session.RestoredFrom,
-		"queued_ms", waited.Milliseconds(), "exec_ms", res.ExecutionMS, "total_ms", time.Since(t0).Milliseconds(), "state_bytes", res.Session.StateBytes)
 	return res, err
 }
 
-// DataVersions tells which version of each file under /data the warm process of key
-// on this node holds, or nil: a caller may then leave those files' Data out.
-func (e *Engine) DataVersions(key string) map[string]string { return e.sess.dataVersions(key) }
+// refused are the errors of a run refused for what it asked (its files under /data, say,
+// known only once the session asks for them): it never started.
+var refused = map[string]bool{sandchat.EINVALID: true, sandchat.ETOOLARGE: true, sandchat.EBUSY: true}
 
-func (e *Engine) runLocked(ctx context.Context, key, token string, req Request) (Result, error) {
-	a, err := e.attachOrReset(ctx, key, req)
-	if err != nil {
-		return Result{}, err
+// runStatus is what the Observer is told of a run Execute answered with res and err;
+// reached says it got its session's interpreter.
+func runStatus(res Result, err error, reached bool) string {
+	switch {
+	case res.Status != "" && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// Interrupted runs come back with their context's error: the code's outcome.
+		return res.Status
+	case reached && !refused[sandchat.ErrorCode(err)]:
+		return RunFailed
 	}
-	res, failed, err := e.runIn(ctx, key, token, req, a)
-	if failed != nil {
-		return e.afterFailure(ctx, key, token, req, a, res, failed, err)
-	}
-	return res, err
-}
-
-// interpreterFailed is a run whose interpreter failed (its process died, or the Worker
-// gave up) rather than answer: the session went back to its saved state.
-type interpreterFailed struct {
-	started bool // the process said the code started: the code may be what failed
-	why     string
-}
-
-// runIn runs req in the session a brought back. A run whose interpreter failed comes
-// back as a Result that says so, with failed set.
-func (e *Engine) runIn(ctx context.Context, key, token string, req Request, a *attached) (Result, *interpreterFailed, error) {
-	lv, info, notes := a.lv, a.info, a.notes
-	p := lv.process()
-	defer e.res.release(lv)
-	var o proc.Blobs
-	data, versions, err := lv.dataFor(req.Data, &o)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	// What the run loads from the package cache is its own until it ends.
-	pk := e.procs.packages(p)
-	defer pk.Done()
-	if e.fetch != nil {
-		if req.OnOutput != nil {
-			// Progress of what the run waits for before its code: shown live, not kept.
-			pk.Progress = func(name string) { req.OnOutput("stderr", "[sandbox] fetching the package "+name+"…\n") }
-		}
-		fctx, cancel := context.WithTimeout(ctx, e.cfg.RestoreTimeout)
-		notes = append(notes, pk.Ensure(fctx, preloadCode(req.Preload)+req.Code, nil)...)
-		cancel()
-	}
-	msg := proc.RunReq{Op: "run", Code: req.Code, Filename: fmt.Sprintf("<cell-%d>", lv.info().Version+1),
-		Data: data, DataVersions: versions, Preload: nonNil(req.Preload)}
-	out, hooks := e.shape.hooks(req, e.pip.server(ctx, lv, pk))
-	session := func() SessionInfo {
-		s := lv.info()
-		s.RestoredFrom, s.Expired, s.ResetFrom = info.RestoredFrom, info.Expired, info.ResetFrom
-		return s
-	}
-	start := time.Now()
-	lim := proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: req.Timeout, Grace: e.cfg.Grace}
-	rep := p.Run(ctx, msg, &o, lim, hooks, func() {
-		// The code ignored KeyboardInterrupt: kill its process, and with it every
-		// thread it started. The session goes back to its last durable state.
-		e.sess.drop(key, lv, "the run ignored the interrupt")
-	})
-	ctxErr := rep.CtxErr
-	if rep.Stuck {
-		lost := session()
-		return lostRun(StatusTimeout, "TimeoutError", fmt.Sprintf(
-			"Execution did not stop within %s of the interrupt and was terminated; the session was restored to its last saved state (version %d). Variables defined since then are lost.",
-			e.cfg.Grace, lost.Version), time.Since(start).Milliseconds(), lost, out.seen), nil, ctxErr
-	}
-	ms := time.Since(start).Milliseconds()
-	if rep.Err != nil {
-		e.sess.drop(key, lv, "the run failed")
-		var pe *proc.Error
-		switch {
-		case errors.Is(rep.Err, proc.ErrGone):
-			lost := session()
-			return lostRun(StatusError, "SandboxError", fmt.Sprintf(
-				"The session's process stopped during the run (%s); the session was restored to its last saved state (version %d).", p.Reason(), lost.Version),
-				ms, lost, out.seen), &interpreterFailed{started: rep.Started, why: p.Reason()}, ctxErr
-		case errors.As(rep.Err, &pe):
-			// What the code printed before its interpreter failed was streamed as it came,
-			// and is kept as for a process that died.
-			return lostRun(StatusError, "SandboxError", "The session's interpreter failed and was restarted from its last saved state: "+pe.Msg,
-				ms, session(), out.seen), &interpreterFailed{started: rep.Started, why: pe.Msg}, ctxErr
-		}
-		return Result{}, nil, rep.Err
-	}
-	var r proc.RunReply
-	if err := json.Unmarshal(rep.Frame.JSON, &r); err == nil {
-		err = r.Check(e.cfg.MaxOutput, maxChangedFiles, rep.Frame)
-	}
-	if err != nil {
-		e.sess.drop(key, lv, "protocol: run reply refused")
-		return Result{}, nil, fmt.Errorf("sandbox reply: %w", err)
-	}
-	res := e.shape.result(&r, rep.Frame, lv.ran(&r, rep.Frame, versions), notes)
-	res.Order = out.seen.order(len(notesPrefix(notes)))
-	out.disp.finish(&res, len(notesPrefix(notes)), r.DisplaysDropped)
-	nameImages(&res)
-	res.ExecutionMS = ms
-	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {
-		if ctxErr != nil {
-			res.Error.Message = "Execution was cancelled."
-		} else {
-			res.Error.Message = fmt.Sprintf("Execution exceeded the %s time limit and was interrupted; the session keeps its state.", req.Timeout)
-		}
-	}
-	res.Session = session()
-	res.Session.Live = true
-	if res.Status != StatusSuccess {
-		// Not saved: the session keeps it warm, tainted (live.ran).
-		return res, nil, ctxErr
-	}
-	return res, nil, e.persist(ctx, key, token, lv, req, &r, &res, ctxErr)
+	return RunRefused
 }

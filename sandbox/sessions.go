@@ -6,232 +6,213 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
-// sessions is the set of this node's live sessions and of those being retired (evicted,
-// checkpointed before their process stops). Each session guards its own state (live.go);
-// the set only keeps the map.
+// sessions is the map of this node's sessions: the latest one of each key, live or
+// being retired (a run of its key waits for that: Open). Each session owns its state,
+// its lock and its life (internal/session); the map only keeps them and hands the
+// node's choices (which to evict, when) to them.
 type sessions struct {
-	// mu guards m, retiring and closed. It may be held while a session's own lock is
-	// taken (to pick or claim a session atomically), never the other way round, and never
-	// while waiting on a process or a store.
-	mu       sync.Mutex
-	m        map[string]*live
-	retiring map[string]*live
-	closed   bool // shut down: no session is adopted any more
+	// mu guards m and closed. It may be held while a session's own lock is taken (to
+	// evict an idle session atomically), never the other way round, and never while
+	// waiting on a process or a store.
+	mu     sync.Mutex
+	m      map[string]*session.Session
+	closed bool // shut down: no session is adopted any more
 }
+
+// retireTimeout bounds the checkpoint an evicted session gets before its process goes;
+// shutdownTimeout, all of them at shutdown together.
+const (
+	retireTimeout   = 30 * time.Second
+	shutdownTimeout = 10 * time.Second
+)
 
 func newSessions() *sessions {
-	return &sessions{m: map[string]*live{}, retiring: map[string]*live{}}
+	return &sessions{m: map[string]*session.Session{}}
 }
 
-// get is key's live session, or nil.
-func (s *sessions) get(key string) *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key]
+// get is key's session, in whatever phase, or nil.
+func (m *sessions) get(key string) *session.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key]
 }
 
-func (s *sessions) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
+// take removes key's session from the map and returns it, or nil.
+func (m *sessions) take(key string) *session.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.m[key]
+	delete(m.m, key)
+	return s
 }
 
-// take removes key's live session from the set and returns it, or nil.
-func (s *sessions) take(key string) *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lv := s.m[key]
-	if lv != nil {
-		delete(s.m, key)
-		lv.leave()
+// adopt makes s key's session; false once the engine is shut down, when nothing would
+// ever stop s's process.
+func (m *sessions) adopt(key string, s *session.Session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
 	}
-	return lv
+	m.m[key] = s
+	return true
 }
 
-// forgetLocked takes lv out of the live set for retiring; a run of its key waits for the
-// retirement (checkpoints.awaitRetired), so it finds the checkpoint made. Called with s.mu held.
-func (s *sessions) forgetLocked(lv *live) {
-	delete(s.m, lv.name())
-	lv.leave()
-	s.retiring[lv.name()] = lv
-}
-
-// forget takes key's live session out of the set for retiring (checkpoints.retire), as
-// an eviction does, and returns it, or nil.
-func (s *sessions) forget(key string) *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lv := s.m[key]
-	if lv != nil {
-		s.forgetLocked(lv)
-	}
-	return lv
-}
-
-// retired ends lv's retirement.
-func (s *sessions) retired(lv *live) {
-	s.mu.Lock()
-	if s.retiring[lv.name()] == lv {
-		delete(s.retiring, lv.name())
-	}
-	s.mu.Unlock()
-	lv.retired()
-}
-
-// retiringOf is key's session being retired, or nil.
-func (s *sessions) retiringOf(key string) *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.retiring[key]
-}
-
-// forgetOldestIdle forgets the least recently used idle session and returns it for the
-// caller to retire, or nil when every live session is busy.
-func (s *sessions) forgetOldestIdle() *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.forgetOldestIdleLocked()
-}
-
-func (s *sessions) forgetOldestIdleLocked() *live {
-	var old *live
-	var oldUsed time.Time
-	for _, lv := range s.m {
-		if idle, used := lv.idle(); idle && (old == nil || used.Before(oldUsed)) {
-			old, oldUsed = lv, used
+// liveLocked lists the sessions that hold a live interpreter, and forgets those whose
+// process is gone and that nothing retires any more. Called with m.mu held.
+func (m *sessions) liveLocked() []*session.Session {
+	out := make([]*session.Session, 0, len(m.m))
+	for k, s := range m.m {
+		if _, ok := s.Live(); ok {
+			out = append(out, s)
+		} else if !s.Process().Alive() {
+			delete(m.m, k)
 		}
 	}
-	if old != nil {
-		s.forgetLocked(old)
+	return out
+}
+
+func (m *sessions) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.liveLocked())
+}
+
+// procs are the processes of the live sessions.
+func (m *sessions) procs() []*proc.Process {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*proc.Process
+	for _, s := range m.liveLocked() {
+		out = append(out, s.Process())
+	}
+	return out
+}
+
+// process is the process of key's live session, or nil.
+func (m *sessions) process(key string) *proc.Process {
+	s := m.get(key)
+	if s == nil {
+		return nil
+	}
+	if _, ok := s.Live(); !ok {
+		return nil
+	}
+	return s.Process()
+}
+
+// live tells whether key's interpreter is warm at version.
+func (m *sessions) live(key string, version int64) bool {
+	s := m.get(key)
+	if s == nil {
+		return false
+	}
+	v, ok := s.Live()
+	return ok && v == version
+}
+
+// evictOldestLocked evicts the least recently used idle session and returns it for the
+// caller to retire, or nil when no live session is idle. Called with m.mu held.
+func (m *sessions) evictOldestLocked() *session.Session {
+	var old *session.Session
+	var oldUsed time.Time
+	for _, s := range m.m {
+		if used, idle := s.Idle(); idle && (old == nil || used.Before(oldUsed)) {
+			old, oldUsed = s, used
+		}
+	}
+	if old != nil && !old.Evict() {
+		return nil // a run took it meanwhile; the next call finds another
 	}
 	return old
 }
 
-// overLimit forgets the least recently used idle sessions past max and returns them.
-func (s *sessions) overLimit(max int) []*live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*live
-	for len(s.m) > max {
-		lv := s.forgetOldestIdleLocked()
-		if lv == nil {
+// evictOldest evicts the least recently used idle session, or returns nil.
+func (m *sessions) evictOldest() *session.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.evictOldestLocked()
+}
+
+// overLimit evicts the least recently used idle sessions past max and returns them.
+func (m *sessions) overLimit(max int) []*session.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*session.Session
+	for len(m.liveLocked()) > max {
+		s := m.evictOldestLocked()
+		if s == nil {
 			break
 		}
-		out = append(out, lv)
+		out = append(out, s)
 	}
 	return out
 }
 
-// idle forgets the sessions idle past timeout, and those whose process died between
+// idle evicts the sessions idle past timeout, and those whose process died between
 // runs, and returns them.
-func (s *sessions) idle(timeout time.Duration) []*live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*live
-	for _, lv := range s.m {
-		if idle, used := lv.idle(); idle && (!lv.process().Alive() || time.Since(used) > timeout) {
-			s.forgetLocked(lv)
-			out = append(out, lv)
+func (m *sessions) idle(timeout time.Duration) []*session.Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*session.Session
+	for _, s := range m.m {
+		if used, idle := s.Idle(); idle && (!s.Process().Alive() || time.Since(used) > timeout) && s.Evict() {
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (s *sessions) procs() []*proc.Process {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*proc.Process, 0, len(s.m))
-	for _, lv := range s.m {
-		out = append(out, lv.process())
+// retire has evicted sessions saved and stopped, off the caller's path.
+func (m *sessions) retire(ss []*session.Session, why string) {
+	for _, s := range ss {
+		go retire(s, why)
 	}
-	return out
 }
 
-// isLive tells whether key's interpreter is warm at version.
-func (s *sessions) isLive(key string, version int64) bool {
-	lv := s.get(key)
-	return lv != nil && lv.current(version)
+// retire has an evicted session saved and stopped.
+func retire(s *session.Session, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), retireTimeout)
+	defer cancel()
+	s.Retire(ctx, why)
 }
 
-// closeAll empties the set for shutdown and returns what it held.
-func (s *sessions) closeAll() []*live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	out := make([]*live, 0, len(s.m))
-	for k, lv := range s.m {
-		out = append(out, lv)
-		delete(s.m, k)
-		lv.leave()
-	}
-	return out
-}
-
-// dataVersions is the version of each file under /data that key's process holds, or nil.
-func (s *sessions) dataVersions(key string) map[string]string {
-	if lv := s.get(key); lv != nil {
-		return lv.dataHeld()
-	}
-	return nil
-}
-
-// adopt makes lv (busy, as newLive made it) key's live session; false once the engine
-// is shut down, when nothing would ever stop lv's process.
-func (s *sessions) adopt(key string, lv *live) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+// evict evicts key's session if it is idle and retires it (its heap saved, then its
+// process stopped); false when it was not idle.
+func (m *sessions) evict(key, why string) bool {
+	s := m.get(key)
+	if s == nil || !s.Evict() {
 		return false
 	}
-	s.m[key] = lv
+	retire(s, why)
 	return true
 }
 
-// claim marks key's live session busy if it is current at version; it returns nil
-// (after forgetting a stale or dead one, whose process it closes) when the session has
-// to be brought back.
-func (s *sessions) claim(key string, version int64) *live {
-	s.mu.Lock()
-	lv := s.m[key]
-	if lv != nil && lv.claim(version) {
-		s.mu.Unlock()
-		return lv
+// checkpoint saves the heap of key's session now, as its delayed checkpoint would.
+func (m *sessions) checkpoint(ctx context.Context, key string) error {
+	s := m.get(key)
+	if s == nil {
+		return nil
 	}
-	if lv != nil {
-		delete(s.m, key)
-		lv.leave()
-	}
-	s.mu.Unlock()
-	if lv != nil {
-		go lv.process().Close("the session moved on")
-	}
-	return nil
+	return s.Checkpoint(ctx)
 }
 
-// probeTimeout bounds the liveness probe before a warm run; a process that cannot
-// answer a stats request in this long on a loaded node is not fit to run code either.
-const probeTimeout = 10 * time.Second
-
-// answers tells whether p still runs. A process killed while frozen between runs only
-// dies when thawed, so Alive() cannot know until something is sent to it: the probe
-// thaws it and asks, before any code is given to it.
-func answers(ctx context.Context, p *proc.Process) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+// closeAll empties the map for shutdown and retires what it held: checkpoints first
+// (the sessions come back on any node without replay), within shutdownTimeout.
+func (m *sessions) closeAll() {
+	m.mu.Lock()
+	m.closed = true
+	all := m.m
+	m.m = map[string]*session.Session{}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	_, err := p.Call(ctx, proc.StatsReq{Op: "stats"}, nil)
-	return err == nil
-}
-
-// drop forgets key's live session lv and kills its process: the next run starts from
-// the last durable state.
-func (s *sessions) drop(key string, lv *live, why string) {
-	s.mu.Lock()
-	if s.m[key] == lv {
-		delete(s.m, key)
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() { s.Retire(ctx, "the sandbox engine is shut down") })
 	}
-	lv.leave()
-	s.mu.Unlock()
-	lv.process().Close(why)
+	wg.Wait()
 }

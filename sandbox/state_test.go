@@ -9,18 +9,16 @@ import (
 	"time"
 
 	"github.com/sandchat/sandchat"
-	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 )
 
 // evictLive evicts the warm interpreter of key as MaxLive or the idle timeout would: its
 // heap is checkpointed, then its process stops.
 func evictLive(t testing.TB, e *Engine, key string) {
 	t.Helper()
-	lv := e.sess.forget(key)
-	if lv == nil {
-		t.Fatalf("session %s is not live", key)
+	if !e.sess.evict(key, "evicted by the test") {
+		t.Fatalf("session %s is not live and idle", key)
 	}
-	e.ckpt.retire(lv, "evicted by the test")
 }
 
 // evictSaved is evictLive once the heap is saved as the delayed checkpoint saves it, with
@@ -38,7 +36,7 @@ func evictSaved(t testing.TB, e *Engine, key string) {
 // session's durable state says then.
 func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	t.Helper()
-	if err := e.ckpt.live(context.Background(), liveOf(t, e, key)); err != nil && !errors.Is(err, errHeapTooLarge) {
+	if err := e.sess.checkpoint(context.Background(), key); err != nil && !errors.Is(err, session.ErrHeapTooLarge) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	info, err := e.Session(context.Background(), key)
@@ -48,52 +46,42 @@ func checkpointNow(t testing.TB, e *Engine, key string) SessionInfo {
 	return info
 }
 
-// holdCheckpoint keeps key's delayed checkpoint from saving its heap, as a node that
-// died before it would, and tells whether one had already saved it: the delay is short,
-// and on a busy machine it may pass before the test gets here.
-func holdCheckpoint(t *testing.T, e *Engine, key string) (saved bool) {
-	t.Helper()
-	lv := liveOf(t, e, key)
-	held := false
-	testenv.Eventually(t, time.Minute, "the checkpoint in flight ended", func() bool {
-		_, _, held = lv.beginCheckpoint()
-		return held || !lv.checkpointDue()
-	})
-	if held {
-		t.Cleanup(lv.endCheckpoint)
-	}
-	return !held
-}
-
 func TestStatePersistence(t *testing.T) {
 	t.Parallel()
 	e, b, key := setup(t)
 	ctx := context.Background()
 
-	// Each case builds state, loses the warm interpreter in its own way, then checks
-	// what the next run sees: want, the case's from unless it finds otherwise.
-	var want string
+	// A node that never checkpoints (its delay outlasts the test): a node that died
+	// before its checkpoint leaves the session to its log.
+	lazy := func(t *testing.T) *Engine {
+		cfg := testConfig(b.prefix)
+		cfg.CheckpointDelay = time.Hour
+		return startEngine(t, cfg, b.rdb)
+	}
+	// Each case builds state on its first node, loses the warm interpreter in its own
+	// way, then checks what the next run sees.
 	tests := []struct {
-		name string
-		lose func(t *testing.T, k string) *Engine // returns the engine to continue on
-		from string
+		name  string
+		first func(t *testing.T) *Engine           // the node the state is built on
+		lose  func(t *testing.T, k string) *Engine // returns the engine to continue on
+		from  string
 	}{
 		{name: "warm interpreter", lose: func(*testing.T, string) *Engine { return e }, from: FromLive},
 		{name: "worker evicted", lose: func(t *testing.T, k string) *Engine { evictLive(t, e, k); return e }, from: FromSnapshot},
-		{name: "another node", lose: func(t *testing.T, k string) *Engine {
+		{name: "another node", first: lazy, lose: func(t *testing.T, k string) *Engine {
 			// A second engine on the same Redis prefix is another node of the same
-			// deployment; the first has not checkpointed yet, so the log replays.
-			if holdCheckpoint(t, e, k) {
-				t.Log("the first node checkpointed before the test could hold it (a busy machine): its heap is restored")
-				want = FromSnapshot
-			}
+			// deployment; the first has not checkpointed, so the log replays.
 			return startEngine(t, testConfig(b.prefix), b.rdb)
 		}, from: FromReplay},
 	}
 	for _, tt := range tests {
-		want = tt.from
+		want := tt.from
 		t.Run(tt.name, func(t *testing.T) {
 			k := key(tt.name)
+			e := e
+			if tt.first != nil {
+				e = tt.first(t)
+			}
 			mustSucceed(t, e, k, "import json, collections\nx = 1\ndef gen():\n    i = 0\n    while True:\n        i += 1\n        yield i\ng = gen()\nnext(g)\nclass C:\n    def hello(self): return 'hi'\nopen('notes.txt', 'w').write('kept')")
 			mustSucceed(t, e, k, "x += 1\nnext(g)")
 			e2 := tt.lose(t, k)
@@ -269,7 +257,7 @@ func TestReplayWithData(t *testing.T) {
 	data := []File{{Name: "lib/rates.py", Data: []byte("VAT = 0.2\n")}, {Name: "prices.csv", Data: []byte("10\n20\n")}}
 	exec := func(code string) Result {
 		t.Helper()
-		r, err := e.Execute(context.Background(), k, Request{Code: code, Data: data})
+		r, err := e.Execute(context.Background(), k, Request{Code: code, Data: files(data...)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +295,7 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		mustSucceed(t, e, k, "v = '"+k+"'")
 	}
-	n, aLive := e.sess.count(), e.sess.get("a") != nil
+	n, aLive := e.sess.count(), e.sess.process("a") != nil
 	if n != 2 || aLive {
 		t.Fatalf("%d live, a live %v; want 2 without the least recently used", n, aLive)
 	}
@@ -321,9 +309,8 @@ func TestEvictionKeepsMaxLive(t *testing.T) {
 // of its runs brings it back by replay, and the next save carries the whole history.
 func TestRedisLossReplaysHistory(t *testing.T) {
 	t.Parallel()
-	e, b := newEngine(t, nil)
 	history := &runLog{}
-	e.history = history
+	e, b := newEngineOn(t, nil, nil, WithHistory(history))
 	ctx := context.Background()
 	k := "flushed"
 	runRecorded := func(code string) Result {

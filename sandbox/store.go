@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandchat/sandchat/sandbox/internal/session"
 	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
@@ -19,16 +20,7 @@ type Store interface {
 }
 
 type sessionStore interface {
-	Version(ctx context.Context, session string) (int64, error)
-	Seen(ctx context.Context, session string) (bool, error)
-	Load(ctx context.Context, session string, withCells bool) (*state.State, error)
-	Cells(ctx context.Context, session string) ([]string, error)
-	// Bytes is what the saved states of the sessions hold together, in one round trip.
-	Bytes(ctx context.Context, sessions ...string) (int64, error)
-	Save(ctx context.Context, session string, r state.Save) (version, total int64, err error)
-	Checkpoint(ctx context.Context, session string, c state.Checkpoint) (total int64, err error)
-	// Reset forgets the session's state; seen keeps it marked as one that had a state.
-	Reset(ctx context.Context, session string, seen bool) error
+	session.Store // what a session reads and writes of its own state
 	// Forget deletes the session for good, in every tier; no run that began before it
 	// can save it back.
 	Forget(ctx context.Context, session string) error
@@ -53,7 +45,4 @@ const (
 	modeReplay   = state.ModeReplay
 )
 
-var (
-	errFenced = state.ErrFenced
-	newToken  = state.NewToken
-)
+var newToken = state.NewToken

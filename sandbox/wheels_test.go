@@ -50,7 +50,7 @@ func writeLock(t testing.TB, pyodideDir, dir string, wheels map[string][]byte, s
 		}
 		lock["packages"].(map[string]any)[key] = map[string]any{
 			"name": key, "version": w.version, "file_name": w.fileName(), "install_dir": "site", "sha256": sum,
-			"package_type": "package", "imports": []string{w.name}, "depends": nonNil(w.depends), "unvendored_tests": false,
+			"package_type": "package", "imports": []string{w.name}, "depends": append([]string{}, w.depends...), "unvendored_tests": false,
 		}
 	}
 	out, _ := json.Marshal(lock)

@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
@@ -72,7 +76,8 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 }
 
 // Execute runs code. The caller has checked that the sandbox is on for the agent; the
-// user in ctx is charged against the execution rate limit.
+// user in ctx is charged against the execution rate limit, and their runs hold at most
+// their share of the node's processes (the engine waits for it).
 //
 // The run is recorded as pending before it starts, so Postgres being down refuses the
 // run (503) instead of running it unrecorded; after the run its outcome is written
@@ -80,8 +85,21 @@ func (s *Sandbox) dataFiles(ctx context.Context, convID int64, have map[string]s
 // its outcome cannot be written yet, the caller gets the result with a notice, and the
 // write goes on in the background. A run the engine answers without having saved its
 // state is recorded failed and answered 503: replay never applies what the caller was
-// told failed.
+// told failed. The run is a span of the caller's trace.
 func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
+	ctx, span := s.tracer().Start(ctx, "sandbox run", trace.WithAttributes(attribute.Int64("sandchat.conversation_id", req.ConversationID),
+		attribute.String("sandchat.session", s.SessionKey(req.ConversationID, req.AgentID))))
+	defer span.End()
+	run, err := s.execute(ctx, req)
+	if err != nil {
+		span.SetStatus(codes.Error, sandchat.ErrorMessage(err))
+	} else {
+		span.SetAttributes(attribute.String("sandchat.run_status", run.Result.Status), attribute.String("sandchat.restored_from", run.Result.Session.RestoredFrom))
+	}
+	return run, err
+}
+
+func (s *Sandbox) execute(ctx context.Context, req RunRequest) (Run, error) {
 	if s.Engine == nil {
 		return Run{}, errNoEngine
 	}
@@ -96,26 +114,18 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		}
 	}
 	key := s.SessionKey(req.ConversationID, req.AgentID)
-	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay}
+	var mounted []sandbox.File // what the engine asked for, for the answer
+	sreq := sandbox.Request{Code: req.Code, Preload: req.Preload, Timeout: req.Timeout, OnOutput: req.OnOutput, OnDisplay: req.OnDisplay,
+		User: userOf(ctx),
+		// Uploads travel once: only those the session's warm process does not hold.
+		Data: func(ctx context.Context, held map[string]string) (files []sandbox.File, err error) {
+			files, err = s.dataFiles(ctx, req.ConversationID, held)
+			mounted = files
+			return files, err
+		}}
 	// A run the engine would refuse (code too long, a time limit past the maximum) is
 	// refused before anything of it is stored.
 	if err := s.Engine.Config().Check(key, sreq); err != nil {
-		return Run{}, err
-	}
-	// One user's runs hold at most their share of the node's processes: past it, this
-	// one waits for one of theirs to end, never behind another user's.
-	var who string
-	if uid := sandchat.UserIDFromContext(ctx); uid != 0 {
-		who = strconv.FormatInt(uid, 10)
-	}
-	release, err := s.Engine.AdmitUser(ctx, who)
-	if err != nil {
-		return Run{}, err
-	}
-	defer release()
-	// Uploads travel once: only those the session's warm process does not hold.
-	data, err := s.dataFiles(ctx, req.ConversationID, s.Engine.DataVersions(key))
-	if err != nil {
 		return Run{}, err
 	}
 	quota := &runQuota{}
@@ -126,31 +136,37 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	}
 	// The record must not be lost to a client that went away mid-run.
 	wctx := context.WithoutCancel(ctx)
-	sreq.Data, sreq.Budget = data, s.budget(req.ConversationID, key, quota)
-	r, later := s.call(func() (res sandbox.Result, err error) {
-		for resent := false; ; resent = true {
-			res, err = s.Engine.Execute(ctx, key, sreq)
-			if resent || !errors.Is(err, sandbox.ErrDataStale) {
-				return res, err
-			}
-			// The process moved on since we asked (evicted, restored): no code ran; send all.
-			if sreq.Data, err = s.dataFiles(ctx, req.ConversationID, nil); err != nil {
-				return res, err
-			}
-		}
-	})
+	sreq.Budget = s.budget(req.ConversationID, key, quota)
+	r, later := s.call(func() (sandbox.Result, error) { return s.Engine.Execute(ctx, key, sreq) })
 	if later != nil {
 		s.background.Go(func() { s.recordLate(ctx, wctx, id, ex, quota, <-later) })
 		return Run{}, &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 2, Message: fmt.Sprintf(
 			"The server shut down before the run finished, and stops it now; check its outcome (GET /api/v1/conversations/%d/sandbox/executions/%d) before running it again.",
 			req.ConversationID, id)}
 	}
+	run, err := s.answer(ctx, wctx, id, ex, quota, r)
+	if err == nil {
+		run.DataFiles = dataList(mounted)
+	}
+	return run, err
+}
+
+// userOf is the user in ctx as the engine counts their runs ("" for none).
+func userOf(ctx context.Context) string {
+	if uid := sandchat.UserIDFromContext(ctx); uid != 0 {
+		return strconv.FormatInt(uid, 10)
+	}
+	return ""
+}
+
+// answer records the engine's reply r to run id and returns what its caller gets.
+func (s *Sandbox) answer(ctx, wctx context.Context, id int64, ex conversations.Execution, quota *runQuota, r engineReply) (Run, error) {
 	res, err := r.res, r.err
 	if res.Session.ResetFrom > 0 {
 		// The engine reset a session whose saved state could not run: a replay of the
 		// history must never bring that state back.
-		if rerr := s.Store.RecordReset(wctx, req.ConversationID, key, id); rerr != nil {
-			s.log().ErrorContext(ctx, "record the engine's reset of a session", "session", key, "err", rerr)
+		if rerr := s.Store.RecordReset(wctx, ex.ConversationID, ex.SessionKey, id); rerr != nil {
+			s.log().ErrorContext(ctx, "record the engine's reset of a session", "session", ex.SessionKey, "err", rerr)
 		}
 	}
 	ex = s.underQuota(&res, ex, quota)
@@ -194,7 +210,6 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 		for _, a := range res.Artifacts {
 			run.Artifacts = append(run.Artifacts, conversations.FileRef{Name: a.Name, ContentType: a.ContentType, Size: int64(len(a.Data))})
 		}
-		run.DataFiles = dataList(data)
 		s.finishLater(wctx, id, ex, "")
 		return run, nil
 	}
@@ -204,7 +219,7 @@ func (s *Sandbox) Execute(ctx context.Context, req RunRequest) (Run, error) {
 	if files == nil {
 		files = []conversations.FileRef{}
 	}
-	return Run{ID: id, Result: res, Artifacts: files, DataFiles: dataList(data)}, nil
+	return Run{ID: id, Result: res, Artifacts: files}, nil
 }
 
 // ErrServerRestart is the error type of a run the server's shutdown stopped: unlike a
@@ -370,6 +385,9 @@ func (s *Sandbox) finish(ctx context.Context, id int64, ex conversations.Executi
 	}, sandchat.IsUnavailable)
 	if err != nil {
 		return nil, "", err
+	}
+	if notKept != "" {
+		s.refused(RefusedArtifacts)
 	}
 	return files, notKept, nil
 }

@@ -12,6 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/sandbox"
@@ -21,20 +25,22 @@ import (
 type Engine interface {
 	// Config is the engine's configuration: its limits check a run before it is recorded.
 	Config() sandbox.Config
+	// Execute runs a run: its user's share of the node is waited for, and its /data
+	// asked for under the session's lease (sandbox.Request).
 	Execute(ctx context.Context, key string, req sandbox.Request) (sandbox.Result, error)
 	Session(ctx context.Context, key string) (sandbox.SessionInfo, error)
 	// StateBytes is what the sessions' saved states hold together; zero for one with none.
 	StateBytes(ctx context.Context, keys ...string) (int64, error)
 	Reset(ctx context.Context, key string) error
-	// AdmitUser waits until the user may start one more run (their share of the node);
-	// release ends it.
-	AdmitUser(ctx context.Context, user string) (release func(), err error)
 	// Forget deletes a session for good, in every tier, its live process included.
 	Forget(ctx context.Context, key string) error
-	// DataVersions is what the session's warm process holds of /data, or nil.
-	DataVersions(key string) map[string]string
 	// Loadable tells whether a session could load a package of the distribution now.
 	Loadable(ctx context.Context, name string) bool
+}
+
+// Peers reach the other nodes (redisbus.Bus).
+type Peers interface {
+	PublishForget(ctx context.Context, node, key string) error
 }
 
 // ExecutionStore records runs with their artifacts and hands the conversation's
@@ -87,7 +93,12 @@ type Sandbox struct {
 	// MaxStateBytes is the engine's own limit on one session's state: a refused save
 	// names the conversation's quota only when the quota left less than this.
 	MaxStateBytes int64
-	Log           *slog.Logger
+	// Peers, when set, are told of each session deleted for good, as Node: a node that
+	// holds its live process closes it at once instead of when it falls idle.
+	Peers  Peers
+	Node   string
+	Log    *slog.Logger
+	Tracer trace.Tracer // optional: a span for each run
 
 	background sync.WaitGroup
 	closing    atomic.Bool
@@ -95,6 +106,9 @@ type Sandbox struct {
 	cutOnce    sync.Once
 	cut        chan struct{}
 	cutClose   sync.Once
+
+	metricsOnce sync.Once
+	refusals    *prometheus.CounterVec // by what (metrics.go)
 }
 
 // Shutdown marks the server as stopping: a run the engine fails from now on was cut
@@ -152,6 +166,13 @@ func (s *Sandbox) Wait(ctx context.Context) {
 	case <-ctx.Done():
 		s.abandoned.Store(true)
 	}
+}
+
+func (s *Sandbox) tracer() trace.Tracer {
+	if s.Tracer == nil {
+		return noop.Tracer{}
+	}
+	return s.Tracer
 }
 
 func (s *Sandbox) log() *slog.Logger {
@@ -221,6 +242,14 @@ func (s *Sandbox) ForgetConversation(ctx context.Context, convID int64) error {
 	for _, key := range s.sessions(convID, files) {
 		if err := s.Engine.Forget(ctx, key); err != nil {
 			return err
+		}
+		if s.Peers == nil {
+			continue
+		}
+		// The state is gone in every tier: a node that misses this closes its process
+		// when it falls idle, since its save is refused.
+		if err := s.Peers.PublishForget(ctx, s.Node, key); err != nil {
+			s.log().WarnContext(ctx, "tell the other nodes of a deleted session", "session", key, "err", err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package toolkits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -88,7 +89,11 @@ func (s *Sandbox) quotaOf(convID int64) conversations.Quota {
 // UploadFile stores an upload if it fits in the conversation's quota with everything
 // else it holds; the store checks edit access first.
 func (s *Sandbox) UploadFile(ctx context.Context, convID int64, name, contentType string, data []byte) (conversations.FileRef, bool, error) {
-	return s.Store.UploadFile(ctx, convID, name, contentType, data, s.quotaOf(convID))
+	ref, replaced, err := s.Store.UploadFile(ctx, convID, name, contentType, data, s.quotaOf(convID))
+	if errors.Is(err, conversations.ErrOverQuota) {
+		s.refused(RefusedUpload)
+	}
+	return ref, replaced, err
 }
 
 // runQuota is the quota as the state writes of one run's session meet it: what the
@@ -142,6 +147,7 @@ func (s *Sandbox) budget(convID int64, key string, q *runQuota) sandbox.Budget {
 // save, with the sizes; its record gets the quota its artifacts must fit in.
 func (s *Sandbox) underQuota(res *sandbox.Result, ex conversations.Execution, q *runQuota) conversations.Execution {
 	if r := q.seen(); res.Session.NotSaved && (s.MaxStateBytes <= 0 || r.room < s.MaxStateBytes) {
+		s.refused(RefusedState)
 		res.Stderr += fmt.Sprintf("[sandbox] that limit is what this conversation's %s storage quota leaves for this session: uploads %s + artifacts %s + Python state of its other sessions %s. Delete files or reset the Python session to make room.\n",
 			sandchat.Size(s.quota()), sandchat.Size(r.files.Uploads), sandchat.Size(r.files.Artifacts), sandchat.Size(r.others))
 	}

@@ -17,6 +17,10 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -57,6 +61,8 @@ type Config struct {
 	// HTTPClient, when set, is used for every request; its Timeout must be zero or
 	// long enough for a whole streamed answer.
 	HTTPClient *http.Client
+	// Tracer, when set, makes a span of each request (each retry too).
+	Tracer trace.Tracer
 }
 
 // Provider implements agents.Provider over the Chat Completions API. It is safe for
@@ -65,6 +71,8 @@ type Provider struct {
 	cfg  Config
 	log  *slog.Logger
 	chat oai.ChatCompletionService
+	// metrics count each attempt (metrics.go).
+	metrics *metrics
 
 	// sleep waits between attempts; tests replace it to observe the backoff without waiting.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -103,6 +111,9 @@ func New(cfg Config, log *slog.Logger) (*Provider, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.Tracer{}
+	}
 	if cfg.HTTPClient == nil {
 		// No client-wide Timeout: it would cut long streams; Config.Timeout guards stalls.
 		cfg.HTTPClient = &http.Client{}
@@ -121,7 +132,7 @@ func New(cfg Config, log *slog.Logger) (*Provider, error) {
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
 	)
-	return &Provider{cfg: cfg, log: log, chat: chat, sleep: sleepContext}, nil
+	return &Provider{cfg: cfg, log: log, chat: chat, metrics: newMetrics(), sleep: sleepContext}, nil
 }
 
 // Complete runs one step of a turn. On failure the returned Completion holds whatever
@@ -144,7 +155,7 @@ func (p *Provider) Complete(ctx context.Context, req agents.CompletionRequest, o
 	}
 
 	for attempt := 0; ; attempt++ {
-		comp, relayed, err := p.stream(ctx, params, onDelta)
+		comp, relayed, err := p.attempt(ctx, params, onDelta)
 		if err == nil {
 			return comp, nil
 		}
@@ -175,6 +186,24 @@ func (p *Provider) Complete(ctx context.Context, req agents.CompletionRequest, o
 			return comp, err
 		}
 	}
+}
+
+// attempt is one request to the endpoint, counted and in a span of its own.
+func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewParams, onDelta func(string)) (agents.Completion, bool, error) {
+	t0 := time.Now()
+	sctx, span := p.cfg.Tracer.Start(ctx, "chat "+params.Model, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.request.model", params.Model)))
+	defer span.End()
+	comp, relayed, err := p.stream(sctx, params, onDelta)
+	p.metrics.observe(ctx, params.Model, comp.Usage, time.Since(t0), err)
+	if comp.Usage != nil {
+		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", comp.Usage.PromptTokens),
+			attribute.Int64("gen_ai.usage.output_tokens", comp.Usage.CompletionTokens))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, attemptStatus(ctx, err))
+	}
+	return comp, relayed, err
 }
 
 // retryDelay honours the server's Retry-After when it gave one and otherwise backs off

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
@@ -705,5 +707,46 @@ func TestAccumulatorToolCallOrders(t *testing.T) {
 			}
 			assertCompletion(t, acc.completion(), agents.Completion{ToolCalls: tt.want})
 		})
+	}
+}
+
+// TestCompleteReportsUsage: the provider asks for the usage chunk, returns what it
+// reports, and counts each attempt by status with its tokens; the bounded model labels
+// keep an agent owner's free-text model names from multiplying the series.
+func TestCompleteReportsUsage(t *testing.T) {
+	t.Parallel()
+	p, b := setup(t, nil,
+		openaitest.Status{Code: 503},
+		openaitest.Reply{Text: "hi", Usage: &openaitest.Usage{PromptTokens: 12, CompletionTokens: 3}})
+	comp, _, err := complete(t, t.Context(), p, userHello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comp.Usage == nil || *comp.Usage != (agents.Usage{PromptTokens: 12, CompletionTokens: 3}) {
+		t.Fatalf("usage %+v, want 12 + 3", comp.Usage)
+	}
+	for i, r := range b.srv.Requests() {
+		if !r.IncludeUsage {
+			t.Fatalf("request %d does not ask for usage: %s", i, r.Body)
+		}
+	}
+	for _, c := range []struct {
+		v    float64
+		want float64
+	}{
+		{testutil.ToFloat64(p.metrics.requests.WithLabelValues("test-model", "http_503")), 1},
+		{testutil.ToFloat64(p.metrics.requests.WithLabelValues("test-model", "ok")), 1},
+		{testutil.ToFloat64(p.metrics.tokens.WithLabelValues("test-model", "prompt")), 12},
+		{testutil.ToFloat64(p.metrics.tokens.WithLabelValues("test-model", "completion")), 3},
+	} {
+		if c.v != c.want {
+			t.Errorf("got %v, want %v", c.v, c.want)
+		}
+	}
+	for i := range maxModelLabels + 5 {
+		p.metrics.model(fmt.Sprintf("m%d", i))
+	}
+	if got := p.metrics.model("one-more"); got != "other" {
+		t.Fatalf("model label past the bound: %q, want other", got)
 	}
 }

@@ -14,7 +14,10 @@ import (
 // buildParams translates one step into the API's request. Its errors are the caller's
 // bugs (an unknown role, a malformed schema), hence plain internal errors.
 func buildParams(req agents.CompletionRequest, defaultModel string) (oai.ChatCompletionNewParams, error) {
-	params := oai.ChatCompletionNewParams{Model: req.Model}
+	// The stream's last chunk then says what the step cost (the turn's usage, the
+	// metrics' tokens); an endpoint that ignores the option sends none.
+	params := oai.ChatCompletionNewParams{Model: req.Model,
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}}
 	if params.Model == "" {
 		params.Model = defaultModel
 	}

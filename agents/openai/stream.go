@@ -46,6 +46,9 @@ func (p *Provider) stream(ctx context.Context, params oai.ChatCompletionNewParam
 	for s.Next() {
 		idle.Reset(p.cfg.Timeout)
 		chunks++
+		if u := s.Current().Usage; s.Current().JSON.Usage.Valid() {
+			acc.usage = &agents.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+		}
 		for _, choice := range s.Current().Choices {
 			// One choice is asked for; extra ones from a lax server are ignored.
 			if choice.Index != 0 {
@@ -93,6 +96,7 @@ type accumulator struct {
 	calls []*partialCall
 	// byIndex maps a streamed index to its call in calls.
 	byIndex map[int64]*partialCall
+	usage   *agents.Usage // from the last chunk, when the endpoint reports it
 }
 
 type partialCall struct {
@@ -122,7 +126,7 @@ func (a *accumulator) addToolCall(tc oai.ChatCompletionChunkChoiceDeltaToolCall)
 }
 
 func (a *accumulator) completion() agents.Completion {
-	comp := agents.Completion{Content: a.text.String()}
+	comp := agents.Completion{Content: a.text.String(), Usage: a.usage}
 	for i, c := range a.calls {
 		id := c.id
 		if id == "" {

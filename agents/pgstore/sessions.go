@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 	"time"
@@ -35,8 +34,7 @@ func newSecret(prefix string) (secret string, hash []byte) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw) // never fails (crypto/rand)
 	secret = prefix + base64.RawURLEncoding.EncodeToString(raw)
-	sum := sha256.Sum256([]byte(secret))
-	return secret, sum[:]
+	return secret, sandchat.SecretHash(secret)
 }
 
 // wellFormed reports whether s could be a secret with prefix, so nothing else reaches a
@@ -45,22 +43,35 @@ func wellFormed(s, prefix string) bool {
 	return strings.HasPrefix(s, prefix) && len(s) == len(prefix)+43
 }
 
-func hashOf(secret string) []byte {
-	sum := sha256.Sum256([]byte(secret))
-	return sum[:]
-}
-
-// CreateLoginLink stores a new link's hash for the user.
+// CreateLoginLink stores a new link's hash for the user; a disabled user gets none. An
+// admin's or an operator's link is an administrative action: it is recorded.
 func (s *Users) CreateLoginLink(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
 	secret, hash := newSecret(linkPrefix)
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	defer tx.Rollback(ctx)
+	var disabled bool
+	if err := tx.QueryRow(ctx, `select disabled_at is not null from users where id = $1`, userID).Scan(&disabled); err != nil {
+		return "", time.Time{}, pgdb.PgError(err, "User")
+	}
+	if disabled {
+		return "", time.Time{}, sandchat.Errorf(sandchat.ECONFLICT, "User %d is disabled: enable them before making a sign-in link.", userID)
+	}
 	var expires time.Time
-	err := s.db.QueryRow(ctx, `insert into login_links (user_id, secret_hash, expires_at)
-		select id, $2, now() + $3 * interval '1 millisecond' from users where id = $1
-		returning expires_at`, userID, hash, ttl.Milliseconds()).Scan(&expires)
+	var id int64
+	err = tx.QueryRow(ctx, `insert into login_links (user_id, secret_hash, expires_at)
+		values ($1, $2, now() + $3 * interval '1 millisecond') returning id, expires_at`, userID, hash, ttl.Milliseconds()).Scan(&id, &expires)
 	if err != nil {
 		return "", time.Time{}, pgdb.PgError(err, "User")
 	}
-	return secret, expires, nil
+	if _, known := sandchat.ActorFromContext(ctx); known {
+		if err := pgdb.Audit(ctx, tx, sandchat.ActionLoginLink, sandchat.AuditTargetUser, userID, map[string]any{"link_id": id, "expires_at": expires}); err != nil {
+			return "", time.Time{}, err
+		}
+	}
+	return secret, expires, tx.Commit(ctx)
 }
 
 // ExchangeLoginLink spends the link and starts the session in one transaction: two
@@ -75,13 +86,18 @@ func (s *Users) ExchangeLoginLink(ctx context.Context, secret string, ttl time.D
 	}
 	defer tx.Rollback(ctx)
 	var userID int64
-	err = tx.QueryRow(ctx, `update login_links set used_at = now()
-		where secret_hash = $1 and used_at is null and expires_at > now() returning user_id`, hashOf(secret)).Scan(&userID)
+	var disabled bool
+	err = tx.QueryRow(ctx, `update login_links l set used_at = now() from users u
+		where l.secret_hash = $1 and l.used_at is null and l.expires_at > now() and u.id = l.user_id
+		returning l.user_id, u.disabled_at is not null`, sandchat.SecretHash(secret)).Scan(&userID, &disabled)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "link")) == sandchat.ENOTFOUND {
 			return nil, badLink()
 		}
 		return nil, pgdb.PgError(err, "link")
+	}
+	if disabled {
+		return nil, errDisabled()
 	}
 	sessionSecret, hash := newSecret(sessionPrefix)
 	sess := &sandchat.Session{User: &sandchat.User{}, Secret: sessionSecret}
@@ -105,18 +121,27 @@ func (s *Users) Session(ctx context.Context, secret string) (*sandchat.Session, 
 	if !wellFormed(secret, sessionPrefix) {
 		return nil, badSession()
 	}
+	return s.SessionByHash(ctx, sandchat.SecretHash(secret))
+}
+
+// SessionByHash resolves a session by its secret's hash: every check of a session is
+// this one.
+func (s *Users) SessionByHash(ctx context.Context, hash []byte) (*sandchat.Session, error) {
 	sess := &sandchat.Session{User: &sandchat.User{}}
 	u := sess.User
-	var stale bool
+	var stale, disabled bool
 	err := s.db.QueryRow(ctx, `select s.id, s.expires_at, coalesce(s.last_seen_at < now() - interval '1 minute', true),
-		u.id, u.name, u.admin, u.created_at from web_sessions s join users u on u.id = s.user_id
-		where s.secret_hash = $1 and s.expires_at > now()`, hashOf(secret)).
-		Scan(&sess.ID, &sess.ExpiresAt, &stale, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
+		u.disabled_at is not null, u.id, u.name, u.admin, u.created_at from web_sessions s join users u on u.id = s.user_id
+		where s.secret_hash = $1 and s.expires_at > now()`, hash).
+		Scan(&sess.ID, &sess.ExpiresAt, &stale, &disabled, &u.ID, &u.Name, &u.Admin, &u.CreatedAt)
 	if err != nil {
 		if sandchat.ErrorCode(pgdb.PgError(err, "session")) == sandchat.ENOTFOUND {
 			return nil, badSession()
 		}
 		return nil, pgdb.PgError(err, "session")
+	}
+	if disabled {
+		return nil, errDisabled()
 	}
 	if stale {
 		if _, err := s.db.Exec(ctx, `update web_sessions set last_seen_at = now() where id = $1`, sess.ID); err != nil {

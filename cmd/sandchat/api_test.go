@@ -635,9 +635,10 @@ func TestStalledSocket(t *testing.T) {
 			if n := counterValue(t, m, "sandchat_ws_slow_disconnects_total"); n != 1 {
 				t.Fatalf("sandchat_ws_slow_disconnects_total %v, want 1", n)
 			}
-			// Let go for real: the server's kernel holds neither the socket nor the
-			// megabytes the client never read, so the client's end is reset.
-			eventually(t, 2*time.Second, "the server resets the connection", func() bool { return tcpState(t, conn.NetConn()) == tcpClose })
+			// Let go for real once the linger (5 s) is over: the server's kernel holds
+			// neither the socket nor the megabytes the client never read, so the
+			// client's end is reset.
+			eventually(t, 10*time.Second, "the server resets the connection", func() bool { return tcpState(t, conn.NetConn()) == tcpClose })
 			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 			for {
 				_, _, err := conn.ReadMessage()
@@ -700,7 +701,7 @@ func tcpState(t *testing.T, conn net.Conn) uint8 {
 // counterValue reads a counter from the node's metrics registry.
 func counterValue(t *testing.T, m *Main, name string) float64 {
 	t.Helper()
-	families, err := m.HTTP.Registry().Gather()
+	families, err := m.Metrics.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

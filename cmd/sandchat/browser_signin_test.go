@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,59 @@ func TestBrowserSignIn(t *testing.T) {
 		until(`document.querySelector("#token").value === ""`),
 	)
 	tb.shot(t, "05-pasted-link-1280")
+}
+
+// TestBrowserSocketCarriesNoToken: a page signed in with a pasted API token opens its
+// socket with a ticket, never with the token in the address (where proxies and logs keep
+// it), a new one for each socket (a reload, a reconnect after the server went away); a
+// page signed in by its session cookie puts nothing in the address at all.
+func TestBrowserSocketCarriesNoToken(t *testing.T) {
+	e := newEnv(t)
+	m := e.node()
+	admin, _ := m.user(t, "admin", true)
+	alice, aliceID := m.user(t, "alice", false)
+	base := "http://" + m.Addr()
+	root := browser(t)
+	dir := screenshotDir(t)
+	var urls []string
+	socketURLs := chromedp.Evaluate(`window.socketURLs`, &urls)
+	pasted := openTab(t, root, "pasted token", dir)
+	pasted.run(t, "sign in with the token",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.SendKeys("#token", alice.token, chromedp.ByID),
+		chromedp.Click("#login button", chromedp.ByQuery),
+		chromedp.WaitVisible("#chat-view", chromedp.ByID),
+		until(socketOpen), socketURLs)
+	all := slices.Clone(urls)
+	pasted.run(t, "a reload", chromedp.Reload(), chromedp.WaitVisible("#chat-view", chromedp.ByID), until(socketOpen), socketURLs)
+	all = append(all, urls...)
+	// The server closes every socket with 1012 when it shuts down; here the page's socket
+	// is closed under it as the server would, and the page reconnects by itself.
+	pasted.run(t, "a reconnect",
+		chromedp.Evaluate(`window.socketURLs = []; true`, nil),
+		chromedp.ActionFunc(func(context.Context) error { m.Hub.CloseAll(); return nil }),
+		until(`window.socketURLs.length > 0 && window.socketOpen()`), socketURLs)
+	all = append(all, urls...)
+	if len(all) < 3 {
+		t.Fatalf("sockets opened: %q, want one at sign-in, one after the reload and one to reconnect", all)
+	}
+	seen := map[string]bool{}
+	for _, u := range all {
+		if strings.Contains(u, alice.token) || strings.Contains(u, "access_token") || !regexp.MustCompile(`/api/v1/ws\?ticket=sctk_[\w-]{43}$`).MatchString(u) {
+			t.Fatalf("a socket opened at %q: want /api/v1/ws?ticket=sctk_…, never the token", u)
+		}
+		if seen[u] {
+			t.Fatalf("a ticket opened two sockets: %q", all)
+		}
+		seen[u] = true
+	}
+
+	cookie := openTab(t, root, "session cookie", dir)
+	cookie.run(t, "sign in by link", chromedp.Navigate(mintLink(admin, aliceID)), chromedp.WaitVisible("#chat-view", chromedp.ByID), until(socketOpen), socketURLs)
+	for _, u := range urls {
+		if u != strings.Replace(base, "http://", "ws://", 1)+"/api/v1/ws" {
+			t.Fatalf("a session's socket opened at %q: want the bare address, its cookie goes by itself", u)
+		}
+	}
 }

@@ -156,18 +156,21 @@ const toastLog = `addEventListener("DOMContentLoaded", () => {
 });`
 
 // socketLog keeps what the page's WebSockets did (opened, closed and why) in
-// window.socketLog, for a failed step to say. A toast goes out on the user's channel to the
+// window.socketLog, for a failed step to say, and the addresses they opened in
+// window.socketURLs. A toast goes out on the user's channel to the
 // sockets open then and is not replayed: a step that waits for one starts once the page's
 // socket is open (socketOpen).
 const socketLog = `(() => {
 	const Real = window.WebSocket;
 	let last = null;
 	window.socketLog = [];
+	window.socketURLs = [];
 	window.socketOpen = () => last?.readyState === Real.OPEN;
 	window.WebSocket = class extends Real {
 		constructor(...args) {
 			super(...args);
 			last = this;
+			socketURLs.push(String(args[0]));
 			const t0 = performance.now(), ms = () => Math.round(performance.now() - t0) + " ms";
 			this.addEventListener("open", () => socketLog.push("opened after " + ms()));
 			this.addEventListener("close", (e) => socketLog.push("closed after " + ms() + ": " + e.code + " " + e.reason));

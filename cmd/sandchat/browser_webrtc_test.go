@@ -58,16 +58,30 @@ func (l *loopbackListeners) iceServers() string {
 	return fmt.Sprintf(`{iceServers: [{urls: "stun:%s"}, {urls: "turn:%s?transport=tcp", username: "u", credential: "p"}]}`, l.udp, l.tcp)
 }
 
+// turnOverTCP is the JS configuration of an RTCPeerConnection that may only relay,
+// through TURN over TCP at l: no STUN datagram, only the TCP connection.
+func (l *loopbackListeners) turnOverTCP() string {
+	return fmt.Sprintf(`{iceServers: [{urls: "turn:%s?transport=tcp", username: "u", credential: "p"}], iceTransportPolicy: "relay"}`, l.tcp)
+}
+
 // webrtcProbe is a display that tries every way to WebRTC from its frame it knows, and
-// reports each: the constructors, their webkit alias, a fresh window in a nested
-// about:blank or srcdoc frame (made by script, by markup, inside closed shadow roots
-// declared or attached, and through innerHTML). A nested frame's own script reports
-// to the page if it ever runs.
+// reports each: the constructors, their webkit alias, TURN over TCP alone (relay only),
+// a fresh window in a nested about:blank or srcdoc frame (made by script, by markup,
+// inside closed shadow roots declared or attached, and through innerHTML), a worker.
+// A nested frame's own script reports to the page if it ever runs. It also tries every
+// way to make Chromium connect that no policy covers: <link rel=preconnect> in its
+// markup and inserted by script through each DOM path (append, innerHTML,
+// insertAdjacentHTML, outerHTML, a shadow root, a range's fragment, a template's clone,
+// a parsed document's node), a meta refresh (markup and script), a link's click and
+// window.open, each of which opens a connection to its host before anything refuses
+// it. (The item's code only ever runs after the frame's guard: the frame writes it in
+// after its own script has run.)
 const webrtcProbe = `import json
 from IPython.display import HTML
 ice = 'ICE_SERVERS'
 nested = "<script>try { const pc = new RTCPeerConnection(" + ice + "); pc.createDataChannel('x'); pc.createOffer().then((o) => pc.setLocalDescription(o)); parent.parent.postMessage({type: 'rtc', vector: 'nested srcdoc ran'}, '*'); } catch (e) { parent.parent.postMessage({type: 'rtc', vector: 'nested srcdoc refused'}, '*'); }</script>"
-page = """<div id="host"></div>
+page = """<link rel="preconnect" href="http://TCP_ADDR/"><meta http-equiv="refresh" content="1; url=http://TCP_ADDR/meta">
+<div id="host"></div>
 <iframe srcdoc="NESTED_ATTR"></iframe>
 <div><template shadowrootmode="closed"><iframe srcdoc="NESTED_ATTR"></iframe></template></div>
 <script>
@@ -75,6 +89,21 @@ const r = { type: "rtc-probe" };
 const offer = (PC) => { const pc = new PC(ICE_JS); pc.createDataChannel("x"); return pc.createOffer().then((o) => pc.setLocalDescription(o)); };
 const attempt = (name, fn) => { try { fn(); r[name] = "reached"; } catch (e) { r[name] = "refused: " + e.name; } };
 attempt("constructor", () => offer(RTCPeerConnection));
+attempt("TURN over TCP only", () => { const pc = new RTCPeerConnection(TURN_TCP); pc.createDataChannel("x"); pc.createOffer().then((o) => pc.setLocalDescription(o)); });
+attempt("worker", () => { new Worker(URL.createObjectURL(new Blob(["try { new RTCPeerConnection() } catch (e) {} fetch('http://TCP_ADDR/w').catch(() => {})"], { type: "text/javascript" }))); });
+const hint = '<link rel="preconnect" href="http://TCP_ADDR/">';
+attempt("preconnect by append", () => { const l = document.createElement("link"); l.rel = "preconnect"; l.href = "http://TCP_ADDR/"; document.head.append(l); });
+attempt("preconnect by appendChild", () => { const l = document.createElement("link"); l.rel = "preconnect"; l.href = "http://TCP_ADDR/"; document.head.appendChild(l); });
+attempt("preconnect by innerHTML", () => { const d = document.createElement("div"); document.body.append(d); d.innerHTML = hint; });
+attempt("preconnect by insertAdjacentHTML", () => { document.body.insertAdjacentHTML("beforeend", hint); });
+attempt("preconnect by outerHTML", () => { const d = document.createElement("div"); document.body.append(d); d.outerHTML = hint; });
+attempt("preconnect in a shadow root", () => { const d = document.createElement("div"); document.body.append(d); d.attachShadow({ mode: "open" }).innerHTML = hint; });
+attempt("preconnect by a range", () => { document.body.append(document.createRange().createContextualFragment(hint)); });
+attempt("preconnect from a template", () => { const t = document.createElement("template"); t.innerHTML = hint; document.body.append(t.content.cloneNode(true)); });
+attempt("preconnect from a parsed document", () => { const d = new DOMParser().parseFromString(hint, "text/html"); document.head.append(document.adoptNode(d.head.firstChild)); });
+attempt("meta refresh by script", () => { const m = document.createElement("meta"); m.httpEquiv = "refresh"; m.content = "0; url=http://TCP_ADDR/refresh"; document.head.append(m); });
+attempt("a link's click", () => { const a = document.createElement("a"); a.href = "http://TCP_ADDR/click"; document.body.append(a); a.click(); });
+attempt("window.open", () => { window.open("http://TCP_ADDR/open", "_self"); });
 attempt("webkit", () => offer(webkitRTCPeerConnection));
 attempt("descriptor", () => offer(Object.getOwnPropertyDescriptor(window, "RTCPeerConnection").value));
 attempt("about:blank frame", () => { const f = document.createElement("iframe"); document.body.append(f); offer(f.contentWindow.RTCPeerConnection); });
@@ -84,18 +113,19 @@ attempt("srcdoc through innerHTML", () => { const d = document.createElement("di
 attempt("document.write", () => { document.write('<template shadowrootmode="closed"><iframe srcdoc="x"></iframe></template>'); });
 parent.postMessage(r, "*");
 </script>"""
-page = page.replace("NESTED_ATTR", nested.replace("&", "&amp;").replace('"', "&quot;")).replace("NESTED_JS", json.dumps(nested).replace("</", "<\\/")).replace("ICE_JS", ice)
+page = page.replace("NESTED_ATTR", nested.replace("&", "&amp;").replace('"', "&quot;")).replace("NESTED_JS", json.dumps(nested).replace("</", "<\\/")).replace("ICE_JS", ice).replace("TURN_TCP", 'TURN_ONLY').replace("TCP_ADDR", 'TURN_ADDR')
 display(HTML(page))
 `
 
 // TestBrowserDisplayFramesHaveNoWebRTC: a display frame's script gets no network through
-// WebRTC, whichever way it takes to it: nothing reaches a STUN (UDP) or TURN (TCP)
-// server on loopback, while the same request from the page itself does, so the
-// listeners would have seen it.
+// WebRTC, whichever way it takes to it, nor through the resource hints and navigations
+// Chromium connects for before any policy refuses them: nothing reaches a STUN (UDP) or
+// TURN (TCP) server on loopback, while the same request from the page itself does, so
+// the listeners would have seen it.
 func TestBrowserDisplayFramesHaveNoWebRTC(t *testing.T) {
 	frame, page := listenLoopback(t), listenLoopback(t)
 	tb, _, _, _ := browserConversation(t)
-	code := strings.ReplaceAll(webrtcProbe, "ICE_SERVERS", frame.iceServers())
+	code := strings.NewReplacer("ICE_SERVERS", frame.iceServers(), "TURN_ONLY", frame.turnOverTCP(), "TURN_ADDR", frame.tcp.String()).Replace(webrtcProbe)
 	cell := `[...document.querySelectorAll("#messages .cell")].find((c) => c.querySelector("iframe.display-frame"))`
 	var probe map[string]string
 	tb.run(t, "run the probe",
@@ -105,7 +135,7 @@ func TestBrowserDisplayFramesHaveNoWebRTC(t *testing.T) {
 		chromedp.Evaluate(`window.rtc.find((m) => m.type === "rtc-probe")`, &probe),
 	)
 	t.Logf("the frame's attempts: %v", probe)
-	for _, k := range []string{"constructor", "webkit", "descriptor", "about:blank frame", "document.write"} {
+	for _, k := range []string{"constructor", "webkit", "descriptor", "TURN over TCP only", "about:blank frame", "document.write", "window.open"} {
 		if !strings.HasPrefix(probe[k], "refused") {
 			t.Errorf("%s: %q, want it refused", k, probe[k])
 		}

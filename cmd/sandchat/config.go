@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandchat/sandchat/conversations/lifecycle"
 	"github.com/sandchat/sandchat/toolkits"
 )
 
@@ -18,7 +20,10 @@ import (
 // table: a flag and a SANDCHAT_* environment variable; the flag wins, then the variable,
 // then the default, and every default works on a developer machine.
 type Config struct {
-	Addr            string
+	Addr string
+	// MetricsAddr, when set, is a listener of its own for /metrics and pprof; the
+	// public address then serves neither.
+	MetricsAddr     string
 	DatabaseURL     string
 	RedisURL        string
 	RedisPrefix     string
@@ -41,6 +46,10 @@ type Config struct {
 	SessionTTL   time.Duration
 	// RateLogins bounds sign-in attempts per client address per minute; 0: unlimited.
 	RateLogins int
+	// TrustedProxies are the proxies in front of the server (IPs, CIDR ranges), whose
+	// ProxyHeader names the client's address.
+	TrustedProxies []string
+	ProxyHeader    string
 	// WSQueueBytes bounds what may wait to be written to one WebSocket (queued, or unsent
 	// in the kernel); a client that falls further behind is disconnected and reconnects
 	// with since.
@@ -56,6 +65,12 @@ type Config struct {
 	// TurnStaleAfter: a running turn whose node has not renewed it for this long is
 	// failed (its node crashed).
 	TurnStaleAfter time.Duration
+	// Retention deletes conversations no one used for this long, with all their data;
+	// 0: off.
+	Retention time.Duration
+	// NoMigrate: serve applies no migrations (`sandchat migrate` does, once per upgrade)
+	// and refuses a database behind this build.
+	NoMigrate bool
 }
 
 // LLMConfig selects the model behind agents.
@@ -159,6 +174,19 @@ var serveSettings = []setting{
 			}
 			return nil
 		}},
+	{env: "METRICS_ADDR", help: "a listener of its own (host:port) for /metrics and Go's profiler (/debug/pprof/); the public address then serves neither; default: /metrics on the public address, no profiler", serve: true,
+		into: text(func(c *Config) *string { return &c.MetricsAddr }), check: func(c *Config) error {
+			if c.MetricsAddr == "" {
+				return nil
+			}
+			if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+				return fmt.Errorf("%q is not host:port", c.MetricsAddr)
+			}
+			if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
+				return fmt.Errorf("%q is SANDCHAT_ADDR too: the metrics need an address of their own", c.MetricsAddr)
+			}
+			return nil
+		}},
 	{env: "ALLOWED_ORIGINS", help: "comma-separated browser origins allowed to open WebSockets and act with a browser session; default: the server's own and SANDCHAT_PUBLIC_URL's", serve: true,
 		into: commaList(func(c *Config) *[]string { return &c.AllowedOrigins }), check: func(c *Config) error {
 			for _, o := range c.AllowedOrigins {
@@ -191,6 +219,24 @@ var serveSettings = []setting{
 		into: durationIn(5*time.Minute, 365*24*time.Hour, func(c *Config) *time.Duration { return &c.SessionTTL })},
 	{env: "RATE_LOGINS", def: "10", help: "sign-in attempts (login links exchanged) one client address may make per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateLogins }), check: func(c *Config) error { return unlimitedOrPositive(c.RateLogins) }},
+	{env: "TRUSTED_PROXIES", help: "comma-separated addresses or CIDR ranges of the proxies in front of the server: the client's address is read from what they forward (SANDCHAT_PROXY_HEADER), and only from them; default none: the peer is the client", serve: true,
+		into: commaList(func(c *Config) *[]string { return &c.TrustedProxies }), check: func(c *Config) error {
+			for _, p := range c.TrustedProxies {
+				if _, err := netip.ParsePrefix(p); err != nil {
+					if _, err := netip.ParseAddr(p); err != nil {
+						return fmt.Errorf("%q is not an IP address or a CIDR range (10.0.0.0/8)", p)
+					}
+				}
+			}
+			return nil
+		}},
+	{env: "PROXY_HEADER", def: "X-Forwarded-For", help: "the header in which the trusted proxies name the client's address: X-Forwarded-For (the proxies' chain, read from the right) or one a proxy sets alone, such as X-Real-IP", serve: true,
+		into: text(func(c *Config) *string { return &c.ProxyHeader }), check: func(c *Config) error {
+			if c.ProxyHeader == "" || strings.ContainsAny(c.ProxyHeader, " :\t\r\n") {
+				return fmt.Errorf("%q is not a header name", c.ProxyHeader)
+			}
+			return nil
+		}},
 	{env: "RATE_EXECUTIONS", def: "120", help: "sandbox runs one user may start per minute; 0: unlimited", serve: true,
 		into: wholeNumber(func(c *Config) *int { return &c.RateExecutions }), check: func(c *Config) error { return unlimitedOrPositive(c.RateExecutions) }},
 	{env: "CONVERSATION_QUOTA", def: "256MiB", help: "what one conversation may store: uploads, files from runs and Python session state together", serve: true,
@@ -228,6 +274,10 @@ var serveSettings = []setting{
 		into: durationIn(time.Second, time.Hour, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{env: "TURN_STALE_AFTER", def: "30s", help: "a running turn its node stopped renewing this long ago is failed", serve: true,
 		into: durationIn(5*time.Second, 24*time.Hour, func(c *Config) *time.Duration { return &c.TurnStaleAfter })},
+	{env: "RETENTION", def: "off", help: "delete conversations no one used for this long (e.g. 2160h), with their messages, runs, files and Python state; off: keep them", serve: true,
+		into: durationOrOff(lifecycle.MinRetention, 100*365*24*time.Hour, func(c *Config) *time.Duration { return &c.Retention })},
+	{env: "NO_MIGRATE", def: "false", help: "apply no migrations at start (`sandchat migrate` does, once per upgrade) and refuse a database behind this build", serve: true,
+		into: boolean(func(c *Config) *bool { return &c.NoMigrate })},
 }
 
 // bind registers the flags every subcommand that talks to the stores shares.
@@ -366,6 +416,21 @@ func durationIn(min, max time.Duration, field func(*Config) *time.Duration) pars
 		*field(c) = d
 		return nil
 	}}
+}
+
+// durationOrOff reads "off" (0) or a duration between min and max.
+func durationOrOff(min, max time.Duration, field func(*Config) *time.Duration) parser {
+	p := durationIn(min, max, field)
+	p.helpSuffix = fmt.Sprintf(", off or %s to %s", min, max)
+	set := p.set
+	p.set = func(c *Config, raw string) error {
+		if strings.TrimSpace(raw) == "off" {
+			*field(c) = 0
+			return nil
+		}
+		return set(c, raw)
+	}
+	return p
 }
 
 // commaList reads comma-separated values, dropping blanks.

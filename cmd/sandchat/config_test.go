@@ -31,6 +31,8 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"pip allowlist entry that is no name", "SANDBOX_PIP_ALLOW", "ok,../evil", `sandbox pip allowlist entry "../evil"`},
 		{"preload entry that is no module", "SANDBOX_PRELOAD", "numpy,os;x", `sandbox preload: Preload entry "os;x" is not a module name`},
 		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "sandbox package cache bound must be at least 16 MiB"},
+		{"retention below a day", "RETENTION", "1h", "SANDCHAT_RETENTION: 1h0m0s is out of range (24h0m0s to"},
+		{"retention neither off nor a duration", "RETENTION", "never", `SANDCHAT_RETENTION: "never" is not a positive duration`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,6 +52,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 	t.Run("defaults and a known tool id pass", func(t *testing.T) {
 		t.Setenv("SANDCHAT_TOOLS_DISABLED", "swarm_mode")
 		t.Setenv("SANDCHAT_TURN_STALE_AFTER", "5s")
+		t.Setenv("SANDCHAT_RETENTION", "2160h")
 		var cfg Config
 		fs := newFlagSet("serve", "", io.Discard)
 		finish := cfg.bindServe(fs)

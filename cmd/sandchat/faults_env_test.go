@@ -399,17 +399,11 @@ func (e *scriptedEngine) Reset(ctx context.Context, key string) error {
 	return sandchat.RedisError(e.rdb.Del(ctx, e.prefix+key).Err())
 }
 
-// AdmitUser: the scripted engine runs everything at once.
-func (e *scriptedEngine) AdmitUser(context.Context, string) (func(), error) { return func() {}, nil }
-
 // Forget: the scripted state is one key, so forgetting it is a reset.
 func (e *scriptedEngine) Forget(ctx context.Context, key string) error { return e.Reset(ctx, key) }
 
 // Config: the scripted engine takes what the real one takes.
 func (e *scriptedEngine) Config() sandbox.Config { return sandbox.DefaultConfig() }
-
-// DataVersions: the scripted engine keeps no /data, so every run gets every upload.
-func (e *scriptedEngine) DataVersions(string) map[string]string { return nil }
 
 // Loadable: the scripted engine loads no packages.
 func (e *scriptedEngine) Loadable(context.Context, string) bool { return false }

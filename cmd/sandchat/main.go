@@ -10,20 +10,29 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/agents"
 	"github.com/sandchat/sandchat/agents/openai"
 	agentstore "github.com/sandchat/sandchat/agents/pgstore"
+	"github.com/sandchat/sandchat/conversations/lifecycle"
 	convstore "github.com/sandchat/sandchat/conversations/pgstore"
 	"github.com/sandchat/sandchat/conversations/redisbus"
 	frontendapi "github.com/sandchat/sandchat/frontend-api"
@@ -31,6 +40,7 @@ import (
 	"github.com/sandchat/sandchat/migrations/pgdb"
 	"github.com/sandchat/sandchat/sandbox"
 	"github.com/sandchat/sandchat/sandbox/pgcold"
+	"github.com/sandchat/sandchat/sandbox/prommetrics"
 	"github.com/sandchat/sandchat/sandbox/redisstore"
 	"github.com/sandchat/sandchat/toolkits"
 )
@@ -38,13 +48,17 @@ import (
 const usage = `sandchat — the backend of a chat product whose assistant runs Python.
 
 Usage:
-  sandchat [serve] [flags]            run the server (the default)
+  sandchat [serve] [flags]            run the server (the default; --no-migrate: leave migrations
+                                      to sandchat migrate)
   sandchat migrate [flags]            apply database migrations and exit
   sandchat user create --name N [--admin]
                                       create a user; prints its API token, alone, on stdout,
                                       and a one-time login link for a browser on stderr
   sandchat user login-link (--name N | --id ID)
                                       print a new one-time login link for a user
+  sandchat user|token|session|audit …  administration: users listed, disabled, deleted, erased,
+                                      exported; tokens and browser sessions listed and revoked;
+                                      the audit of it all (sandchat user --help lists them)
   sandchat doctor                     check the Python sandbox (Deno, Pyodide, Redis, a real run)
   sandchat exec [--session K] [code]  run Python through the sandbox engine (code or stdin)
   sandchat bench [-n N]               measure the sandbox engine (see docs/sandbox.md)
@@ -66,7 +80,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) > 0 && isHelp(args[0]) {
 		cmd = "help"
 	} else if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
 		cmd = "version"
@@ -85,8 +99,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case len(args) > 0 && args[0] == "login-link":
 			return runLoginLink(ctx, args[1:], stdout, stderr)
 		}
-		fmt.Fprint(stderr, "Usage: sandchat user create --name N [--admin]\n       sandchat user login-link (--name N | --id ID)\n")
+		if ok, err := runAdmin(ctx, cmd, args, stdout, stderr); ok {
+			return err
+		}
+		help := "Usage: sandchat user create --name N [--admin]\n       sandchat user login-link (--name N | --id ID)\n\n" + adminUsage
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprint(stdout, help)
+			return nil
+		}
+		fmt.Fprint(stderr, help)
 		return errors.New("unknown user subcommand")
+	case "token", "session", "audit":
+		if ok, err := runAdmin(ctx, cmd, args, stdout, stderr); ok {
+			return err
+		}
+		if len(args) > 0 && isHelp(args[0]) {
+			fmt.Fprint(stdout, adminUsage)
+			return nil
+		}
+		fmt.Fprint(stderr, adminUsage)
+		return fmt.Errorf("unknown %s subcommand", cmd)
 	case "doctor":
 		return runDoctor(ctx, args, stdout, stderr)
 	case "exec":
@@ -103,6 +135,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -125,6 +159,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	m := NewMain(cfg, newLogger(cfg, stderr))
+	// The exporter's failures (a collector away) are the SDK's to report: in our log,
+	// instead of in its own format on stderr.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { m.Log.Warn("opentelemetry", "err", err) }))
 	if err := m.Run(ctx); err != nil {
 		m.Close()
 		return err
@@ -183,6 +220,7 @@ func runUserCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer db.Close()
 	users := agentstore.NewUsers(db)
+	ctx = sandchat.WithCLI(ctx, osUser()) // recorded in the audit as the command line's
 	u, token, err := users.CreateUser(ctx, *name, *admin)
 	if err != nil {
 		return errors.New(sandchat.ErrorMessage(err))
@@ -220,6 +258,7 @@ func runLoginLink(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer db.Close()
 	users := agentstore.NewUsers(db)
+	ctx = sandchat.WithCLI(ctx, osUser())
 	if *id == 0 {
 		found, err := users.FindUsersByName(ctx, strings.TrimSpace(*name))
 		if err != nil {
@@ -293,20 +332,51 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(contextHandler{slog.NewJSONHandler(w, opts)})
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(contextHandler{slog.NewTextHandler(w, opts)})
 }
 
 // openDB creates the database if needed, migrates it and opens a pool.
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	if err := migrations.EnsureDatabase(ctx, url); err != nil {
-		return nil, fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
-	}
-	if _, _, err := migrations.Migrate(ctx, url); err != nil {
+	if err := prepareDB(ctx, url); err != nil {
 		return nil, err
 	}
 	return pgxpool.New(ctx, url)
+}
+
+// checkMigrated refuses a database another process migrates (`sandchat migrate`, once
+// per upgrade) that is behind this build, since its queries need the newer schema; one
+// ahead, migrated by a newer build during a rolling upgrade, is used, since each
+// migration leaves the schema usable by the release before it.
+func checkMigrated(ctx context.Context, url string) error {
+	v, err := migrations.Current(ctx, url)
+	if err != nil {
+		return fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
+	}
+	if want := migrations.Latest(); v < want {
+		return fmt.Errorf("the database is at version %d and this build needs %d: run `sandchat migrate` first (it is started with --no-migrate)", v, want)
+	}
+	return nil
+}
+
+// prepareDB creates the database if needed and migrates it.
+func prepareDB(ctx context.Context, url string) error {
+	if err := migrations.EnsureDatabase(ctx, url); err != nil {
+		return fmt.Errorf("postgres: %w (is it running? `make services` starts it)", err)
+	}
+	_, _, err := migrations.Migrate(ctx, url)
+	return err
+}
+
+// openPool opens a pool whose statements tracer sees (nil: none).
+func openPool(ctx context.Context, url string, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Tracer = tracer
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 // Main is the wired server: main builds it from Config, tests too.
@@ -323,7 +393,9 @@ type Main struct {
 	Engine  *sandbox.Engine
 	Limiter *redisbus.Limiter
 	Runner  *agents.Runner
-	openai  agents.Provider
+	// Metrics is the process's registry: every part's collectors (metrics.go).
+	Metrics *prometheus.Registry
+	openai  *openai.Provider
 	sandbox *toolkits.Sandbox
 	tables  *toolkits.Tables // the data analysis tool's reads, shared with the preview endpoint
 	// Probes, when set before Run, replace the availability checks of the catalogue's
@@ -332,15 +404,31 @@ type Main struct {
 	// SandboxEngine, when set before Run, is the engine behind the sandbox tool instead
 	// of sandbox.Engine (fault tests script the engine's side of the contract).
 	SandboxEngine toolkits.Engine
+	// Tracing, when set before Run, is where spans go; else OpenTelemetry's standard
+	// variables decide (tracing.go): none unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	Tracing     trace.TracerProvider
+	stopTracing func(context.Context) error // flushes the spans of the provider Run made
+
+	// Admin is what administrators do (the admin API; the command line builds its own).
+	Admin *lifecycle.Service
+	// Retention deletes conversations idle past SANDCHAT_RETENTION; nil when it is off.
+	Retention *lifecycle.Retention
+	// RetentionMin, when set before Run, lowers retention's minimum (tests).
+	RetentionMin time.Duration
 
 	// quotaLocks is the pool the conversations' quota locks are held on, apart from DB
 	// (conversations/pgstore's quota.go says why).
 	quotaLocks *pgxpool.Pool
+	node       string // this process among the nodes: its turns' owner, its pub/sub messages' sender
 	ln         net.Listener
-	served     chan error
-	cancel     context.CancelFunc
-	closeOnce  sync.Once
-	closeErr   error
+	metricsLn  *metricsServer // SANDCHAT_METRICS_ADDR's listener, when set
+	// engineMetrics is what the engine tells of its runs, as Prometheus metrics.
+	engineMetrics *prommetrics.Observer
+	collectors    []prometheus.Collector // every one in Metrics
+	served        chan error
+	cancel        context.CancelFunc
+	closeOnce     sync.Once
+	closeErr      error
 }
 
 // NewMain returns an unstarted server.
@@ -349,6 +437,13 @@ func NewMain(cfg Config, log *slog.Logger) *Main { return &Main{Config: cfg, Log
 // Run opens the stores, starts the sandbox engine, builds the services and starts
 // serving in the background. Close undoes whatever part of it was done.
 func (m *Main) Run(ctx context.Context) error {
+	if m.Tracing == nil {
+		tp, stop, err := newTracing(ctx)
+		if err != nil {
+			return err
+		}
+		m.Tracing, m.stopTracing = tp, stop
+	}
 	if err := m.openStores(ctx); err != nil {
 		return err
 	}
@@ -367,10 +462,21 @@ func (m *Main) Run(ctx context.Context) error {
 // openStores creates and migrates the database if needed and connects to Postgres and
 // Redis, failing with a hint when either is not running.
 func (m *Main) openStores(ctx context.Context) (err error) {
-	if m.DB, err = openDB(ctx, m.Config.DatabaseURL); err != nil {
+	prepare := prepareDB
+	if m.Config.NoMigrate {
+		prepare = checkMigrated
+	}
+	if err := prepare(ctx, m.Config.DatabaseURL); err != nil {
 		return err
 	}
-	if m.quotaLocks, err = pgxpool.New(ctx, m.Config.DatabaseURL); err != nil {
+	var statements pgx.QueryTracer // a span for each statement, when spans go anywhere
+	if m.traced() {
+		statements = pgTracer{m.tracer("postgres")}
+	}
+	if m.DB, err = openPool(ctx, m.Config.DatabaseURL, statements); err != nil {
+		return err
+	}
+	if m.quotaLocks, err = openPool(ctx, m.Config.DatabaseURL, statements); err != nil {
 		return err
 	}
 	rdb, target, err := openRedis(ctx, m.Config.RedisURL)
@@ -378,6 +484,12 @@ func (m *Main) openStores(ctx context.Context) (err error) {
 		return err
 	}
 	m.Redis = rdb
+	if m.traced() {
+		// Commands without their arguments: keys and values hold users' data.
+		if err := redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(m.Tracing), redisotel.WithDBStatement(false)); err != nil {
+			return fmt.Errorf("trace redis: %w", err)
+		}
+	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w (is it running? `make services` starts it)", target.addrs(), err)
 	}
@@ -403,7 +515,9 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 		if err != nil {
 			return nil, err
 		}
-		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store)); err != nil {
+		m.engineMetrics = prommetrics.NewObserver()
+		if m.Engine, err = sandbox.New(cfg.Sandbox.Engine, st, m.Log.With("component", "sandbox"), sandbox.WithHistory(m.Store),
+			sandbox.WithObserver(m.engineMetrics), sandbox.WithTracer(m.tracer("sandbox"))); err != nil {
 			return nil, err
 		}
 		if m.Probes == nil {
@@ -433,6 +547,7 @@ func (m *Main) startEngine(bg context.Context) (*toolkits.Catalogue, error) {
 // buildServices wires the stores, the tools, the turn runner and the HTTP server.
 func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) (err error) {
 	cfg := m.Config
+	m.node = nodeID()
 	m.Users = agentstore.NewUsers(m.DB)
 	agentStore := agentstore.NewAgents(m.DB, catalogue.Has)
 	bus := redisbus.New(m.Redis, cfg.RedisPrefix)
@@ -441,14 +556,14 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	})
 	if cfg.LLM.APIKey != "" {
 		if m.openai, err = openai.New(openai.Config{BaseURL: cfg.LLM.BaseURL, APIKey: cfg.LLM.APIKey, Model: cfg.LLM.Model,
-			MaxRetries: cfg.LLM.MaxRetries}, m.Log.With("component", "openai")); err != nil {
+			MaxRetries: cfg.LLM.MaxRetries, Tracer: m.tracer("agents/openai")}, m.Log.With("component", "openai")); err != nil {
 			return err
 		}
 	}
 	tools := &toolkits.Service{Catalogue: catalogue, Conversations: m.Store, Events: bus, Log: m.Log}
 	m.sandbox = &toolkits.Sandbox{Store: m.Store, Tools: tools, Limiter: m.Limiter, PerAgentSessions: cfg.Sandbox.PerAgentSessions,
 		SessionTTL: cfg.Sandbox.Engine.SessionTTL, Quota: cfg.ConversationQuota, MaxStateBytes: cfg.Sandbox.Engine.MaxStateBytes,
-		Log: m.Log.With("component", "executions")}
+		Peers: bus, Node: m.node, Log: m.Log.With("component", "executions"), Tracer: m.tracer("toolkits")}
 	m.tables = &toolkits.Tables{Files: m.Store}
 	var status frontendapi.SandboxStatus
 	if m.Engine != nil {
@@ -460,15 +575,46 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 	if err := m.startRunner(bg, agentStore, catalogue, bus); err != nil {
 		return err
 	}
+	m.Admin = newAdmin(m.Users, m.Store, agentStore, m.sandbox, bus, m.Log.With("component", "admin"))
 	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
+	m.Metrics = prometheus.NewRegistry()
+	var metricsPage http.Handler
+	if cfg.MetricsAddr == "" {
+		metricsPage = metricsHandler(m.Metrics)
+	}
 	m.HTTP, err = frontendapi.New(frontendapi.Deps{
 		Config: frontendapi.Config{AllowedOrigins: cfg.AllowedOrigins, PublicURL: cfg.PublicURL,
-			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL}, Log: m.Log,
-		Users: m.Users, Sessions: m.Users, Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
+			LoginLinkTTL: cfg.LoginLinkTTL, SessionTTL: cfg.SessionTTL,
+			TrustedProxies: cfg.TrustedProxies, ProxyHeader: cfg.ProxyHeader}, Log: m.Log,
+		Users: m.Users, Sessions: m.Users, Tickets: redisbus.NewTickets(m.Redis, cfg.RedisPrefix), Logins: m.Limiter, Agents: agentStore, Conversations: m.Store, Tools: tools, Catalogue: catalogue, Events: bus,
 		Hub: m.Hub, Ready: m.readyChecks(catalogue), Sandbox: m.sandbox, SandboxStatus: status,
-		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables,
+		Files: m.Store, Turns: m.Runner, Messages: m.Store, Tables: m.tables, Admin: m.Admin, Metrics: metricsPage, Tracer: m.tracer("frontend-api"),
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if err := m.startLifecycle(bg, bus); err != nil {
+		return err
+	}
+	m.registerMetrics()
+	return nil
+}
+
+// registerMetrics adds every part's collectors to the registry.
+func (m *Main) registerMetrics() {
+	m.collectors = slices.Concat(baseCollectors(), m.HTTP.Collectors(), m.Hub.Collectors(), m.Limiter.Collectors(),
+		m.Runner.Collectors(), m.sandbox.Collectors())
+	if m.openai != nil {
+		m.collectors = append(m.collectors, m.openai.Collectors()...)
+	}
+	if m.Engine != nil {
+		m.collectors = append(m.collectors, m.engineMetrics.Collectors()...)
+		m.collectors = append(m.collectors, prommetrics.NewStatusCollector(m.Engine))
+	}
+	if m.Retention != nil {
+		m.collectors = append(m.collectors, m.Retention.Collectors()...)
+	}
+	m.Metrics.MustRegister(m.collectors...)
 }
 
 // startRunner builds the turn runner and starts its heartbeat and its listener for
@@ -478,8 +624,8 @@ func (m *Main) startRunner(bg context.Context, agentStore *agentstore.Agents, ca
 	if m.Runner, err = agents.NewRunner(agents.RunnerDeps{
 		Store: m.Store, Agents: agentStore, Catalogue: catalogue,
 		Tools:     toolkits.NewTools(m.sandbox, m.limits, toolkits.PackagesText(sandbox.AvailablePackages(cfg.Sandbox.Engine))).WithData(m.tables),
-		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"),
-		NodeID: nodeID(), MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
+		Providers: m.provider, Events: bus, Cancels: bus, Limiter: m.Limiter, Log: m.Log.With("component", "turns"), Tracer: m.tracer("agents"),
+		NodeID: m.node, MaxSteps: 12, MaxDepth: 3, StaleAfter: cfg.TurnStaleAfter,
 		Nodes: redisbus.NewNodes(m.Redis, cfg.RedisPrefix), NodeTTL: 3 * time.Second,
 		WriteRetry: 15 * time.Second, FinishRetry: 10 * time.Minute,
 	}); err != nil {
@@ -523,6 +669,12 @@ func (m *Main) serve(bg context.Context) (err error) {
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return err
 	}
+	if m.Config.MetricsAddr != "" {
+		if m.metricsLn, err = startMetricsServer(m.Config.MetricsAddr, m.Metrics); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		m.Log.Info("sandchat metrics and pprof listening", "addr", m.metricsLn.ln.Addr().String())
+	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.HTTP.Serve(m.ln) }()
 	go m.pruneEvents(bg)
@@ -550,8 +702,23 @@ func nodeID() string {
 	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }
 
+// traced says whether spans go anywhere: the stores' spans cost a little on every
+// statement and command, so they are made only then.
+func (m *Main) traced() bool {
+	_, off := m.Tracing.(noop.TracerProvider)
+	return !off
+}
+
+// tracer is the tracer of one part of the server.
+func (m *Main) tracer(part string) trace.Tracer {
+	return m.Tracing.Tracer("github.com/sandchat/sandchat/" + part)
+}
+
 // Addr is where the server listens (useful with :0).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// MetricsAddr is where /metrics and pprof listen when SANDCHAT_METRICS_ADDR is set.
+func (m *Main) MetricsAddr() string { return m.metricsLn.ln.Addr().String() }
 
 func (m *Main) pruneEvents(ctx context.Context) {
 	t := time.NewTicker(10 * time.Minute)
@@ -625,6 +792,10 @@ func (m *Main) close() error {
 		<-m.served
 	}
 	turns.Wait()
+	if m.metricsLn != nil {
+		// Scraped until the requests are done, so the last figures of a drain are seen.
+		errs = append(errs, m.metricsLn.close(ctx))
+	}
 	if m.cancel != nil {
 		m.cancel()
 	}
@@ -653,6 +824,12 @@ func (m *Main) close() error {
 	if m.DB != nil {
 		m.DB.Close()
 	}
+	if m.stopTracing != nil {
+		// What is left of the spans, with a bound of its own: the collector may be away.
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, m.stopTracing(tctx))
+		tcancel()
+	}
 	m.Log.Info("sandchat stopped")
 	return errors.Join(errs...)
 }
@@ -660,6 +837,7 @@ func (m *Main) close() error {
 // printSignIn writes where the server listens and how to sign in as its admin: a
 // one-time login link for a browser and the API token kept in tokenFile.
 func (m *Main) printSignIn(ctx context.Context, tokenFile string, w io.Writer) error {
+	ctx = sandchat.WithCLI(ctx, osUser()) // the admin and link it makes are the operator's
 	token, err := m.adminToken(ctx, tokenFile)
 	if err != nil {
 		return err

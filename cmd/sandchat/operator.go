@@ -144,14 +144,16 @@ func execCode(ctx context.Context, cfg sandbox.Config, rdb redis.UniversalClient
 		key = "exec:" + randomName()
 		defer e.Reset(context.WithoutCancel(ctx), key)
 	}
-	req := sandbox.Request{Code: code, Timeout: opt.Timeout}
+	var files []sandbox.File
 	for _, f := range opt.Files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
-		req.Data = append(req.Data, sandbox.File{Name: filepath.Base(f), Data: b})
+		files = append(files, sandbox.File{Name: filepath.Base(f), Data: b})
 	}
+	req := sandbox.Request{Code: code, Timeout: opt.Timeout,
+		Data: func(context.Context, map[string]string) ([]sandbox.File, error) { return files, nil }}
 	if !opt.JSON {
 		req.OnOutput = func(stream, chunk string) {
 			if stream == "stderr" {

@@ -84,6 +84,13 @@ func TestConversationQuota(t *testing.T) {
 			!strings.Contains(r.Stderr, "blob.bin (4 MiB)") {
 			t.Fatalf("artifact past the quota: %+v", r)
 		}
+		// Operators see both refusals, and the upload's before them.
+		fams := scrape(t, m)
+		for what, want := range map[string]float64{"upload": 1, "state": 1, "artifacts": 1} {
+			if v, _ := series(fams, "sandchat_quota_refusals_total", "what", what); v != want {
+				t.Errorf("sandchat_quota_refusals_total{what=%q} = %v, want %v", what, v, want)
+			}
+		}
 	})
 
 	t.Run("files past the quota are not kept, and the model is told which", func(t *testing.T) {

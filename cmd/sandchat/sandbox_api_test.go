@@ -131,7 +131,10 @@ func TestSandboxAPI(t *testing.T) {
 			Pyodide   struct{ Version string }
 			Isolation string
 		}
-		alice.must(200, "GET", "/api/v1/sandbox/status", nil, &st)
+		// The engine's paths and every session's figures are the operator's.
+		alice.must(403, "GET", "/api/v1/sandbox/status", nil, nil)
+		ops, _ := m.user(t, "ops", true)
+		ops.must(200, "GET", "/api/v1/sandbox/status", nil, &st)
 		if !st.Available || !st.Deno.Installed || st.Deno.Version == "" || st.Pyodide.Version == "" || !strings.Contains(st.Isolation, "bubblewrap") {
 			t.Fatalf("%+v", st)
 		}

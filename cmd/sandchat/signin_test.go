@@ -382,3 +382,57 @@ func TestSignInRateLimit(t *testing.T) {
 		t.Fatalf("the refused link: used %v, %v", used, err)
 	}
 }
+
+// TestSignInBehindProxy: behind trusted proxies, sign-ins are counted per client, as the
+// proxies name it, and not against the proxy; the first address of X-Forwarded-For is
+// the client's own word and counts for nothing; a peer that is not a trusted proxy is
+// counted by its own address whatever it forwards. Every answer says where the limit
+// stands.
+func TestSignInBehindProxy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wrong := "scl_" + strings.Repeat("A", 43)
+	attempt := func(base, forwarded string) *http.Response {
+		t.Helper()
+		resp, raw, _ := exchange(t, base, base+"/login#t="+wrong, map[string]string{"X-Forwarded-For": forwarded})
+		if resp.StatusCode != 401 && resp.StatusCode != 429 {
+			t.Fatalf("X-Forwarded-For %q: %d %s", forwarded, resp.StatusCode, raw)
+		}
+		return resp
+	}
+	t.Run("trusted", func(t *testing.T) {
+		m := e.node(func(c *Config, _ *Main) { c.RateLogins = 3; c.TrustedProxies = []string{"127.0.0.0/8", "10.1.0.0/16"} })
+		base := "http://" + m.Addr()
+		for i := range 3 {
+			resp := attempt(base, "203.0.113.1")
+			if resp.StatusCode != 401 || resp.Header.Get("RateLimit-Limit") != "3" || resp.Header.Get("RateLimit-Remaining") != fmt.Sprint(2-i) ||
+				resp.Header.Get("RateLimit-Policy") != "3;w=60" || resp.Header.Get("RateLimit-Reset") == "" {
+				t.Fatalf("attempt %d of the first client: %d, RateLimit %q remaining %q reset %q policy %q", i+1, resp.StatusCode,
+					resp.Header.Get("RateLimit-Limit"), resp.Header.Get("RateLimit-Remaining"), resp.Header.Get("RateLimit-Reset"), resp.Header.Get("RateLimit-Policy"))
+			}
+		}
+		// Through a second proxy of the chain, the same client; claiming another
+		// address first does not help it.
+		for _, fwd := range []string{"203.0.113.1, 10.1.2.3", "198.51.100.9, 203.0.113.1", "198.51.100.9,203.0.113.1:5120, 10.1.2.3"} {
+			if resp := attempt(base, fwd); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit-Remaining") != "0" {
+				t.Fatalf("the first client again, as %q: %d (Retry-After %q), want 429", fwd, resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+		}
+		// Another client behind the same proxy is not refused for the first one's attempts.
+		for _, fwd := range []string{"203.0.113.2", "[2001:db8::7]:443, 10.1.0.1"} {
+			if resp := attempt(base, fwd); resp.StatusCode != 401 {
+				t.Fatalf("another client, as %q: %d, want 401 (counted on its own)", fwd, resp.StatusCode)
+			}
+		}
+	})
+	t.Run("untrusted peer", func(t *testing.T) {
+		m := e.node(func(c *Config, _ *Main) { c.RateLogins = 3; c.TrustedProxies = []string{"10.0.0.0/8"} })
+		base := "http://" + m.Addr()
+		for i := range 4 {
+			resp := attempt(base, fmt.Sprintf("203.0.113.%d", i+1))
+			if want := map[bool]int{true: 429, false: 401}[i == 3]; resp.StatusCode != want {
+				t.Fatalf("attempt %d, forwarded by a peer that is no trusted proxy: %d, want %d", i+1, resp.StatusCode, want)
+			}
+		}
+	})
+}

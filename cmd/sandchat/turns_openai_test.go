@@ -15,6 +15,10 @@ type turnJSON struct {
 	ID     int64
 	Status string
 	Error  string
+	Usage  *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	}
 }
 
 // messages returns the conversation's stored messages.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -432,14 +434,33 @@ func TestMessageRateLimit(t *testing.T) {
 	m := e.node(func(c *Config, _ *Main) { c.RateMessages = 2 })
 	alice, _ := m.user(t, "alice", false)
 	conv := alice.createConversation(0)
-	for range 2 {
-		alice.say(conv, "hi")
-	}
 	req := fmt.Sprintf("/api/v1/conversations/%d/messages", conv)
-	var p struct{ Detail string }
-	alice.must(429, "POST", req, map[string]any{"content": "hi"}, &p)
-	if !strings.Contains(p.Detail, "Rate limit") {
-		t.Fatalf("%q", p.Detail)
+	// Each answer says where the limit stands (the IETF draft's RateLimit headers).
+	rateHeaders := func(h http.Header) string {
+		return fmt.Sprintf("limit %s remaining %s policy %s", h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), h.Get("RateLimit-Policy"))
+	}
+	for i := range 2 {
+		resp, raw := alice.rawDo("POST", req, map[string]any{"content": "hi"})
+		reset, _ := strconv.Atoi(resp.Header.Get("RateLimit-Reset"))
+		if want := fmt.Sprintf("limit 2 remaining %d policy 2;w=60", 1-i); resp.StatusCode != 202 || rateHeaders(resp.Header) != want || reset < 1 || reset > 60 {
+			t.Fatalf("message %d: %d %s, %s, reset %q, want %s and a reset within the minute", i+1, resp.StatusCode, raw, rateHeaders(resp.Header), resp.Header.Get("RateLimit-Reset"), want)
+		}
+		var started struct {
+			TurnID int64 `json:"turn_id"`
+		}
+		if err := json.Unmarshal(raw, &started); err != nil {
+			t.Fatal(err)
+		}
+		alice.finishTurn(conv, started.TurnID)
+	}
+	resp, raw := alice.rawDo("POST", req, map[string]any{"content": "hi"})
+	if resp.StatusCode != 429 || !strings.Contains(string(raw), "Rate limit") || resp.Header.Get("Retry-After") == "" ||
+		resp.Header.Get("RateLimit-Remaining") != "0" || resp.Header.Get("RateLimit-Reset") != resp.Header.Get("Retry-After") {
+		t.Fatalf("third message: %d %s, Retry-After %q, %s", resp.StatusCode, raw, resp.Header.Get("Retry-After"), rateHeaders(resp.Header))
+	}
+	// A request no limit counted says nothing of limits.
+	if resp, _ := alice.rawDo("GET", req, nil); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Limit") != "" {
+		t.Fatalf("a read: %d, %s", resp.StatusCode, rateHeaders(resp.Header))
 	}
 	bob, _ := m.user(t, "bob", false)
 	bob.say(bob.createConversation(0), "limits are per user")

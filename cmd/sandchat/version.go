@@ -7,11 +7,14 @@ import (
 	"github.com/sandchat/sandchat/sandbox"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3". Without it
-// the module version and VCS revision recorded by the Go toolchain are used.
+// version is set at build time: the Makefile and the Dockerfile pass
+// -ldflags "-X main.version=$(git describe --tags --match 'v[0-9]*' --always --dirty)". Without it the
+// module version and VCS revision recorded by the Go toolchain are used.
 var version = ""
 
-func versionText() string {
+// buildVersion is this build's version: the one set at build time, else what the
+// toolchain recorded, else devel.
+func buildVersion() string {
 	v, rev, dirty := version, "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -26,6 +29,9 @@ func versionText() string {
 			}
 		}
 	}
+	if version != "" {
+		return version // git describe names the revision already
+	}
 	if v == "" {
 		v = "devel"
 	}
@@ -38,6 +44,10 @@ func versionText() string {
 		}
 		v += " (" + rev + ")"
 	}
+	return v
+}
+
+func versionText() string {
 	deno, py := sandbox.Pinned()
-	return fmt.Sprintf("sandchat %s, deno %s, pyodide %s", v, deno, py)
+	return fmt.Sprintf("sandchat %s, deno %s, pyodide %s", buildVersion(), deno, py)
 }

@@ -366,16 +366,16 @@ func (s *Store) UploadFile(ctx context.Context, convID int64, name, contentType 
 	size := int64(len(data))
 	files.Uploads -= oldSize // a replaced file frees its own size first
 	if files.Uploads+size > conversations.MaxConversationBytes {
-		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's uploads take %s of the %s uploads may take; %s (%s) does not fit. Delete files to make room.",
-			sandchat.Size(files.Uploads), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(size))
+		return ref, false, sandchat.WithCause(sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's uploads take %s of the %s uploads may take; %s (%s) does not fit. Delete files to make room.",
+			sandchat.Size(files.Uploads), sandchat.Size(conversations.MaxConversationBytes), name, sandchat.Size(size)), conversations.ErrOverQuota)
 	}
 	use, err := q.Storage(ctx, files)
 	if err != nil {
 		return ref, false, err
 	}
 	if use.Used+size > use.Quota {
-		return ref, false, sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's storage is full: %s; %s (%s) does not fit. Delete files or reset the Python session to make room.",
-			use, name, sandchat.Size(size))
+		return ref, false, sandchat.WithCause(sandchat.Errorf(sandchat.ETOOLARGE, "This conversation's storage is full: %s; %s (%s) does not fit. Delete files or reset the Python session to make room.",
+			use, name, sandchat.Size(size)), conversations.ErrOverQuota)
 	}
 	ref = conversations.FileRef{ID: oldID, Name: name, ContentType: contentType, Size: int64(len(data))}
 	if oldID != 0 {

@@ -332,21 +332,26 @@ func (s *Store) Emit(ctx context.Context, f conversations.Fence, convID int64, t
 
 // FinishTurn ends the turn with its event, if it still runs for f.Owner; otherwise
 // nothing is written and the answer is ErrFenced.
-func (s *Store) FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string) (*conversations.Event, error) {
-	return s.endTurn(ctx, convID, f.TurnID, status, errText, `owner = $5`, f.Owner)
+func (s *Store) FinishTurn(ctx context.Context, f conversations.Fence, convID int64, status, errText string, usage *conversations.Usage) (*conversations.Event, error) {
+	return s.endTurn(ctx, convID, f.TurnID, status, errText, usage, `owner = $7`, f.Owner)
 }
 
-// endTurn ends a running turn whose row also matches cond (with its argument as $5),
-// checked in the statement that ends it, and writes its event.
-func (s *Store) endTurn(ctx context.Context, convID, turnID int64, status, errText, cond string, arg any) (*conversations.Event, error) {
+// endTurn ends a running turn whose row also matches cond (with its argument as $7),
+// checked in the statement that ends it, with the tokens it used (nil: none reported),
+// and writes its event.
+func (s *Store) endTurn(ctx context.Context, convID, turnID int64, status, errText string, usage *conversations.Usage, cond string, arg any) (*conversations.Event, error) {
 	var out *conversations.Event
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var msg *string
 		if errText != "" {
 			msg = &errText
 		}
-		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now()
-			where id = $1 and conversation_id = $4 and status = 'running' and `+cond, turnID, status, msg, convID, arg)
+		var prompt, completion *int64
+		if usage != nil {
+			prompt, completion = &usage.PromptTokens, &usage.CompletionTokens
+		}
+		tag, err := tx.Exec(ctx, `update turns set status = $2, error = $3, finished_at = now(), prompt_tokens = $5, completion_tokens = $6
+			where id = $1 and conversation_id = $4 and status = 'running' and `+cond, turnID, status, msg, convID, prompt, completion, arg)
 		if err != nil {
 			return err
 		}
@@ -357,7 +362,11 @@ func (s *Store) endTurn(ctx context.Context, convID, turnID int64, status, errTe
 		if status != conversations.TurnCompleted {
 			typ = conversations.EventTurnFailed
 		}
-		ev, err := AppendEvent(ctx, tx, convID, typ, nil, eventData(map[string]any{"turn_id": turnID, "status": status, "error": errText}))
+		data := map[string]any{"turn_id": turnID, "status": status, "error": errText}
+		if usage != nil {
+			data["usage"] = usage
+		}
+		ev, err := AppendEvent(ctx, tx, convID, typ, nil, eventData(data))
 		out = &ev
 		return err
 	})
@@ -371,10 +380,14 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 		return t, err
 	}
 	var errText *string
-	err := s.db.QueryRow(ctx, `select id, conversation_id, status, error, created_at, finished_at from turns
-		where id = $1 and conversation_id = $2`, turnID, convID).Scan(&t.ID, &t.ConversationID, &t.Status, &errText, &t.CreatedAt, &t.FinishedAt)
+	var prompt, completion *int64
+	err := s.db.QueryRow(ctx, `select id, conversation_id, status, error, created_at, finished_at, prompt_tokens, completion_tokens from turns
+		where id = $1 and conversation_id = $2`, turnID, convID).Scan(&t.ID, &t.ConversationID, &t.Status, &errText, &t.CreatedAt, &t.FinishedAt, &prompt, &completion)
 	if errText != nil {
 		t.Error = *errText
+	}
+	if prompt != nil && completion != nil { // written together
+		t.Usage = &conversations.Usage{PromptTokens: *prompt, CompletionTokens: *completion}
 	}
 	if err != nil || t.Status != conversations.TurnRunning {
 		return t, pgdb.PgError(err, "Turn")

@@ -65,7 +65,43 @@ func (b *Bus) PublishCancel(ctx context.Context, turnID int64) error {
 
 // ListenCancels calls fn with every cancelled turn id until ctx ends.
 func (b *Bus) ListenCancels(ctx context.Context, fn func(turnID int64)) error {
-	ps := b.rdb.Subscribe(ctx, b.cancelChannel())
+	return b.listen(ctx, b.cancelChannel(), func(payload string) {
+		if id, err := strconv.ParseInt(payload, 10, 64); err == nil {
+			fn(id)
+		}
+	})
+}
+
+func (b *Bus) forgetChannel() string { return b.prefix + "sandbox:forget" }
+
+// forget is a session deleted for good, and the node that deleted it.
+type forget struct {
+	Node string `json:"node"`
+	Key  string `json:"key"`
+}
+
+// PublishForget tells every node that the session key was deleted for good by node
+// (its conversation was deleted), so a node holding its live process closes it now
+// rather than when it falls idle.
+func (b *Bus) PublishForget(ctx context.Context, node, key string) error {
+	payload, _ := json.Marshal(forget{Node: node, Key: key})
+	return sandchat.RedisError(b.rdb.Publish(ctx, b.forgetChannel(), payload).Err())
+}
+
+// ListenForgets calls fn with every session deleted by a node other than node, until
+// ctx ends.
+func (b *Bus) ListenForgets(ctx context.Context, node string, fn func(key string)) error {
+	return b.listen(ctx, b.forgetChannel(), func(payload string) {
+		var f forget
+		if json.Unmarshal([]byte(payload), &f) == nil && f.Key != "" && f.Node != node {
+			fn(f.Key)
+		}
+	})
+}
+
+// listen calls fn with each message on channel until ctx ends.
+func (b *Bus) listen(ctx context.Context, channel string, fn func(payload string)) error {
+	ps := b.rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
 		return err
@@ -79,9 +115,7 @@ func (b *Bus) ListenCancels(ctx context.Context, fn func(turnID int64)) error {
 			if !ok {
 				return nil
 			}
-			if id, err := strconv.ParseInt(m.Payload, 10, 64); err == nil {
-				fn(id)
-			}
+			fn(m.Payload)
 		}
 	}
 }

@@ -6,6 +6,7 @@ package pgdb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -246,3 +247,35 @@ func (t txT) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 func (t txT) Commit(ctx context.Context) error { return connErr(t.Tx.Commit(ctx)) }
+
+// Audit records an administrative action in q, the transaction that makes it, so the
+// action and its record commit together. The actor is the command line or the signed-in
+// user of ctx; a context with neither is refused: no administrative change goes
+// unrecorded. details is marshalled to JSON (nil: an empty object).
+func Audit(ctx context.Context, q Querier, action, targetType string, targetID int64, details any) error {
+	actor, ok := sandchat.ActorFromContext(ctx)
+	if !ok {
+		return sandchat.Errorf(sandchat.EINTERNAL, "an administrative action (%s) with no actor to record", action)
+	}
+	raw := []byte("{}")
+	if details != nil {
+		var err error
+		if raw, err = json.Marshal(details); err != nil {
+			return err
+		}
+	}
+	var userID *int64
+	var cli *string
+	if actor.CLI != "" {
+		cli = &actor.CLI
+	} else {
+		userID = &actor.UserID
+	}
+	var target *int64
+	if targetID != 0 {
+		target = &targetID
+	}
+	_, err := q.Exec(ctx, `insert into admin_audit (actor_user_id, actor_cli, action, target_type, target_id, details)
+		values ($1, $2, $3, $4, $5, $6)`, userID, cli, action, targetType, target, raw)
+	return PgError(err, "audit entry")
+}

@@ -40,6 +40,15 @@ type Reply struct {
 	// Stall keeps the stream open after the content, without finishing it, until the
 	// client goes away: the way to test cancellation and idle timeouts.
 	Stall bool
+	// Usage is what the answer's last chunk reports when the request asked for it
+	// (stream_options.include_usage), as the real API does; nil: a count of its own,
+	// one token per four bytes of the messages sent and of the answer, at least one each.
+	Usage *Usage
+}
+
+// Usage is a streamed answer's token usage.
+type Usage struct {
+	PromptTokens, CompletionTokens int64
 }
 
 // Call is a tool call, as scripted in a Reply and as decoded from an assistant
@@ -70,6 +79,8 @@ type Request struct {
 	Messages []Message
 	Tools    []Tool
 	Stream   bool
+	// IncludeUsage says the request asked for the usage chunk.
+	IncludeUsage bool
 	// Body is the raw JSON, for fields the decoded form leaves out.
 	Body []byte
 	// Authorized is false when the bearer key was wrong or missing.
@@ -179,15 +190,18 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		case Status:
 			writeError(w, step)
 		case Reply:
-			s.stream(w, r, n, req.Model, step)
+			s.stream(w, r, n, req, step)
 		}
 	}
 }
 
 func decodeRequest(r *http.Request) (Request, error) {
 	var wire struct {
-		Model    string        `json:"model"`
-		Stream   bool          `json:"stream"`
+		Model         string `json:"model"`
+		Stream        bool   `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
 		Messages []wireMessage `json:"messages"`
 		Tools    []struct {
 			Type     string `json:"type"`
@@ -205,7 +219,7 @@ func decodeRequest(r *http.Request) (Request, error) {
 	if err := json.Unmarshal(body, &wire); err != nil {
 		return Request{}, fmt.Errorf("request body is not JSON: %v", err)
 	}
-	req := Request{Model: wire.Model, Stream: wire.Stream, Body: body}
+	req := Request{Model: wire.Model, Stream: wire.Stream, IncludeUsage: wire.StreamOptions.IncludeUsage, Body: body}
 	for _, m := range wire.Messages {
 		msg := Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		if err := m.Content.decode(&msg.Content); err != nil {
@@ -292,22 +306,28 @@ func checkConversation(msgs []Message) string {
 	return ""
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, n int, model string, reply Reply) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, n int, req Request, reply Reply) {
+	model := req.Model
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	id := fmt.Sprintf("chatcmpl-openaitest-%d", n)
-	send := func(delta map[string]any, finish any) {
-		chunk := map[string]any{
-			"id": id, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
+	write := func(chunk map[string]any) {
+		chunk["id"], chunk["object"], chunk["created"], chunk["model"] = id, "chat.completion.chunk", time.Now().Unix(), model
+		if req.IncludeUsage {
+			if _, ok := chunk["usage"]; !ok {
+				chunk["usage"] = nil // every chunk but the last, as the real API sends them
+			}
 		}
 		b, _ := json.Marshal(chunk)
 		fmt.Fprintf(w, "data: %s\n\n", b)
 		if flusher != nil {
 			flusher.Flush()
 		}
+	}
+	send := func(delta map[string]any, finish any) {
+		write(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}})
 	}
 
 	send(map[string]any{"role": "assistant", "content": ""}, nil)
@@ -341,8 +361,23 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, n int, model str
 		finish = "tool_calls"
 	}
 	send(map[string]any{}, finish)
+	if req.IncludeUsage {
+		u := reply.Usage
+		if u == nil {
+			u = &Usage{PromptTokens: tokens(req.Body), CompletionTokens: tokens([]byte(reply.Text))}
+			for _, c := range reply.ToolCalls {
+				u.CompletionTokens += tokens([]byte(c.Name + c.Arguments))
+			}
+		}
+		write(map[string]any{"choices": []any{}, "usage": map[string]any{
+			"prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.PromptTokens + u.CompletionTokens,
+		}})
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
+
+// tokens is the fake's token count: one per four bytes, at least one.
+func tokens(b []byte) int64 { return max(1, int64(len(b)+3)/4) }
 
 // thirds splits s into up to three pieces of near-equal rune counts.
 func thirds(s string) []string {

@@ -1,5 +1,5 @@
 // Display items of a run: what each shows, and the frames that hold interactive ones.
-import { marked } from "/vendor/marked-15.0.12.esm.js";
+import { marked } from "/vendor/marked-18.2.1.esm.js";
 import { $, el, sanitize, drawMath, mathBox } from "/js/dom.js";
 import { guard } from "/js/api.js";
 import { imageFrom, openViewer } from "/js/files.js";

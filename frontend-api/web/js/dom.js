@@ -1,6 +1,6 @@
 // The page's own elements, element building, toasts, and the sanitizer every piece of
 // content from users, models and Python goes through.
-import { marked } from "/vendor/marked-15.0.12.esm.js";
+import { marked } from "/vendor/marked-18.2.1.esm.js";
 import DOMPurify from "/vendor/dompurify-3.4.18.es.mjs";
 import hljs from "/vendor/highlight-11.12.0.core.min.js";
 import python from "/vendor/highlight-11.12.0.python.min.js";

@@ -4,7 +4,7 @@
 // reached is told by the window's CONNECTION event (detail: "online", "reconnecting" or
 // "offline"), whenever it changes.
 import { state } from "/js/state.js";
-import { unauthorized } from "/js/api.js";
+import { api, unauthorized } from "/js/api.js";
 
 // SIGNED_OUT is the close code of a socket whose browser session ended.
 const SIGNED_OUT = 4001;
@@ -27,12 +27,27 @@ function setStatus(s) {
   dispatchEvent(new CustomEvent(CONNECTION, { detail: s }));
 }
 
-export function connect() {
+// opening counts connects: a ticket that comes after a newer connect began is dropped.
+let opening = 0;
+
+// ticketQuery is what the socket's address carries: nothing for a browser session,
+// whose cookie goes with the socket by itself; for a pasted token, which a socket cannot
+// send as a header and which must never sit in an address (proxies log them), a ticket
+// that opens this one socket, once, within seconds.
+async function ticketQuery() {
+  if (!state.token) return "";
+  const t = await api("POST", "/tickets", { use: "websocket" });
+  return `?ticket=${encodeURIComponent(t.ticket)}`;
+}
+
+export async function connect() {
   clearTimeout(retryTimer);
   if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
-  // A browser session's cookie goes with the socket by itself; a pasted token in the
-  // address, since a socket carries no header.
-  const query = state.token ? `?access_token=${encodeURIComponent(state.token)}` : "";
+  const n = ++opening;
+  let query;
+  try { query = await ticketQuery(); } catch { query = null; }
+  if (n !== opening || state.ws || !state.me) return;
+  if (query === null) return retry();
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/ws${query}`);
   state.ws = ws;
   ws.onopen = () => {
@@ -49,17 +64,23 @@ export function connect() {
     if (state.ws !== ws) return;
     state.ws = null;
     if (e.code === SIGNED_OUT) return unauthorized("You signed out of this browser session (in another tab, or it was ended).");
-    // The server restarting (1012), a network gone, a server that does not answer:
-    // the page says so until a socket opens again, and tries again, soon at first.
-    setStatus(navigator.onLine ? "reconnecting" : "offline");
-    const delay = Math.min(5000, 500 * 2 ** state.retry++);
-    retryTimer = setTimeout(() => { if (!state.ws && state.me) connect(); }, delay);
+    retry();
   };
+}
+
+// retry connects again, soon at first. Until a socket opens the page says the server
+// cannot be reached (restarting: 1012, a network gone, a server that does not answer).
+function retry() {
+  setStatus(navigator.onLine ? "reconnecting" : "offline");
+  const delay = Math.min(5000, 500 * 2 ** state.retry++);
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(() => { if (!state.ws && state.me) connect(); }, delay);
 }
 
 // disconnect closes the socket for good (signing out): nothing is said about it.
 export function disconnect() {
   clearTimeout(retryTimer);
+  opening++;
   if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
   setStatus("online");
 }
@@ -69,6 +90,7 @@ export function disconnect() {
 addEventListener("offline", () => {
   if (!state.me) return;
   clearTimeout(retryTimer);
+  opening++;
   if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
   setStatus("offline");
 });

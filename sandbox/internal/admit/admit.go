@@ -19,9 +19,9 @@ var (
 // calling TryAcquire can never overtake them.
 type Gate struct {
 	limit, maxQueue int
-	// pressure is told, outside the lock, each time a caller starts waiting: the owner
-	// may free a slot (evict something idle) for it.
-	pressure func()
+	// pressure has a signal each time a caller starts waiting (one at most pending): the
+	// owner may free slots (evict something idle) for those that wait.
+	pressure chan struct{}
 
 	mu    sync.Mutex
 	held  int
@@ -33,11 +33,15 @@ type waiter struct {
 	granted bool // set under mu when a slot passed to it
 }
 
-// New returns a gate of limit slots and a queue of at most maxQueue waiters; pressure
-// may be nil.
-func New(limit, maxQueue int, pressure func()) *Gate {
-	return &Gate{limit: max(limit, 1), maxQueue: max(maxQueue, 0), pressure: pressure}
+// New returns a gate of limit slots and a queue of at most maxQueue waiters.
+func New(limit, maxQueue int) *Gate {
+	return &Gate{limit: max(limit, 1), maxQueue: max(maxQueue, 0), pressure: make(chan struct{}, 1)}
 }
+
+// Pressure has a value each time a caller starts waiting, for the gate's owner to free
+// slots for those that wait (Waiting says how many); signals that come before the owner
+// reads one are one.
+func (g *Gate) Pressure() <-chan struct{} { return g.pressure }
 
 // TryAcquire takes a slot only if one is free and nobody waits: for work that can be
 // put off (refilling a pool), never ahead of a waiting caller.
@@ -67,8 +71,9 @@ func (g *Gate) Acquire(ctx context.Context) error {
 	w := &waiter{ready: make(chan struct{})}
 	g.queue = append(g.queue, w)
 	g.mu.Unlock()
-	if g.pressure != nil {
-		g.pressure()
+	select {
+	case g.pressure <- struct{}{}:
+	default:
 	}
 	select {
 	case <-w.ready:

@@ -14,7 +14,7 @@ func TestGate(t *testing.T) {
 	t.Parallel()
 	t.Run("never more than the limit", func(t *testing.T) {
 		t.Parallel()
-		g := New(3, 100, nil)
+		g := New(3, 100)
 		var in, most atomic.Int32
 		var wg sync.WaitGroup
 		for range 50 {
@@ -45,7 +45,7 @@ func TestGate(t *testing.T) {
 	})
 	t.Run("first come first served", func(t *testing.T) {
 		t.Parallel()
-		g := New(1, 10, nil)
+		g := New(1, 10)
 		if err := g.Acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestGate(t *testing.T) {
 	})
 	t.Run("queue bound refuses at once", func(t *testing.T) {
 		t.Parallel()
-		g := New(1, 1, nil)
+		g := New(1, 1)
 		_ = g.Acquire(context.Background())
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -91,7 +91,7 @@ func TestGate(t *testing.T) {
 	})
 	t.Run("deadline leaves the queue", func(t *testing.T) {
 		t.Parallel()
-		g := New(1, 5, nil)
+		g := New(1, 5)
 		_ = g.Acquire(context.Background())
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
@@ -106,21 +106,28 @@ func TestGate(t *testing.T) {
 			t.Fatalf("held %d after the only holder released", held)
 		}
 	})
-	t.Run("pressure is told of each waiter", func(t *testing.T) {
+	t.Run("pressure is signalled for waiters", func(t *testing.T) {
 		t.Parallel()
-		var g *Gate
-		var told atomic.Int32
-		g = New(1, 5, func() { told.Add(1); g.Release() })
+		g := New(1, 5)
 		_ = g.Acquire(context.Background())
-		// The pressure hook frees the holder's slot, which passes to the waiter.
-		if err := g.Acquire(context.Background()); err != nil {
-			t.Fatal(err)
+		got := make(chan error, 1)
+		go func() { got <- g.Acquire(context.Background()) }()
+		// The owner hears of the waiter and frees the holder's slot, which passes to it.
+		<-g.Pressure()
+		if g.Waiting() != 1 {
+			t.Fatalf("%d waiting when the pressure came, want 1", g.Waiting())
 		}
-		if told.Load() != 1 {
-			t.Fatalf("pressure told %d times, want 1", told.Load())
+		g.Release()
+		if err := <-got; err != nil {
+			t.Fatal(err)
 		}
 		if held, _, _ := g.Stats(); held != 1 {
 			t.Fatalf("held %d, want 1: the freed slot passed to the waiter", held)
+		}
+		select {
+		case <-g.Pressure():
+			t.Fatal("pressure signalled with nobody waiting since")
+		default:
 		}
 	})
 }

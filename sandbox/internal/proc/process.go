@@ -65,6 +65,7 @@ type Process struct {
 
 	done    chan struct{}
 	why     atomic.Pointer[string]
+	oom     atomic.Bool // the kernel killed it for its memory cap
 	console *consoleLog
 	started time.Time
 	release func() // gives its place under the node's bound back, once it is gone
@@ -216,6 +217,7 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 func (p *Process) wait() {
 	err := p.cmd.Wait()
 	if p.cg != nil && p.cg.oomKilled() {
+		p.oom.Store(true)
 		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
 	}
 	p.SetWhy(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err))
@@ -232,6 +234,10 @@ func (p *Process) wait() {
 
 // SetWhy records why the process is going, unless a reason is recorded already.
 func (p *Process) SetWhy(why string) { p.why.CompareAndSwap(nil, &why) }
+
+// OOMKilled tells whether the kernel killed the process for its memory cap; it is
+// known once Done is closed.
+func (p *Process) OOMKilled() bool { return p.oom.Load() }
 
 // Reason says why the process is gone.
 func (p *Process) Reason() string {
