@@ -385,7 +385,7 @@ func TestBrowserSmallTruths(t *testing.T) {
 			}
 		}
 		tb.run(t, "back to the chat", chromedp.EmulateViewport(1366, 850), chromedp.Navigate(fmt.Sprintf("%s/#/c/%d", base, conv)),
-			until(`!document.querySelector("#input").disabled`))
+			until(`document.querySelector("#conv-title").textContent !== "New chat" && document.querySelector("#messages .msg-actions button")`))
 	})
 
 	t.Run("LaTeX in a message and in a display item is drawn as math", func(t *testing.T) {
