@@ -29,6 +29,13 @@ const (
 	EINTERNAL     = "internal"     // 500: a bug or an unexpected failure; detail is never shown
 )
 
+// ShutdownError is the cause of what the server stops as it shuts down (the contexts
+// of the turns it cuts off): code that ran under such a context tells it from a user's
+// stop by its type.
+type ShutdownError struct{ Reason string }
+
+func (e *ShutdownError) Error() string { return e.Reason }
+
 // Error is an error meant for the caller: its message is safe to show.
 type Error struct {
 	Code    string

@@ -11,7 +11,7 @@
 
 import { describe, FrameWriter, readFrames, type Request, type RuntimeConfig } from "./protocol.ts";
 import { compileWasm } from "./compile.ts";
-import { type FromWorker, type RunDone, type RunError, said, type Said, type SaidOf, type ToWorker } from "./messages.ts";
+import { type FromWorker, isDisplayKind, type RunDone, type RunError, said, type Said, type SaidOf, type ToWorker } from "./messages.ts";
 
 const input = await Deno.open("/dev/fd/3", { read: true });
 const output = new FrameWriter(await Deno.open("/dev/fd/4", { write: true }));
@@ -184,9 +184,14 @@ function onWorker(data: unknown) {
   if (m.op === "display") {
     // Bounded here as well as in the Worker (whose word is the user's): the engine
     // validates each item and keeps its own count.
-    if (p.expect !== "done" || typeof m.item !== "string" || (m.kind !== "display" && m.kind !== "result")) return;
+    if (p.expect !== "done" || typeof m.item !== "string" || !isDisplayKind(m.kind)) return;
+    if (m.kind === "clear") {
+      // What came before it is gone: the items after it count afresh.
+      current.displays = 0;
+      current.displayBytes = 0;
+    }
     current.displayBytes += m.item.length;
-    current.displays++;
+    if (m.kind === "display" || m.kind === "result") current.displays++;
     if (current.displays > config!.maxDisplays || current.displayBytes > config!.maxDisplayBytes) {
       current.displaysDropped++;
       return;

@@ -92,6 +92,16 @@ export type RunDone = {
 /** The heap between runs: a delta against the base, or why there is none. */
 export type HeapState = { header?: Uint8Array; delta?: Uint8Array; snapshotError?: string; tooLarge?: boolean };
 
+/** What a display frame is: an item, a trailing expression's rich form, an update of the
+ * items of a display_id, or a clear of what the run showed (the engine's
+ * sandchat.DisplayItem, DisplayResult, DisplayUpdate, DisplayClear). */
+export type DisplayKind = "display" | "result" | "update" | "clear";
+
+/** isDisplayKind tells whether a Worker's word names a kind of display frame. */
+export function isDisplayKind(k: unknown): k is DisplayKind {
+  return k === "display" || k === "result" || k === "update" || k === "clear";
+}
+
 /** Worker → control thread. */
 export type FromWorker =
   | { op: "primed" }
@@ -103,7 +113,7 @@ export type FromWorker =
   /** The run's code starts: its packages are loaded, its time limit starts. */
   | { op: "started" }
   | { op: "out"; run: string; stream: "stdout" | "stderr"; chunk: string; truncated: boolean }
-  | { op: "display"; run: string; kind: "display" | "result"; item: string }
+  | { op: "display"; run: string; kind: DisplayKind; item: string }
   /** micropip.install: req is the install request's JSON, for the engine to resolve. */
   | { op: "pip"; seq: number; req: string }
   | RunDone

@@ -9,6 +9,8 @@
 
 // deno-lint-ignore-file no-explicit-any
 
+import type { DisplayKind } from "./messages.ts";
+
 export type Blob = Uint8Array;
 
 /** Requests from the engine. One is in flight at a time, except interrupt. */
@@ -56,7 +58,7 @@ export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string
 /** The run in flight starts its code (id 0): its packages are loaded, its time limit starts. */
 export type Started = { id: 0; op: "started" };
 /** A display item of the run in flight (id 0): a JSON MIME bundle, checked by the engine. */
-export type Display = { id: 0; op: "display"; kind: "display" | "result"; item: string };
+export type Display = { id: 0; op: "display"; kind: DisplayKind; item: string };
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();

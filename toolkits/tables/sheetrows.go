@@ -3,6 +3,7 @@ package tables
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"math/bits"
@@ -52,6 +53,11 @@ type sheetRows struct {
 	rowRef, rowMask uint64    // the row's number as written and a quote, in a word
 	rowRefN         int       // its bytes; 0 when the row has no number
 	tags            []tagMemo // by column
+
+	// Formulas without a saved value (a file written by a program that does not compute
+	// them) read as empty cells: how many, and where the first one is, for a note.
+	uncomputed      int
+	firstUncomputed string
 }
 
 // tagMemo is a column's last cell tag: its start, <c r=" and the column's letters, and
@@ -225,6 +231,27 @@ func (x *sheetRows) readRow() error {
 		x.cells, x.cellsKn = append(x.cells, nil), append(x.cellsKn, known{}) // a column past the last kept
 	}
 	return nil
+}
+
+// uncomputedNote says, when the sheet holds formulas without a saved value, that those
+// cells read as empty and what gives them values; "" otherwise.
+func (x *sheetRows) uncomputedNote() string {
+	switch x.uncomputed {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("The formula in %s has no saved value (the file was saved by a program that does not compute formulas), so it reads as empty; open the file in a spreadsheet program and save it to keep its value.", x.firstUncomputed)
+	}
+	return fmt.Sprintf("%d formulas have no saved value (the first in %s: the file was saved by a program that does not compute formulas), so their cells read as empty; open the file in a spreadsheet program and save it to keep their values.", x.uncomputed, x.firstUncomputed)
+}
+
+// columnName is Excel's name of column col (from 1): A, Z, AA.
+func columnName(col int) string {
+	var b []byte
+	for ; col > 0; col = (col - 1) / 26 {
+		b = append([]byte{byte('A' + (col-1)%26)}, b...)
+	}
+	return string(b)
 }
 
 // knowns says what the cells next gave last hold, one a cell.
@@ -592,7 +619,7 @@ func styleOf(s []byte) int {
 func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 	x.v, x.is = x.vBuf[:0], x.isBuf[:0]
 	defer func() { x.vBuf, x.isBuf = x.v[:0], x.is[:0] }()
-	formula, inline, inRPh := false, false, false
+	formula, inline, inRPh, valued := false, false, false, false
 	var capture *[]byte
 	for {
 		t, err := x.sc.next()
@@ -606,6 +633,7 @@ func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 		case tokStart:
 			switch string(t.name) {
 			case "v":
+				valued = true
 				if !t.selfClose {
 					capture = &x.v
 				}
@@ -628,6 +656,11 @@ func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 			case "rPh":
 				inRPh = false
 			case "c":
+				if formula && !valued && !inline {
+					if x.uncomputed++; x.uncomputed == 1 {
+						x.firstUncomputed = columnName(col) + strconv.Itoa(x.row)
+					}
+				}
 				return x.keep(col, typ, styleID, formula, inline)
 			}
 			continue

@@ -3,6 +3,7 @@ package tables
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -505,5 +506,35 @@ func TestScanTo(t *testing.T) {
 		if end != want || special != bytes.ContainsAny(text, "&\r") {
 			t.Fatalf("textEnd(%q) = %d %v, want %d %v", b, end, special, want, !special)
 		}
+	}
+}
+
+// TestUncomputedFormulas: formulas saved without their values (as programs that write
+// workbooks without computing them leave them) read as empty cells, and the sheet's
+// notes say how many, where the first is and what gives them values.
+func TestUncomputedFormulas(t *testing.T) {
+	t.Parallel()
+	rows := `<row r="1"><c r="A1" t="inlineStr"><is><t>n</t></is></c><c r="B1" t="inlineStr"><is><t>double</t></is></c></row>` +
+		`<row r="2"><c r="A2"><v>1</v></c><c r="B2"><f>A2*2</f></c></row>` +
+		`<row r="3"><c r="A3"><v>2</v></c><c r="B3"><f>A3*2</f><v>4</v></c></row>` +
+		`<row r="4"><c r="A4"><v>3</v></c><c r="AB4"><f>A4*2</f></c></row>`
+	for _, tc := range []struct {
+		name, rows, note string
+	}{
+		{"two without a value", rows, "2 formulas have no saved value (the first in B2: the file was saved by a program that does not compute formulas), so their cells read as empty"},
+		{"one", `<row r="1"><c r="A1"><v>1</v></c><c r="C1"><f>A1</f></c></row>`, "The formula in C1 has no saved value"},
+		{"all computed", `<row r="1"><c r="A1"><v>1</v></c><c r="B1"><f>A1</f><v>1</v></c></row>`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := handWorkbook(t, tc.rows, "", handStyles, "")
+			tb, err := Scan(context.Background(), bytes.NewReader(data), int64(len(data)), Request{Name: "f.xlsx", Rows: 5}, DefaultLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := strings.Join(tb.Sheets[0].Notes, "\n")
+			if tc.note == "" && notes != "" || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
 	}
 }

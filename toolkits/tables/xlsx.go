@@ -100,7 +100,13 @@ func scanWorksheet(ctx context.Context, w *workbook, s sheetRef, req Request, li
 		return nil
 	}
 	defer rows.close()
-	return scanSheet(ctx, rows, false, req, lim, sh)
+	if err := scanSheet(ctx, rows, false, req, lim, sh); err != nil {
+		return err
+	}
+	if n := rows.uncomputedNote(); n != "" {
+		sh.Notes = append(sh.Notes, n)
+	}
+	return nil
 }
 
 // dateKind says whether number format id (with its code when custom) shows a date
