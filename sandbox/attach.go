@@ -163,20 +163,27 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	f, err := p.Call(rctx, at, &o)
 	if err != nil {
 		p.Close("attach failed")
-		if pe := (*proc.Error)(nil); errors.As(err, &pe) && pe.Kind == "replay" {
-			return nil, sandchat.Errorf(sandchat.ECONFLICT,
-				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
+		// What trying again would meet again is the saved state's: it is reset, and the
+		// run says so (attachOrReset). A process that died otherwise, or a restore that
+		// ran out of time without cells to replay, may be the node's doing: tried again.
+		pe := (*proc.Error)(nil)
+		var why string
+		switch {
+		case errors.As(err, &pe) && pe.Kind == "replay":
+			why = pe.Msg
+		case len(at.Cells) > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded):
+			why = fmt.Sprintf("replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT)", len(at.Cells), e.cfg.RestoreTimeout)
+		case errors.As(err, &pe):
+			why = pe.Msg
+		case p.OutOfMemory():
+			why = "bringing it back took more than the session's memory limit"
 		}
-		if len(at.Cells) > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			// Trying again would replay the same cells into the same limit.
-			return nil, sandchat.Errorf(sandchat.ECONFLICT,
-				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",
-				len(at.Cells), e.cfg.RestoreTimeout)
-		}
-		if pe := (*proc.Error)(nil); errors.As(err, &pe) && st != nil {
-			// The saved state itself does not come back (a process that died or a restore
-			// that ran out of time may be the node's doing, and are tried again).
-			return nil, &brokenState{version: st.Version, why: pe.Msg}
+		switch {
+		case why != "" && st != nil:
+			return nil, &brokenState{version: st.Version, why: why}
+		case why != "":
+			// Cells from the caller's history, with no saved state to reset.
+			return nil, sandchat.Errorf(sandchat.ECONFLICT, "The session could not be restored: %s. Reset the session to start over.", why)
 		}
 		return nil, procErr(err, p)
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 )
@@ -242,21 +241,28 @@ func TestGraceKillLeavesNothing(t *testing.T) {
 }
 
 // TestRestoreDeadline: bringing a session back is bounded: a replay that never ends gets
-// its process killed, and the engine goes on.
+// its process killed, and since trying again would replay the same cells into the same
+// limit, the session is reset and the run goes on in a new one, told so once.
 func TestRestoreDeadline(t *testing.T) {
 	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay, c.RestoreTimeout = true, 3*time.Second })
 	k := "wedged"
-	mustSucceed(t, e, k, "import os\nwhile os.path.exists('flag'):\n    pass\nx = 1")
-	mustSucceed(t, e, k, "open('flag', 'w').write('1')")
+	// The cell loops on an upload that was not there when it ran first, and is when it
+	// replays (a replay mounts /data before its cells).
+	mustSucceed(t, e, k, "import os\nwhile os.path.exists('/data/flag'):\n    pass\nx = 1")
+	mustSucceed(t, e, k, "y = 1")
 	evictLive(t, e, k)
-	// The replay never ends by itself: only the restore deadline can answer this call
-	// with a 409 (the context's own, far later, would end it with its error instead).
+	// The replay never ends by itself: only the restore deadline can end it (the
+	// context's own, far later, would end this call with its error instead).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := e.Execute(ctx, k, Request{Code: "x"})
-	if err == nil || sandchat.ErrorCode(err) != sandchat.ECONFLICT || !strings.Contains(err.Error(), "Reset the session") {
-		t.Fatalf("restore of a wedged replay: err %v, want a 409 that says to reset", err)
+	r, err := e.Execute(ctx, k, Request{Code: "x = 2\nx", Data: []File{{Name: "flag", Data: []byte("1")}}})
+	if err != nil || resultOf(r) != "2" || r.Session.ResetFrom != 2 || strings.Count(r.Stderr, "the session was reset") != 1 ||
+		!strings.Contains(r.Stderr, "restore limit") {
+		t.Fatalf("restore of a wedged replay: err %v, %s reset from %d, stderr %q", err, resultOf(r), r.Session.ResetFrom, r.Stderr)
+	}
+	if r := mustSucceed(t, e, k, "x"); resultOf(r) != "2" || r.Session.ResetFrom != 0 || strings.Contains(r.Stderr, "reset") {
+		t.Fatalf("the run after: %s, reset from %d, stderr %q", resultOf(r), r.Session.ResetFrom, r.Stderr)
 	}
 	if got := resultOf(mustSucceed(t, e, "other", "1 + 1")); got != "2" {
 		t.Fatalf("another session afterwards: %s", got)

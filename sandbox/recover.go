@@ -84,7 +84,7 @@ func (e *Engine) afterFailure(ctx context.Context, key, token string, req Reques
 		// Nothing saved to blame: a new session, or one this run reset already.
 		return res, ctxErr
 	}
-	why, broken := e.check(ctx, key)
+	why, broken := e.check(ctx, key, req)
 	if !broken {
 		return res, ctxErr
 	}
@@ -106,11 +106,13 @@ func (e *Engine) afterFailure(ctx context.Context, key, token string, req Reques
 	return res, ctxErr
 }
 
-// check restores key's saved state into a process of its own and runs checkCell in it:
-// broken when that fails. The process stays the session's when it answers. A check that
-// cannot be made (no room, the store unreachable) finds nothing broken.
-func (e *Engine) check(ctx context.Context, key string) (why string, broken bool) {
-	a, err := e.attach(ctx, key, Request{})
+// check restores key's saved state into a process of its own and runs checkCell in it
+// as req would run (its /data and preloads): broken when that fails. What fails only on
+// the way to a run's code (a replayed cell that broke mounting /data, say) is found so,
+// and not passed as a state that runs. The process stays the session's when it answers.
+// A check that cannot be made (no room, the store unreachable) finds nothing broken.
+func (e *Engine) check(ctx context.Context, key string, req Request) (why string, broken bool) {
+	a, err := e.attach(ctx, key, Request{Data: req.Data})
 	var bs *brokenState
 	if errors.As(err, &bs) {
 		return bs.why, true
@@ -121,8 +123,13 @@ func (e *Engine) check(ctx context.Context, key string) (why string, broken bool
 	}
 	p := a.lv.process()
 	var o proc.Blobs
-	rep := p.Run(ctx, proc.RunReq{Op: "run", Code: checkCell, Filename: "<sandchat-check>", Data: []proc.DataFile{},
-		DataVersions: map[string]string{}, Preload: []string{}}, &o,
+	data, versions, err := a.lv.dataFor(req.Data, &o)
+	if err != nil {
+		e.res.release(a.lv)
+		return "", false
+	}
+	rep := p.Run(ctx, proc.RunReq{Op: "run", Code: checkCell, Filename: "<sandchat-check>", Data: data,
+		DataVersions: versions, Preload: nonNil(req.Preload)}, &o,
 		proc.RunLimits{Load: e.cfg.RestoreTimeout, Timeout: e.cfg.Timeout, Grace: e.cfg.Grace}, proc.RunHooks{},
 		func() { e.sess.drop(key, a.lv, "the check of its saved state did not stop") })
 	var r proc.RunReply

@@ -65,6 +65,7 @@ type Process struct {
 
 	done    chan struct{}
 	why     atomic.Pointer[string]
+	oom     atomic.Bool // the kernel stopped it for its memory cap (set before done)
 	console *consoleLog
 	started time.Time
 	release func() // gives its place under the node's bound back, once it is gone
@@ -216,6 +217,7 @@ func (l *Launcher) Start(ctx context.Context, o Start) (_ *Process, err error) {
 func (p *Process) wait() {
 	err := p.cmd.Wait()
 	if p.cg != nil && p.cg.oomKilled() {
+		p.oom.Store(true)
 		p.SetWhy("the session exceeded its memory limit and was stopped by the kernel")
 	}
 	p.SetWhy(fmt.Sprintf("the sandbox process stopped unexpectedly (%v)", err))
@@ -229,6 +231,10 @@ func (p *Process) wait() {
 	p.release()
 	close(p.done)
 }
+
+// OutOfMemory tells, once the process is gone (Done), whether the kernel stopped it for
+// its session's memory cap: its own doing, not the node's.
+func (p *Process) OutOfMemory() bool { return p.oom.Load() }
 
 // SetWhy records why the process is going, unless a reason is recorded already.
 func (p *Process) SetWhy(why string) { p.why.CompareAndSwap(nil, &why) }

@@ -60,15 +60,24 @@ export function setDirModes(dir: string, mode: number) {
   }
 }
 
-/** pruneDirs removes the directories under dir that hold no file. */
+/** pruneDirs removes the directories under dir that hold no file, as far as it can: a
+ * directory the interpreter will not remove (its realm's Object.prototype was given an
+ * enumerable property, which Emscripten's rmdir reads as an entry) stays, empty. */
 export function pruneDirs(dir: string): boolean {
   const FS = py.FS;
   let empty = true;
   for (const name of FS.readdir(dir)) {
     if (name === "." || name === "..") continue;
     const p = dir + "/" + name;
-    if (FS.isDir(FS.lstat(p).mode) && pruneDirs(p)) FS.rmdir(p);
-    else empty = false;
+    if (!FS.isDir(FS.lstat(p).mode) || !pruneDirs(p)) {
+      empty = false;
+      continue;
+    }
+    try {
+      FS.rmdir(p);
+    } catch {
+      empty = false; // kept, empty
+    }
   }
   return empty;
 }
