@@ -56,7 +56,7 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
+	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Dirs: []string{}, Links: []proc.Link{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
 		GraceMS: e.cfg.Grace.Milliseconds()}
 	var o proc.Blobs
 	var p *proc.Process
@@ -92,11 +92,8 @@ func (e *Engine) attach(ctx context.Context, key string, req Request) (*attached
 			return nil, err
 		}
 	default:
-		files := make([]proc.FileBlob, 0, len(st.Files))
-		for name, d := range st.Files {
-			files = append(files, proc.FileBlob{Path: name, Data: o.Add(d)})
-		}
-		at.Files, at.Packages = files, nonNil(st.Packages)
+		at.Files, at.Dirs, at.Links, at.Cwd = proc.TreeReq(state.TreeOf(st.Files), &o)
+		at.Packages = nonNil(st.Packages)
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !e.cfg.ForceReplay && len(st.Delta) > 0 && st.Build == e.rt.build {

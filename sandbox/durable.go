@@ -127,7 +127,7 @@ func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 		return SessionInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "This conversation has no Python session.")
 	}
 	info := SessionInfo{Version: st.Version, Packages: nonNil(st.Packages), Mode: st.Mode, UpdatedAt: st.Updated, Files: []string{}}
-	for p := range st.Files {
+	for p := range state.TreeOf(st.Files).Files {
 		info.Files = append(info.Files, p)
 	}
 	sort.Strings(info.Files)

@@ -186,28 +186,47 @@ func (lv *live) dataFor(files []File, o *proc.Blobs) ([]proc.DataFile, map[strin
 }
 
 // ran applies what a run that answered left in the session: the /data it mounted (as
-// sent, whatever the code then did), its packages, the files it changed or deleted (kept
-// for the next save) and, when it did not succeed, that the heap holds effects the log
-// does not. It returns the changed paths the session cannot keep (too big, or too many).
+// sent, whatever the code then did), its packages, what it did to the working directory
+// (kept for the next save, state.TreeOf: what it took away, or changed the kind of, then
+// the files, directories and links it made, and its current directory) and, when it did
+// not succeed, that the heap holds effects the log does not. It returns the changed paths
+// the session cannot keep (too big, or too many).
 func (lv *live) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (notKept map[string]bool) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	lv.data, lv.packages = data, r.Packages
+	for _, p := range r.Deleted {
+		for _, k := range state.PathKeys(p) {
+			delete(lv.unsaved, k)
+			lv.unsavedDel[k] = true
+		}
+	}
+	keep := func(key string, v []byte) bool {
+		if len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[key] == nil {
+			return false
+		}
+		lv.unsaved[key] = v
+		delete(lv.unsavedDel, key)
+		return true
+	}
 	for _, ch := range r.Changed {
-		if ch.Data == nil || (len(lv.unsaved) >= maxSavedFilesPerRun && lv.unsaved[ch.Path] == nil) {
-			// Redis is no place for big files: they live on in the warm session only.
+		// Redis is no place for big files: they live on in the warm session only.
+		if ch.Data == nil || !keep(ch.Path, f.Bytes(ch.Data)) {
 			if notKept == nil {
 				notKept = map[string]bool{}
 			}
 			notKept[ch.Path] = true
-			continue
 		}
-		lv.unsaved[ch.Path] = f.Bytes(ch.Data)
-		delete(lv.unsavedDel, ch.Path)
 	}
-	for _, p := range r.Deleted {
-		delete(lv.unsaved, p)
-		lv.unsavedDel[p] = true
+	for _, d := range r.Dirs {
+		keep(state.DirKey(d), []byte{})
+	}
+	for _, l := range r.Links {
+		keep(state.LinkKey(l.Path), []byte(l.Target))
+	}
+	if r.Cwd != nil {
+		lv.unsaved[state.CwdKey] = []byte(*r.Cwd)
+		delete(lv.unsavedDel, state.CwdKey)
 	}
 	if r.Status != StatusSuccess {
 		// A failed run never replaces the last good state; the warm interpreter keeps
