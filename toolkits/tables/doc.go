@@ -13,8 +13,8 @@
 //     sniffing and a record reader bounded in bytes and columns;
 //   - jsonl.go: JSON Lines, one object per line, columns in first-seen key order;
 //   - xlsx.go: Excel workbooks: the zip's declared sizes checked, then each sheet
-//     described; sheetcsv.go writes sheets as CSV (the copies Python reads);
-//   - inflate.go: the DEFLATE decoder a workbook's parts are unpacked with;
+//     described (its parts unpacked with github.com/klauspost/compress/flate);
+//     sheetcsv.go writes sheets as CSV (the copies Python reads);
 //   - workbook.go: what describes a workbook (its sheets and their parts, its date
 //     system, what its cell styles' number formats say of dates, its shared strings,
 //     bounded in memory);
