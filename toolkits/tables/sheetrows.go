@@ -92,7 +92,7 @@ func (w *workbook) rows(s sheetRef, maxCols int) (*sheetRows, error) {
 	if err != nil {
 		return nil, w.malformed(s.part, err)
 	}
-	ra := newReadAhead(rc, readAheadBytes, xmlScanBytes, readAheadBuffers)
+	ra := newReadAhead(rc, w.ahead.size, w.ahead.room, readAheadBuffers)
 	return &sheetRows{wb: w, sheet: s.name, sc: newAheadScanner(ra), ra: ra, part: rc, maxCols: maxCols, maxBytes: w.lim.MaxRecordBytes}, nil
 }
 
@@ -496,6 +496,11 @@ func cellTag(b []byte, q int) (end, col int, typ cellType, style int, selfClose,
 				name = 0 // r, t and s are the attributes read
 			}
 			v, q = b[j+2:j+2+k], j+3+k
+		}
+		if q < len(b) && !isSpace(b[q]) && b[q] != '>' && b[q] != '/' {
+			// Not XML (attributes are apart): the general reading reads it as it can,
+			// wherever the buffer ends (FuzzSheetAcrossReads).
+			return 0, 0, 0, 0, false, false
 		}
 		switch name {
 		case 'r':
@@ -1066,7 +1071,8 @@ func allDigits(b []byte) bool {
 	if len(b) <= 8 && cap(b) >= 8 {
 		past := ^uint64(0) << (8 * len(b)) // the bytes past b, made zeros
 		w := binary.LittleEndian.Uint64(b[:8])&^past | 0x3030303030303030&past
-		return (w+0x4646464646464646|w-0x3030303030303030)&0x8080808080808080 == 0
+		// Parenthesized: Go's | binds as tightly as + and -.
+		return ((w+0x4646464646464646)|(w-0x3030303030303030))&0x8080808080808080 == 0
 	}
 	for _, c := range b {
 		if c-'0' > 9 {

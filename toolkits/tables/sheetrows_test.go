@@ -355,6 +355,12 @@ func TestSheetRowsMalformed(t *testing.T) {
 		{"a reference past Excel's columns", `<row r="1"><c r="XFE1"><v>1</v></c></row>`, `a cell reference "XFE1"`},
 		{"a row past Excel's rows", `<row r="1048577"><c><v>1</v></c></row>`, "a row number"},
 		{"a reference without a row", `<row r="1"><c r="A"><v>1</v></c></row>`, `a cell reference "A"`},
+		// Found by FuzzSheetAcrossReads: taken as A in a buffer with room after it.
+		{"a reference whose row is not digits", `<row r="1"><c r="A/"><v>1</v></c></row>`, `a cell reference "A/"`},
+		{"a reference whose row ends in a space", `<row r="1"><c r="B2 "><v>1</v></c></row>`, `a cell reference "B2 "`},
+		// Found by FuzzSheetAcrossReads: read as a cell or as part of a longer tag, by
+		// where the buffer ended.
+		{"attributes not apart", `<row r="1"><c r="A1""t="s"><v>0</v></c><c r="B1"><v>1</v></c></row>`, "ends inside a tag"},
 		{"more cells than Excel's columns", `<row r="1">` + strings.Repeat(`<c s="0"><v>1</v></c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"more unreferenced cells than Excel's columns", `<row r="1">` + strings.Repeat(`<x:c><x:v>1</x:v></x:c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"a sheet cut inside a tag", `<row r="1"><c r="A1"`, "malformed"},
@@ -536,5 +542,32 @@ func TestUncomputedFormulas(t *testing.T) {
 				t.Errorf("notes %q, want %q", notes, tc.note)
 			}
 		})
+	}
+}
+
+// TestAllDigits: every byte, alone or among digits, read where eight bytes can be read
+// at once (in a buffer with room after it) and where they cannot. FuzzSheetAcrossReads
+// found bytes below '0' taken for digits in a buffer with room: Go's | binds as tightly
+// as + and -.
+func TestAllDigits(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for _, s := range [][]byte{{byte(c)}, {'1', byte(c)}, {byte(c), '9', '9'}, []byte("1234567" + string(rune(c)))[:8]} {
+			if c >= 0x80 {
+				s[len(s)-1] = byte(c) // the rune's UTF-8 is not the byte
+			}
+			want := true
+			for _, d := range s {
+				want = want && d >= '0' && d <= '9'
+			}
+			roomy := append(append(make([]byte, 0, 64), s...), "0000000000000000"...)[:len(s)]
+			tight := append([]byte(nil), s...)[:len(s):len(s)]
+			if got := allDigits(roomy); got != want {
+				t.Fatalf("allDigits(%q) with room after it = %v", s, got)
+			}
+			if got := allDigits(tight); got != want {
+				t.Fatalf("allDigits(%q) = %v", s, got)
+			}
+		}
 	}
 }
