@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: run test test-e2e test-race test-cgroup2 test-container services build vet rules bench soak
+.PHONY: run test test-e2e test-race test-cgroup2 test-container fuzz services build vet rules bench soak
 
 services:
 	@./.ci/services
@@ -36,8 +36,8 @@ rules:
 
 ## test: the whole suite against real PostgreSQL, Redis and Deno/Pyodide, in four parts
 ## run at once by .ci/test (each spends most of its time waiting on processes): test-e2e,
-## test-race, test-cgroup2 (where its VM is present; always in CI) and test-container
-## (where podman can run; always in CI).
+## test-race then fuzz, test-cgroup2 (where its VM is present; always in CI) and
+## test-container (where podman can run; always in CI).
 RACE_PKGS ?= . ./sandbox/... ./frontend-api/... ./agents/... ./conversations/... ./toolkits/... ./migrations/...
 test: services vet rules
 	@./.ci/test
@@ -51,6 +51,25 @@ test-e2e: services
 ## allows it (the sandbox tests that own their engine wait on processes more than they compute).
 test-race: services
 	$(GO) test -race -count=1 -timeout 30m -parallel 4 $(RACE_PKGS)
+
+## fuzz: every fuzz target of FUZZ_PKGS (the readers of hostile input: upload and file
+## names, package requirements and the index's answers, tables) run for FUZZTIME past its
+## seed corpus (testdata/fuzz, which go test runs too), on one core, from a corpus cache
+## of its own (so each run costs the same), without minimizing: a regression in a reader
+## is caught. A failing input is written to the package's testdata/fuzz: add it with the
+## fix. Longer, with go test's own cache: go test -fuzz FuzzX -fuzztime 5m ./pkg.
+FUZZ_PKGS ?= . ./sandbox/internal/pkgs ./toolkits/tables
+FUZZTIME ?= 2s
+fuzz:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	for pkg in $(FUZZ_PKGS); do \
+		$(GO) test -c -fuzz . -o "$$tmp/fuzz.test" $$pkg || exit 1; \
+		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$pkg/*_test.go | cut -c6-); do \
+			out=$$(cd $$pkg && "$$tmp/fuzz.test" -test.run '^$$' -test.fuzz "^$$f\$$" -test.fuzztime $(FUZZTIME) \
+				-test.fuzzminimizetime 0 -test.parallel 1 -test.fuzzcachedir "$$tmp/cache" 2>&1) || \
+				{ echo "$$out"; echo "make fuzz: $$f ($$pkg) failed"; exit 1; }; \
+		done; \
+	done && echo "make fuzz: each target ran $(FUZZTIME)"
 
 ## test-cgroup2: the confinement tests and doctor on a cgroup-v2-only Linux booted on this
 ## machine (../shared/cgroup2-vm; root).

@@ -29,6 +29,13 @@ const (
 	EINTERNAL     = "internal"     // 500: a bug or an unexpected failure; detail is never shown
 )
 
+// ShutdownError is the cause of what the server stops as it shuts down (the contexts
+// of the turns it cuts off): code that ran under such a context tells it from a user's
+// stop by its type.
+type ShutdownError struct{ Reason string }
+
+func (e *ShutdownError) Error() string { return e.Reason }
+
 // Error is an error meant for the caller: its message is safe to show.
 type Error struct {
 	Code    string
@@ -75,9 +82,16 @@ func IsConnError(err error) bool {
 	}
 	var ne net.Error
 	var oe *net.OpError
-	switch {
-	case errors.As(err, &oe), errors.As(err, &ne):
+	if errors.As(err, &oe) {
 		return true
+	}
+	// A bare syscall.Errno is a net.Error too: a file's ENOENT or EACCES reached no server.
+	if errors.As(err, &ne) {
+		if _, errno := ne.(syscall.Errno); !errno {
+			return true
+		}
+	}
+	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -49,5 +50,25 @@ func TestRedisError(t *testing.T) {
 				t.Fatalf("the driver error left the chain: %v", got)
 			}
 		})
+	}
+}
+
+// TestIsConnError: a failure to reach a server is one; a file's error, which is a
+// syscall.Errno and so a net.Error too, is not.
+func TestIsConnError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, true},
+		{fmt.Errorf("write: %w", syscall.ECONNRESET), true},
+		{syscall.EPIPE, true},
+		{&os.PathError{Op: "open", Path: "/tmp/x", Err: syscall.ENOENT}, false},
+		{&os.PathError{Op: "mkdir", Path: "/tmp/x", Err: syscall.EACCES}, false},
+		{syscall.EROFS, false},
+	} {
+		if got := sandchat.IsConnError(tc.err); got != tc.want {
+			t.Errorf("IsConnError(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -64,7 +64,10 @@ type Artifact struct {
 // is decoded and measured by the engine, never trusted from the process. Its record
 // keeps the text parts, and the image as the id of its stored file.
 type Display struct {
-	Kind     string          `json:"kind"` // display | result (a trailing expression)
+	Kind string `json:"kind"` // DisplayItem or DisplayResult; while a run streams, also DisplayUpdate or DisplayClear
+	// ID is the item's display_id (IPython's display(…, display_id=…)): an update of that
+	// id draws the item anew, in place.
+	ID       string          `json:"id,omitempty"`
 	Text     string          `json:"text"` // text/plain, always present
 	HTML     string          `json:"html,omitempty"`
 	Markdown string          `json:"markdown,omitempty"`
@@ -79,6 +82,17 @@ type Display struct {
 	// it was kept have none, and show after the output.
 	At *OutputAt `json:"at,omitempty"`
 }
+
+// Kinds of a Display. A run's record holds items of the first two; the other two reach
+// its caller while it runs and are applied to the record: DisplayUpdate draws the items
+// of its ID anew in place (a display handle's update), DisplayClear takes away what the
+// run showed until its At (IPython's clear_output), its output included.
+const (
+	DisplayItem   = "display"
+	DisplayResult = "result" // a trailing expression's rich form
+	DisplayUpdate = "update"
+	DisplayClear  = "clear"
+)
 
 // OutputAt places a display item in its run's output: the bytes of Stdout and of
 // Stderr written before it, so a client draws text and items in the order they came.

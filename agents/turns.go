@@ -196,7 +196,7 @@ type activeTurn struct {
 
 var (
 	errCancelled = errors.New("cancelled by the user")
-	errShutdown  = errors.New("the server shut down during the turn")
+	errShutdown  = &sandchat.ShutdownError{Reason: "the server shut down during the turn"}
 	errFenced    = errors.New("the turn was ended elsewhere while this server was not answering")
 )
 

@@ -62,6 +62,24 @@ func TitleFrom(content string) string {
 	return string(r) + "…"
 }
 
+// SearchHit is a conversation a search found, with the message that matched best (none
+// when only its title did).
+type SearchHit struct {
+	*Conversation
+	Match *SearchMatch `json:"match,omitempty"`
+}
+
+// SearchMatch is where in a conversation a search matched: the message, and the words
+// around the match.
+type SearchMatch struct {
+	MessageID int64  `json:"message_id"`
+	Role      string `json:"role"`
+	Snippet   string `json:"snippet"`
+}
+
+// MaxSearchLen bounds a search's text.
+const MaxSearchLen = 200
+
 // Event is what WebSocket clients receive. Conversation events carry the conversation's
 // seq, which increases by one per event and lets a client detect and fill gaps; user
 // events (toasts) carry neither.
@@ -95,6 +113,10 @@ type Service interface {
 	CreateConversation(ctx context.Context, agentID *int64, title string) (*Conversation, error)
 	FindConversationByID(ctx context.Context, id int64) (*Conversation, error)
 	FindConversations(ctx context.Context) ([]*Conversation, error)
+	// SearchConversations finds, among the conversations the user may view, those whose
+	// title or messages hold every word of query (each also as the start of a longer
+	// word), best first, at most limit.
+	SearchConversations(ctx context.Context, query string, limit int) ([]SearchHit, error)
 	// RenameConversation sets the title; edit access.
 	RenameConversation(ctx context.Context, id int64, title string) (*Conversation, error)
 	DeleteConversation(ctx context.Context, id int64) error

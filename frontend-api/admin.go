@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -235,17 +237,42 @@ func (s *Server) audit(c *fiber.Ctx) error {
 // its own first (unlinked at once, gone when sent), so a failure while it is made is a
 // problem answer rather than a cut archive, however large the data.
 func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
-	f, err := os.CreateTemp("", "sandchat-export-*.zip")
+	ctx := c.UserContext()
+	// A GET, but not a harmless one: it reads all of someone's data and an
+	// administrator's is recorded. A browser's cookie goes with a link another site's
+	// page follows (SameSite=Lax lets top-level navigations through), so that page could
+	// have an administrator's browser export anyone, on the record as their own act:
+	// signed in by a session, it must come from the server's own pages (or be typed in).
+	if _, bySession := c.Locals(localSession).(int64); bySession {
+		if err := s.checkOrigin(c, false); err != nil {
+			return err
+		}
+	}
+	end, err := s.exports.begin(userID)
 	if err != nil {
 		return err
 	}
+	sending := false
+	defer func() {
+		if !sending {
+			end()
+		}
+	}()
+	f, err := os.CreateTemp("", "sandchat-export-*.zip")
+	if err != nil {
+		return s.exportUnwritable(ctx, userID, err)
+	}
 	_ = os.Remove(f.Name())
-	if err := s.admin.Export(c.UserContext(), userID, f); err != nil {
+	if err := s.admin.Export(ctx, userID, f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.ENOSPC) {
-			s.log.WarnContext(c.UserContext(), "no room for an export in the temporary directory", "dir", os.TempDir(), "user_id", userID)
+		var pe *fs.PathError
+		switch {
+		case errors.Is(err, syscall.ENOSPC):
+			s.log.WarnContext(ctx, "no room for an export in the temporary directory", "dir", os.TempDir(), "user_id", userID)
 			return &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 60,
 				Message: "This server has no room left to prepare the export right now; try again later, or ask an administrator."}
+		case errors.As(err, &pe) && pe.Path == f.Name():
+			return s.exportUnwritable(ctx, userID, err)
 		}
 		return err
 	}
@@ -261,5 +288,69 @@ func (s *Server) sendExport(c *fiber.Ctx, userID int64) error {
 	c.Set(fiber.HeaderContentType, "application/zip")
 	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return c.SendStream(f, int(size)) // fasthttp closes f once it is sent
+	// The export counts until it is sent (or the client goes): its file holds the disk
+	// till then.
+	sending = true
+	return c.SendStream(exportFile{File: f, end: end}, int(size)) // fasthttp closes it once it is sent
+}
+
+// exportFile is an export being sent; closing it ends the export (exports.begin).
+type exportFile struct {
+	*os.File
+	end func()
+}
+
+func (f exportFile) Close() error {
+	f.end()
+	return f.File.Close()
+}
+
+// maxExports is how many exports a node prepares at once: each reads all of a user's
+// data (a connection of the node's small Postgres pool while it does), compresses it
+// and holds it on the disk until it is sent.
+const maxExports = 2
+
+// exports are the exports this node is preparing: one per user at a time, maxExports
+// in all. Without a bound, one user asking for their export again and again, without
+// waiting, would fill the node's disk with copies of their data.
+type exports struct {
+	mu    sync.Mutex
+	users map[int64]bool // whose export is being prepared
+}
+
+// begin counts an export of the user's data in, or refuses it (429) while one is being
+// prepared already, or while the node prepares maxExports.
+func (e *exports) begin(userID int64) (end func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.users[userID]:
+		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 30,
+			Message: "An export of this user's data is being prepared already; wait for it to finish before asking again."}
+	case len(e.users) >= maxExports:
+		return nil, &sandchat.Error{Code: sandchat.EBUSY, RetryAfter: 30,
+			Message: fmt.Sprintf("This server is preparing %d exports already; try again in a minute.", maxExports)}
+	}
+	if e.users == nil {
+		e.users = map[int64]bool{}
+	}
+	e.users[userID] = true
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			delete(e.users, userID)
+		})
+	}, nil
+}
+
+// exportUnwritable answers an export the server's temporary directory refused (missing,
+// read-only, over a quota): the operator's to fix, so it is logged as an error and the
+// caller is told it is not theirs. Left alone, the file system's error reads as a
+// connection's (a syscall.Errno is a net.Error) and would be a quiet "try again".
+func (s *Server) exportUnwritable(ctx context.Context, userID int64, err error) error {
+	s.log.ErrorContext(ctx, "cannot write an export to the temporary directory (TMPDIR)", "dir", os.TempDir(), "user_id", userID, "err", err)
+	return &sandchat.Error{Code: sandchat.EUNAVAILABLE, RetryAfter: 60,
+		Message: "This server cannot prepare exports right now: its temporary directory cannot be written. An administrator must fix it (the server's log says how it failed)."}
 }

@@ -49,12 +49,12 @@ func (s *Server) trustedProxy(a netip.Addr) bool {
 // written by the client itself, which may write anything (Fiber's c.IP() takes the
 // first entry, which is the client's to choose). An entry that is no address ends the
 // walk: what the proxy that wrote it saw cannot be told, so the request counts against
-// that proxy.
+// that proxy. The answer is what the client is counted as (clientKey).
 func (s *Server) clientIP(c *fiber.Ctx) string {
 	peer, _ := netip.AddrFromSlice(c.Context().RemoteIP())
 	peer = peer.Unmap()
 	if len(s.proxies) == 0 || !s.trustedProxy(peer) {
-		return peer.String()
+		return clientKey(peer)
 	}
 	last := peer
 	// Every field of the header, in order, makes one list.
@@ -65,21 +65,33 @@ func (s *Server) clientIP(c *fiber.Ctx) string {
 	for i := len(entries) - 1; i >= 0; i-- {
 		a, ok := forwardedAddr(entries[i])
 		if !ok {
-			return last.String()
+			return clientKey(last)
 		}
 		if !s.trustedProxy(a) {
-			return a.String()
+			return clientKey(a)
 		}
 		last = a
 	}
-	return last.String()
+	return clientKey(last)
+}
+
+// clientKey is what a client's address counts as: an IPv4 address itself, an IPv6
+// address its /64. One home or one server is given a /64 (or more) whole, and picks
+// any of its 2^64 addresses at will: counted one by one, each would be a new client.
+func clientKey(a netip.Addr) string {
+	if a.Is6() {
+		p, _ := a.WithZone("").Prefix(64)
+		return p.String()
+	}
+	return a.String()
 }
 
 // forwardedAddr reads one entry of a forwarding header: an address, with or without a
-// port ("203.0.113.7", "203.0.113.7:5120", "[2001:db8::1]:443").
+// port ("203.0.113.7", "203.0.113.7:5120", "[2001:db8::1]:443"), an IPv6 address in
+// brackets or not ("[2001:db8::1]").
 func forwardedAddr(entry string) (netip.Addr, bool) {
 	entry = strings.TrimSpace(entry)
-	if a, err := netip.ParseAddr(entry); err == nil {
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(entry, "["), "]")); err == nil {
 		return a.Unmap(), true
 	}
 	if host, _, err := net.SplitHostPort(entry); err == nil {

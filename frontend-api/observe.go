@@ -38,8 +38,11 @@ func requestID(given string) string {
 	return hex.EncodeToString(b)
 }
 
-// secretParams are query parameters that carry a credential: logged as REDACTED.
-var secretParams = []string{"access_token"}
+// secretParams are query parameters that carry a credential: logged as REDACTED. A
+// ticket is one too: spent once used, but not one its request never reached (a route
+// that did not match, Redis away when it was to be spent), which still works for
+// seconds.
+var secretParams = []string{"access_token", "ticket"}
 
 // redactURL is a request URI fit for a log: its credentials replaced.
 func redactURL(uri string) string {

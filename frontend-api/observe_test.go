@@ -11,6 +11,7 @@ func TestRedactURL(t *testing.T) {
 		"/api/v1/ws?access_token=a&access_token=b":   "/api/v1/ws?access_token=REDACTED",
 		"/api/v1/ws?%zz&access_token=sct_secret":     "/api/v1/ws?(unparsed query)",
 		"/api/v1/ws?ACCESS_TOKEN=kept-as-not-a-name": "/api/v1/ws?ACCESS_TOKEN=kept-as-not-a-name",
+		"/api/v1/files/3?ticket=sctk_secret":         "/api/v1/files/3?ticket=REDACTED",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)

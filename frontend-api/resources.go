@@ -132,7 +132,20 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(conv)
 }
 
+// searchLimit is how many conversations a search answers with.
+const searchLimit = 50
+
+// listConversations lists the caller's conversations, or with ?q= searches them: titles
+// and messages, full-text, each hit with its best message (the web client opens it
+// there).
 func (s *Server) listConversations(c *fiber.Ctx) error {
+	if q := c.Query("q"); q != "" {
+		hits, err := s.conversations.SearchConversations(c.UserContext(), q, searchLimit)
+		if err != nil {
+			return err
+		}
+		return c.JSON(hits)
+	}
 	list, err := s.conversations.FindConversations(c.UserContext())
 	if err != nil {
 		return err

@@ -157,6 +157,8 @@ type Server struct {
 	tracer        trace.Tracer
 	// proxies are the trusted proxies' addresses (Config.TrustedProxies).
 	proxies []netip.Prefix
+	// exports bounds the exports the node prepares at once (sendExport).
+	exports exports
 
 	// base is the parent of every request's context: shutdown ends it, with
 	// errShutdown, for the requests still running when the drain is over.

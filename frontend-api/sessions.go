@@ -226,8 +226,8 @@ func (s *Server) logout(c *fiber.Ctx) error {
 	data, _ := json.Marshal(map[string]int64{"session_id": id})
 	user := sandchat.UserIDFromContext(ctx)
 	if err := s.events.PublishUser(ctx, user, conversations.Event{Type: EventSessionEnded, Data: data}); err != nil {
-		// The session is gone: a socket it opened that is not told now fails its next
-		// reconnect.
+		// The session is gone: a socket it opened that is not told now finds out at its
+		// next check of its credential (client.recheck).
 		s.log.WarnContext(ctx, "publish session end", "user_id", user, "err", err)
 	}
 	return c.SendStatus(fiber.StatusNoContent)

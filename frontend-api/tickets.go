@@ -1,6 +1,7 @@
 package frontendapi
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
@@ -52,6 +53,24 @@ func (s *Server) createTicket(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"ticket": secret, "expires_at": expires, "url": url + "?ticket=" + secret})
 }
 
+// checkCredential checks a credential again, as a request signed in by it would be: the
+// token must authenticate, the session be live, and the account enabled. It returns the
+// user and the credential, with which token or session it is and when it ends.
+func (s *Server) checkCredential(ctx context.Context, cred sandchat.Credential) (*sandchat.User, sandchat.Credential, error) {
+	switch cred.Kind {
+	case sandchat.CredentialToken:
+		return s.users.AuthenticateHash(ctx, cred.Hash)
+	case sandchat.CredentialSession:
+		sess, err := s.sessions.SessionByHash(ctx, cred.Hash)
+		if err != nil {
+			return nil, cred, err
+		}
+		cred.ID, cred.ExpiresAt = sess.ID, sess.ExpiresAt
+		return sess.User, cred, nil
+	}
+	return nil, cred, sandchat.Errorf(sandchat.EUNAUTHORIZED, "This names no sign-in.")
+}
+
 // authenticateTicket signs the request in by a ticket: spent at once, it must be for
 // this request (a socket, or this file), and what made it must still sign its user in.
 // A socket opened by a session's ticket is that session's (its sign-out closes it) and
@@ -67,23 +86,12 @@ func (s *Server) authenticateTicket(c *fiber.Ctx, secret string) error {
 		!socket && (t.Use != sandchat.TicketDownload || c.Path() != filePath+strconv.FormatInt(t.FileID, 10)) {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "This ticket was made for another request; it is spent now. Ask for one for this request.")
 	}
-	var user *sandchat.User
-	cred := t.Via
-	switch t.Via.Kind {
-	case sandchat.CredentialToken:
-		user, cred, err = s.users.AuthenticateHash(ctx, t.Via.Hash)
-	case sandchat.CredentialSession:
-		var sess *sandchat.Session
-		if sess, err = s.sessions.SessionByHash(ctx, t.Via.Hash); err == nil {
-			user = sess.User
-			cred.ID, cred.ExpiresAt = sess.ID, sess.ExpiresAt
-			c.Locals(localSession, sess.ID)
-			if socket {
-				err = s.checkOrigin(c, true)
-			}
+	user, cred, err := s.checkCredential(ctx, t.Via)
+	if err == nil && cred.Kind == sandchat.CredentialSession {
+		c.Locals(localSession, cred.ID)
+		if socket {
+			err = s.checkOrigin(c, true)
 		}
-	default:
-		err = sandchat.Errorf(sandchat.EUNAUTHORIZED, "This ticket names no sign-in.")
 	}
 	if codeOf(err) == sandchat.EUNAUTHORIZED || err == nil && user.ID != t.UserID {
 		return sandchat.Errorf(sandchat.EUNAUTHORIZED, "The token or session that made this ticket no longer signs you in; sign in again.")

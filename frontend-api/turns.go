@@ -23,6 +23,9 @@ type TurnService interface {
 type MessageStore interface {
 	Messages(ctx context.Context, convID int64) ([]conversations.Message, error)
 	Turn(ctx context.Context, convID, turnID int64) (conversations.Turn, error)
+	// Turns are the conversation's turns that ended other than completed, oldest first:
+	// a client says under each answer how its turn ended.
+	Turns(ctx context.Context, convID int64) ([]conversations.Turn, error)
 }
 
 func (s *Server) turnRoutes(v1 fiber.Router) {
@@ -94,6 +97,17 @@ func (s *Server) turnRoutes(v1 fiber.Router) {
 			return err
 		}
 		return c.JSON(msgs)
+	})
+	v1.Get("/conversations/:id/turns", func(c *fiber.Ctx) error {
+		id, err := paramID(c, "id")
+		if err != nil {
+			return err
+		}
+		turns, err := s.messages.Turns(c.UserContext(), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(turns)
 	})
 	v1.Get("/conversations/:id/turns/:turn_id", func(c *fiber.Ctx) error {
 		id, turnID, err := turnIDs(c)

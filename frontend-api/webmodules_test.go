@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandchat/sandchat/toolkits"
 )
 
 // webModules reads the web client's modules: name ("state", "app") → source.
@@ -251,4 +253,13 @@ func stringLit(e ast.Expr) (string, bool) {
 	}
 	s, err := strconv.Unquote(lit.Value)
 	return s, err == nil
+}
+
+// TestWebRunErrorTypes: the run error types the web client tells apart are the ones
+// the server records (toolkits), so a rename on one side fails here, not in a browser.
+func TestWebRunErrorTypes(t *testing.T) {
+	mods := webModules(t)
+	if want := strconv.Quote(toolkits.ErrServerRestart); !strings.Contains(mods["cells"], "const SERVER_RESTART = "+want+";") {
+		t.Errorf("cells.js does not name the error type of a run the server's restart stopped, %s", want)
+	}
 }

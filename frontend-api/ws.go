@@ -33,6 +33,10 @@ type WSConfig struct {
 	// frame behind what the client has not read yet, for a client that reads again to
 	// read its way to it; then the connection is reset.
 	SlowLinger time.Duration
+	// CredentialCheck is how often a socket checks again that the token or session that
+	// opened it still signs its user in. A revocation closes the socket at once through
+	// Redis; this bounds how long one whose message was lost stays open.
+	CredentialCheck time.Duration
 }
 
 func (c WSConfig) withDefaults() WSConfig {
@@ -53,6 +57,7 @@ func (c WSConfig) withDefaults() WSConfig {
 	defDur(&c.PingInterval, 25*time.Second)
 	defDur(&c.PongWait, 60*time.Second)
 	defDur(&c.SlowLinger, 5*time.Second)
+	defDur(&c.CredentialCheck, time.Minute)
 	if c.ReadLimit <= 0 {
 		c.ReadLimit = 64 << 10
 	}
@@ -102,8 +107,11 @@ type client struct {
 	// closes the socket, and so does expires, when the credential stops working.
 	token   int64
 	expires time.Time
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// verify checks again that the credential that opened the socket signs its user in
+	// (nil: nothing to check); an EUNAUTHORIZED from it closes the socket (recheck).
+	verify func(ctx context.Context) error
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	queue  []outItem
@@ -223,6 +231,33 @@ func (cl *client) shutdown(code int, msg string) {
 	cl.cancel()
 }
 
+// recheck closes the socket, as a revocation's message would, when the credential that
+// opened it no longer signs its user in: that message goes through Redis, and one lost
+// (Redis away when it was sent, the sender on another prefix, a revocation committed
+// between the socket's sign-in and its joining the user's channel) would leave the
+// socket delivering the conversations to whoever holds it. A check that cannot be made
+// (Postgres away) keeps the socket: it reports false only when the socket closes.
+func (cl *client) recheck() bool {
+	if cl.verify == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
+	defer cancel()
+	err := cl.verify(ctx)
+	if sandchat.ErrorCode(err) != sandchat.EUNAUTHORIZED {
+		return true
+	}
+	reason := sandchat.ErrorMessage(err)
+	if len(reason) > maxCloseReason {
+		reason = reason[:maxCloseReason]
+	}
+	cl.shutdown(closeSignedOut, reason)
+	return false
+}
+
+// maxCloseReason is the most a close frame's text may hold, in bytes.
+const maxCloseReason = 123
+
 // signedInBy reports whether a revocation of the user's credentials (a token, a browser
 // session, or all of them when both are 0) covers this socket.
 func (cl *client) signedInBy(tokenID, sessionID int64) bool {
@@ -275,12 +310,30 @@ func (s *Server) websocket() fiber.Handler {
 		case sandchat.CredentialToken:
 			cl.token = cred.ID
 		}
+		if cred.Kind != "" {
+			cl.verify = func(ctx context.Context) error {
+				u, _, err := s.checkCredential(ctx, cred)
+				if err == nil && u.ID != user.ID {
+					err = sandchat.Errorf(sandchat.EUNAUTHORIZED, "This sign-in is no longer this user's.")
+				}
+				return err
+			}
+		}
 		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer jcancel()
 		if err := h.join(jctx, cl, h.bus.UserChannel(user.ID), 0); err != nil {
 			cancel()
 			// Joining fails only when Redis does not confirm the subscription.
 			return errors.Join(sandchat.Unavailable(sandchat.DepRedis, err), err)
+		}
+		// A revocation committed since the request was signed in was published before
+		// the socket could hear it: check once more, now that it does.
+		if cl.verify != nil {
+			if err := cl.verify(jctx); err != nil {
+				h.leave(cl, h.bus.UserChannel(user.ID))
+				cancel()
+				return err
+			}
 		}
 		cl.channels = append(cl.channels, h.bus.UserChannel(user.ID))
 		c.Locals("client", cl)
@@ -473,6 +526,10 @@ func (cl *client) subscribe(f clientFrame) {
 		cl.errorFrame(f.ConversationID, sandchat.Errorf(sandchat.EINVALID, "At most %d subscriptions per socket.", cl.hub.cfg.MaxSubscriptions))
 		return
 	}
+	// A subscription opens a conversation's history: only to a credential that still works.
+	if !cl.recheck() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cl.hub.events.FindConversationByID(ctx, f.ConversationID); err != nil {
@@ -516,16 +573,23 @@ func (p *progress) stalled(conn net.Conn, now time.Time, limit time.Duration) bo
 
 // watch drops, as too slow, a socket whose client has not taken any of what was
 // written to it for the write timeout, or has left one write blocked that long. It runs
-// beside the writer, which may be the one blocked.
+// beside the writer, which may be the one blocked. Every CredentialCheck it checks
+// that the socket's credential still works.
 func (cl *client) watch() {
 	limit := cl.hub.cfg.WriteTimeout
 	check := time.NewTicker(progressCheck)
 	defer check.Stop()
+	signedIn := time.NewTicker(cl.hub.cfg.CredentialCheck)
+	defer signedIn.Stop()
 	var taken progress
 	for {
 		select {
 		case <-cl.ctx.Done():
 			return
+		case <-signedIn.C:
+			if !cl.recheck() {
+				return
+			}
 		case now := <-check.C:
 			stalled := taken.stalled(cl.conn.NetConn(), now, limit)
 			cl.mu.Lock()
@@ -686,6 +750,12 @@ func (cl *client) handle(it outItem) error {
 		delete(cl.convs, it.conv)
 		cl.errorFrame(it.conv, sandchat.Errorf(sandchat.ENOTFOUND, "You no longer have access to this conversation; it was unsubscribed."))
 	case opResync:
+		if it.conv == 0 {
+			// The user's channel was subscribed again after Redis came back: a
+			// revocation sent meanwhile was lost.
+			cl.recheck()
+			return nil
+		}
 		if st := cl.convs[it.conv]; st != nil && st.active {
 			return cl.replay(it.conv, st, false)
 		}

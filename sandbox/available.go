@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -40,4 +42,17 @@ func AvailablePackages(c Config) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Loadable tells whether a session of this engine could load package name (as
+// Pyodide's lock file names it) now: its wheels are at hand, or the package source
+// answers (pkgs.Fetcher.Loadable). False while the engine is not running.
+func (e *Engine) Loadable(ctx context.Context, name string) bool {
+	if ok, _ := e.Available(); !ok {
+		return false
+	}
+	if e.fetch != nil {
+		return e.fetch.Loadable(ctx, name)
+	}
+	return slices.Contains(AvailablePackages(e.cfg), name)
 }

@@ -96,6 +96,49 @@ func TestDisplay(t *testing.T) {
 			t.Errorf("artifacts %q, want caf\u00e9.csv and caf\u00e9-2.csv", names)
 		}
 	})
+	t.Run("clear_output and display handles shape what the run shows", func(t *testing.T) {
+		var mu sync.Mutex
+		var told []string
+		req := Request{
+			Code: "from IPython.display import display, clear_output, update_display, HTML, Math\nimport sys\n" +
+				"print('old line')\ndisplay(HTML('<i>old</i>'))\n" +
+				"for i in range(3):\n    clear_output(wait=True)\n    print('step', i)\n" +
+				"h = display(HTML('<b>0%</b>'), display_id=True)\nh.update(HTML('<b>100%</b>'))\n" +
+				"update_display(HTML('nowhere'), display_id='no such item')\n" +
+				"display(Math('x^2'))\nprint('err', file=sys.stderr)\nclear_output(wait=True)\nh.display_id",
+			OnDisplay: func(d sandchat.Display) {
+				mu.Lock()
+				defer mu.Unlock()
+				told = append(told, d.Kind)
+			},
+		}
+		r, err := e.Execute(context.Background(), k, req)
+		if err != nil || r.Status != StatusSuccess {
+			t.Fatalf("Execute: %v %+v", err, r.Error)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := strings.Join(told, " "); got != "display clear clear clear display update display" {
+			t.Errorf("told while it ran: %s", got)
+		}
+		// What the run shows at its end, as a notebook keeps it: the last step, the item
+		// as updated, the equation; the clear that nothing followed never applied.
+		if r.Stdout != "step 2\n" || r.Stderr != "err\n" {
+			t.Errorf("output %q, stderr %q", r.Stdout, r.Stderr)
+		}
+		id := strings.Trim(resultOf(r), "'")
+		if len(r.Displays) != 2 || r.Displays[0].HTML != "<b>100%</b>" || r.Displays[0].ID != id || r.Displays[0].Kind != sandchat.DisplayItem ||
+			*r.Displays[0].At != (sandchat.OutputAt{Stdout: 7}) || r.Displays[1].LaTeX != `$\displaystyle x^2$` {
+			t.Fatalf("displays %+v (handle %q)", r.Displays, id)
+		}
+		if len(r.Order) != 1 || r.Order[0] != (sandchat.OutputAt{Stdout: 7}) {
+			t.Errorf("order %+v, want stderr after the 7 bytes of stdout", r.Order)
+		}
+		r = mustSucceed(t, e, k, "from IPython.display import clear_output\nprint('gone')\ndisplay(HTML('gone'))\nclear_output()")
+		if r.Stdout != "" || len(r.Displays) != 0 {
+			t.Errorf("after clear_output(): stdout %q, displays %+v", r.Stdout, r.Displays)
+		}
+	})
 	t.Run("plain values show no display item", func(t *testing.T) {
 		r := mustSucceed(t, e, k, "1 + 1")
 		if len(r.Displays) != 0 || resultOf(r) != "2" {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/sandbox/internal/session"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // StateBytes is what the saved states of keys hold together in both tiers (heap, files,
@@ -24,7 +25,7 @@ func (e *Engine) Session(ctx context.Context, key string) (SessionInfo, error) {
 		return SessionInfo{}, sandchat.Errorf(sandchat.ENOTFOUND, "This conversation has no Python session.")
 	}
 	info := SessionInfo{Version: st.Version, Packages: append([]string{}, st.Packages...), Mode: st.Mode, UpdatedAt: st.Updated, Files: []string{}}
-	for p := range st.Files {
+	for p := range state.TreeOf(st.Files).Files {
 		info.Files = append(info.Files, p)
 	}
 	sort.Strings(info.Files)

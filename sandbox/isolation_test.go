@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/migrations/testenv"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/sandboxtest"
@@ -189,14 +189,14 @@ js.eval('for (const k of Object.getOwnPropertyNames(globalThis)) { try { const v
 	}
 }
 
-// TestNothingRunsBetweenRuns: timers and nested Workers a run leaves behind get no CPU
-// once it has returned: the session's process is frozen until its next run.
+// TestNothingRunsBetweenRuns: timers a run leaves behind get no CPU once it has
+// returned: the session's process is frozen until its next run. (Nested Workers, which
+// once ran on too, are refused: TestNestedWorkersRefused.)
 func TestNothingRunsBetweenRuns(t *testing.T) {
 	e, _, key := setup(t)
 	k := key("timers")
 	mustSucceed(t, e, k, `import js
 js.eval("globalThis.ticks = 0; setInterval(() => { ticks++; const t = Date.now(); while (Date.now() - t < 20) {} }, 1)")
-js.eval("(async () => { const { Worker } = await import('node:worker_threads'); globalThis.w = new Worker('for (;;) {}', { eval: true }) })()")
 import asyncio
 await asyncio.sleep(0.3)`)
 	pids := sessionPIDs(t, e, k)
@@ -214,7 +214,7 @@ await asyncio.sleep(0.3)`)
 }
 
 // TestGraceKillLeavesNothing: code that ignores the interrupt is killed with its whole
-// process: no thread of it runs afterwards.
+// process: no task of it runs afterwards.
 func TestGraceKillLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.Grace = 500 * time.Millisecond })
@@ -237,21 +237,28 @@ func TestGraceKillLeavesNothing(t *testing.T) {
 }
 
 // TestRestoreDeadline: bringing a session back is bounded: a replay that never ends gets
-// its process killed, and the engine goes on.
+// its process killed, and since trying again would replay the same cells into the same
+// limit, the session is reset and the run goes on in a new one, told so once.
 func TestRestoreDeadline(t *testing.T) {
 	t.Parallel()
 	e, _ := newEngine(t, func(c *Config) { c.ForceReplay, c.RestoreTimeout = true, 3*time.Second })
 	k := "wedged"
-	mustSucceed(t, e, k, "import os\nwhile os.path.exists('flag'):\n    pass\nx = 1")
-	mustSucceed(t, e, k, "open('flag', 'w').write('1')")
+	// The cell loops on an upload that was not there when it ran first, and is when it
+	// replays (a replay mounts /data before its cells).
+	mustSucceed(t, e, k, "import os\nwhile os.path.exists('/data/flag'):\n    pass\nx = 1")
+	mustSucceed(t, e, k, "y = 1")
 	evictLive(t, e, k)
-	// The replay never ends by itself: only the restore deadline can answer this call
-	// with a 409 (the context's own, far later, would end it with its error instead).
+	// The replay never ends by itself: only the restore deadline can end it (the
+	// context's own, far later, would end this call with its error instead).
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, err := e.Execute(ctx, k, Request{Code: "x"})
-	if err == nil || sandchat.ErrorCode(err) != sandchat.ECONFLICT || !strings.Contains(err.Error(), "Reset the session") {
-		t.Fatalf("restore of a wedged replay: err %v, want a 409 that says to reset", err)
+	r, err := e.Execute(ctx, k, Request{Code: "x = 2\nx", Data: files(File{Name: "flag", Data: []byte("1")})})
+	if err != nil || resultOf(r) != "2" || r.Session.ResetFrom != 2 || strings.Count(r.Stderr, "the session was reset") != 1 ||
+		!strings.Contains(r.Stderr, "restore limit") {
+		t.Fatalf("restore of a wedged replay: err %v, %s reset from %d, stderr %q", err, resultOf(r), r.Session.ResetFrom, r.Stderr)
+	}
+	if r := mustSucceed(t, e, k, "x"); resultOf(r) != "2" || r.Session.ResetFrom != 0 || strings.Contains(r.Stderr, "reset") {
+		t.Fatalf("the run after: %s, reset from %d, stderr %q", resultOf(r), r.Session.ResetFrom, r.Stderr)
 	}
 	if got := resultOf(mustSucceed(t, e, "other", "1 + 1")); got != "2" {
 		t.Fatalf("another session afterwards: %s", got)
@@ -291,6 +298,84 @@ func TestHiddenGlobals(t *testing.T) {
 [str(js.eval("typeof " + n)) for n in ["caches", "navigator.gpu", "Worker", "BroadcastChannel", "process"]]`))
 	if got != "['undefined', 'undefined', 'undefined', 'undefined', 'undefined']" {
 		t.Fatalf("globals: %s", got)
+	}
+}
+
+// TestNestedWorkersRefused: no way user code has to start a Worker or a thread from the
+// session's Worker starts one (a nested Worker would run code without the session's
+// hardening: Deno.exit, the memory limit on grow, a silenced console), and the refusal
+// says why. Sixteen tries leave the process with the threads it had.
+func TestNestedWorkersRefused(t *testing.T) {
+	e, _, key := setup(t)
+	k := key("nested")
+	mustSucceed(t, e, k, "x = 1")
+	threads := func() (n int) {
+		for _, pid := range sessionPIDs(t, e, k) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+					c, _ := strconv.Atoi(strings.TrimSpace(v))
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	before := threads()
+	const src = "setInterval(() => {}, 60000); postMessage(typeof Deno.exit)"
+	ways := map[string]string{
+		"worker_threads, eval":           "import('node:worker_threads').then(w => new w.Worker(src, {eval: true}))",
+		"worker_threads, default export": "import('node:worker_threads').then(w => new w.default.Worker(src, {eval: true}))",
+		"worker_threads, data: URL":      "import('node:worker_threads').then(w => new w.Worker(new URL('data:text/javascript,' + encodeURIComponent(src))))",
+		"worker_threads, blob: URL":      "import('node:worker_threads').then(w => new w.Worker(URL.createObjectURL(new Blob([src], {type: 'text/javascript'}))))",
+		"worker_threads, subclass":       "import('node:worker_threads').then(w => { class W extends w.Worker {}; return new W(src, {eval: true}) })",
+		"worker_threads, Reflect":        "import('node:worker_threads').then(w => Reflect.construct(w.Worker, [src, {eval: true}], function () {}))",
+		"worker_threads, base set back":  "Promise.all([import('node:worker_threads'), import('node:events')]).then(([w, ev]) => { try { Object.setPrototypeOf(w.Worker, ev.EventEmitter) } catch {} return new w.Worker(src, {eval: true}) })",
+		"require":                        "import('node:module').then(m => new (m.createRequire('/tmp/x.js')('worker_threads').Worker)(src, {eval: true}))",
+		"process.getBuiltinModule":       "import('node:process').then(p => new (p.default.getBuiltinModule('node:worker_threads').Worker)(src, {eval: true}))",
+		"a data: module":                 "import('data:text/javascript,' + encodeURIComponent(\"import { Worker } from 'node:worker_threads'; new Worker('1', { eval: true })\"))",
+		"web Worker, data: URL":          "new Worker('data:text/javascript,' + encodeURIComponent(src), {type: 'module'})",
+		"web Worker, blob: URL":          "new Worker(URL.createObjectURL(new Blob([src], {type: 'text/javascript'})), {type: 'module'})",
+		"web Worker, from self":          "new self.Worker('data:text/javascript,1', {type: 'module'})",
+		"the op":                         "Deno[Deno.internal].core.ops.op_create_worker({hasSourceCode: true, sourceCode: src, specifier: 'data:text/javascript,', name: '', permissions: null, workerType: 'node', closeOnIdle: true})",
+		"worker_threads, 16 in a row":    "import('node:worker_threads').then(w => { const r = []; for (let i = 0; i < 16; i++) { try { r.push(new w.Worker(src, {eval: true})) } catch (e) { if (i === 15) throw e } } return r })",
+		"a nested realm (node:vm)":       "import('node:vm').then(vm => { const W = vm.runInNewContext('typeof Worker === \"function\" ? Worker : null'); if (!W) throw new Error('no Worker in the new realm'); return new W('data:text/javascript,1', {type: 'module'}) })",
+	}
+	spec, err := json.Marshal(ways)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := fmt.Sprintf(`import js, json
+out = {}
+for name, way in json.loads(%q).items():
+    try:
+        await js.eval("(src) => Promise.resolve().then(() => " + way + ")")(%q)
+        out[name] = "started"
+    except Exception as e:
+        out[name] = str(e)
+print(json.dumps(out))`, spec, src)
+	r := mustSucceed(t, e, k, code)
+	var out map[string]string
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("%q: %v", r.Stdout, err)
+	}
+	for name := range ways {
+		got := out[name]
+		t.Logf("%s: %s", name, got)
+		switch {
+		case got == "started" || got == "":
+			t.Errorf("%s: a Worker started (%q)", name, got)
+		case strings.HasPrefix(name, "web Worker") || name == "the op" || strings.HasPrefix(name, "a nested realm"):
+			// Not there at all: no such global, no such op, no Worker in a new realm.
+		case !strings.Contains(got, "cannot be started in the sandbox"):
+			t.Errorf("%s: refused without saying why: %q", name, got)
+		}
+	}
+	if after := threads(); after > before+4 {
+		t.Errorf("the session process went from %d to %d threads", before, after)
+	}
+	if got := resultOf(mustSucceed(t, e, k, "x")); got != "1" {
+		t.Fatalf("the session afterwards: %s", got)
 	}
 }
 

@@ -82,7 +82,7 @@ func TestStateKeptIsCounted(t *testing.T) {
 		mustSucceed(t, e, k, "import js\njs.eval(\"addEventListener('message', (e) => { globalThis.lastRun = e.data?.run })\")")
 		fr := mustSucceed(t, e, k, `import js
 js.eval("""postMessage({op: 'done', run: globalThis.lastRun, status: 'success', result: null, error: null, stdout: '', stderr: '',
-  changed: [], omitted: 0, deleted: [], outside: [], timings: {}, displaysDropped: 0,
+  changed: [], omitted: 0, dirs: [], links: [], deleted: [], cwd: null, unkept: 0, outside: [], timings: {}, displaysDropped: 0,
   packages: Array.from({length: 10000}, (_, i) => 'p' + i + 'x'.repeat(180))})""")`)
 		// 1.8 MiB of names: counted with the state, or refused for it (here by the 1 MiB
 		// the session may keep in Redis).

@@ -109,6 +109,62 @@ func TestSessionAlwaysRecovers(t *testing.T) {
 	})
 }
 
+// TestReplayedBreakageResets: a session whose log replays a cell that breaks the way to
+// a run's code (mounting /data) comes back: reset, and told so once, where it used to
+// pass the engine's check (a cell run without /data) and fail every run with uploads
+// after it. A realm whose Object.prototype was given an enumerable property (which
+// Emscripten's rmdir reads as an entry: ENOTEMPTY, errno 55) keeps mounting /data, and
+// the session its state.
+func TestReplayedBreakageResets(t *testing.T) {
+	t.Parallel()
+	e, _ := newEngine(t, func(c *Config) { c.ForceReplay, c.CheckpointDelay = true, time.Hour })
+	ctx := context.Background()
+	upload := func(v string) []File {
+		return []File{{Name: "in/table.csv", Data: []byte(v)}, {Name: "top.csv", Data: []byte("t")}}
+	}
+	runWith := func(t *testing.T, k, code string, data []File) Result {
+		t.Helper()
+		r, err := e.Execute(ctx, k, Request{Code: code, Data: files(data...)})
+		if err != nil {
+			t.Fatalf("%q: %v", code, err)
+		}
+		t.Logf("%.40q: %s %s from=%s reset_from=%d stderr %.200q", code, r.Status, resultOf(r), r.Session.RestoredFrom, r.Session.ResetFrom, r.Stderr)
+		return r
+	}
+	t.Run("the file system's writeFile broken", func(t *testing.T) {
+		const k = "writefile"
+		runWith(t, k, "x = 41", upload("1"))
+		runWith(t, k, "import pyodide_js\npyodide_js.FS.writeFile = None", upload("1"))
+		resets := 0
+		for i, v := range []string{"2", "3", "4"} {
+			r := runWith(t, k, "open('/data/in/table.csv').read()", upload(v))
+			if r.Session.ResetFrom > 0 {
+				resets++
+				if strings.Count(r.Stderr, "the session was reset") != 1 {
+					t.Fatalf("run %d: reset without saying so once: %q", i, r.Stderr)
+				}
+			}
+			if r.Status != StatusSuccess || resultOf(r) != "'"+v+"'" {
+				t.Fatalf("run %d: %s %s %+v", i, r.Status, resultOf(r), r.Error)
+			}
+		}
+		if resets != 1 {
+			t.Fatalf("%d resets, want 1", resets)
+		}
+	})
+	t.Run("Object.prototype polluted", func(t *testing.T) {
+		const k = "polluted"
+		runWith(t, k, "x = 41", upload("1"))
+		runWith(t, k, "import js\njs.eval('Object.prototype.polluted = 1')", upload("1"))
+		for i, v := range []string{"2", "3", "4"} {
+			r := runWith(t, k, "x, open('/data/in/table.csv').read()", upload(v))
+			if r.Status != StatusSuccess || resultOf(r) != "(41, '"+v+"')" || r.Session.ResetFrom > 0 {
+				t.Fatalf("run %d: %s %s %+v stderr %q", i, r.Status, resultOf(r), r.Error, r.Stderr)
+			}
+		}
+	})
+}
+
 // TestRefusedCheckpointSaysWhy: a run that follows a failed one saves its heap before it
 // answers; when that heap is over the session's state limit, the run's stderr says so
 // (not "Internal error.").

@@ -23,9 +23,9 @@ type Setting = sandchat.Setting[Config]
 func Settings() []Setting { return settings }
 
 // A setting's parts, by the kind of field.
-func text(f func(*Config) *string) sandchat.Value[Config]     { return sandchat.Text(f) }
-func list(f func(*Config) *[]string) sandchat.Value[Config]   { return sandchat.List(f) }
-func boolean(f func(*Config) *bool) sandchat.Value[Config]    { return sandchat.Boolean(f) }
+func text(f func(*Config) *string) sandchat.Value[Config]   { return sandchat.Text(f) }
+func list(f func(*Config) *[]string) sandchat.Value[Config] { return sandchat.List(f) }
+func boolean(f func(*Config) *bool) sandchat.Value[Config]  { return sandchat.Boolean(f) }
 func count(f func(*Config) *int, lo, hi int) sandchat.Value[Config] {
 	return sandchat.WholeNumber(f, lo, hi)
 }

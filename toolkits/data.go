@@ -180,8 +180,9 @@ func DataToolSpecs(files []string) []ToolSpec {
 }
 
 // call runs describe_file or preview_rows for the model; python tells whether the
-// Python sandbox is on too, so the result says how to load the file there.
-func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python bool) string {
+// Python sandbox is on too, so the result says how to load the file there, and pandas
+// whether this deployment's sessions can load pandas (else the standard library does).
+func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python, pandas bool) string {
 	var args struct {
 		File   string `json:"file"`
 		Sheet  string `json:"sheet"`
@@ -217,7 +218,7 @@ func (d *Tables) call(ctx context.Context, convID int64, call ToolCall, python b
 		return marshalResult(res)
 	}
 	if python && f.Source == "upload" {
-		res.Python = pythonLoad(f.Name, t)
+		res.Python = pythonLoad(f.Name, t, pandas)
 	}
 	res.Table = fitForModel(t)
 	res.Summary = Summarize(f.Name, t, res.Python)
@@ -257,8 +258,12 @@ func fitForModel(t *tables.Table) *tables.Table {
 	return t
 }
 
-// pythonLoad is the pandas line that loads an upload as it was read.
-func pythonLoad(name string, t *tables.Table) *PythonLoad {
+// pythonLoad is the code that loads an upload as it was read: with pandas where the
+// deployment's sessions can load it, else with the standard library's csv and json.
+func pythonLoad(name string, t *tables.Table, pandas bool) *PythonLoad {
+	if !pandas {
+		return stdlibLoad(name, t)
+	}
 	p := "/data/" + name
 	q := strconv.Quote(p)
 	switch t.Format {
@@ -305,6 +310,53 @@ func pythonLoad(name string, t *tables.Table) *PythonLoad {
 		args += ", " + strings.Join(opts, ", ")
 	}
 	return &PythonLoad{Path: p, Load: "import pandas as pd\ndf = pd.read_csv(" + args + ")"}
+}
+
+// noPandas says why a load does without pandas.
+const noPandas = "pandas cannot be loaded on this server (its packages are not available to the sandbox here), so this reads the file with Python's standard library."
+
+// stdlibLoad is the code that loads an upload as it was read with Python's standard
+// library: rows as dicts by header (lists without one), every value a string.
+func stdlibLoad(name string, t *tables.Table) *PythonLoad {
+	p := "/data/" + name
+	switch t.Format {
+	case tables.XLSX:
+		load := &PythonLoad{Path: p}
+		for _, sh := range t.SheetNames {
+			if c := SheetCopyPath(name, t.Size, sh); c != "" {
+				load.SheetCopies = append(load.SheetCopies, "/data/"+c)
+			}
+		}
+		if len(load.SheetCopies) == 0 {
+			load.Note = "pandas cannot be loaded on this server and Python's standard library does not read .xlsx: use preview_rows to read its rows."
+			return load
+		}
+		load.Load = csvRows(load.SheetCopies[0], ",", "utf-8", len(t.Sheets) == 0 || t.Sheets[0].Header)
+		load.Note = noPandas + " Each sheet is a CSV file beside the workbook, made by the server (values as read here: dates ISO, formulas their saved values): " +
+			strings.Join(load.SheetCopies, ", ") + "."
+		return load
+	case tables.JSONL:
+		return &PythonLoad{Path: p, Note: noPandas,
+			Load: "import json\nwith open(" + strconv.Quote(p) + ", encoding=\"utf-8\") as f:\n    rows = [json.loads(line) for line in f if line.strip()]"}
+	}
+	encoding := map[string]string{"utf-16le": "utf-16", "utf-16be": "utf-16", "latin-1": "cp1252"}[t.Encoding]
+	if encoding == "" {
+		encoding = "utf-8-sig" // a byte-order mark, if any, is not part of the first name
+	}
+	return &PythonLoad{Path: p, Note: noPandas, Load: csvRows(p, t.Delimiter, encoding, len(t.Sheets) == 0 || t.Sheets[0].Header)}
+}
+
+// csvRows is the csv module's reading of a delimited file.
+func csvRows(path, delimiter, encoding string, header bool) string {
+	opts := ""
+	if delimiter != "," && delimiter != "" {
+		opts = ", delimiter=" + strconv.Quote(delimiter)
+	}
+	reader := "csv.DictReader(f" + opts + ")"
+	if !header {
+		reader = "csv.reader(f" + opts + ")"
+	}
+	return "import csv\nwith open(" + strconv.Quote(path) + ", newline=\"\", encoding=" + strconv.Quote(encoding) + ") as f:\n    rows = list(" + reader + ")"
 }
 
 // summaryColumns is how many columns a summary names.
@@ -355,7 +407,9 @@ func Summarize(name string, t *tables.Table, py *PythonLoad) string {
 	for _, n := range t.Notes {
 		b.WriteString(n + "\n")
 	}
-	if py != nil {
+	if py != nil && py.Load == "" {
+		fmt.Fprintf(&b, "In Python it is %s.\n", py.Path)
+	} else if py != nil {
 		fmt.Fprintf(&b, "In Python it is %s:\n%s\n", py.Path, py.Load)
 		if py.Note != "" {
 			b.WriteString(py.Note + "\n")

@@ -32,11 +32,41 @@ func TestPythonLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			py := pythonLoad(tc.file, tb)
+			py := pythonLoad(tc.file, tb, true)
 			if want := "import pandas as pd\ndf = " + tc.want; py.Load != want {
 				t.Fatalf("%q, want %q", py.Load, want)
 			}
 			if sum := Summarize(tc.file, tb, py); !strings.Contains(sum, "In Python it is /data/"+tc.file) {
+				t.Fatalf("summary %q", sum)
+			}
+		})
+	}
+}
+
+// TestPythonLoadWithoutPandas: where sessions cannot load pandas, the load is Python's
+// standard library's, read the way the file was, and the summary says why.
+func TestPythonLoadWithoutPandas(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, file string
+		data       []byte
+		want       string
+	}{
+		{"comma, UTF-8, a header", "s.csv", []byte("a,b\n1,2\n"), `with open("/data/s.csv", newline="", encoding="utf-8-sig") as f:` + "\n    rows = list(csv.DictReader(f))"},
+		{"semicolon, Latin-1", "s.csv", []byte("ville;n\ncaf\xe9;1\n"), `with open("/data/s.csv", newline="", encoding="cp1252") as f:` + "\n    rows = list(csv.DictReader(f, delimiter=\";\"))"},
+		{"no header", "n.csv", []byte("1,2\n3,4\n"), `with open("/data/n.csv", newline="", encoding="utf-8-sig") as f:` + "\n    rows = list(csv.reader(f))"},
+		{"JSON Lines", "e.jsonl", []byte(`{"a":1}` + "\n"), `with open("/data/e.jsonl", encoding="utf-8") as f:` + "\n    rows = [json.loads(line) for line in f if line.strip()]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, err := tables.Scan(context.Background(), bytes.NewReader(tc.data), int64(len(tc.data)), tables.Request{Name: tc.file, Rows: 1}, tables.DefaultLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			py := pythonLoad(tc.file, tb, false)
+			if !strings.HasSuffix(py.Load, tc.want) || strings.Contains(py.Load, "pandas") {
+				t.Fatalf("%q, want it to end %q", py.Load, tc.want)
+			}
+			if sum := Summarize(tc.file, tb, py); !strings.Contains(sum, "pandas cannot be loaded on this server") || strings.Contains(sum, "import pandas") {
 				t.Fatalf("summary %q", sum)
 			}
 		})

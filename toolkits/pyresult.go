@@ -88,7 +88,7 @@ func preview(s string) string {
 // describeDisplay is what the model learns of an item shown to the user.
 func describeDisplay(d sandchat.Display) string {
 	what := "shown to the user"
-	if d.Kind == "result" {
+	if d.Kind == sandchat.DisplayResult {
 		what = "the result was shown to the user"
 	}
 	switch {
@@ -115,6 +115,9 @@ func describeDisplay(d sandchat.Display) string {
 func displayData(index int, d sandchat.Display) map[string]any {
 	const partMax = 256 << 10
 	data := map[string]any{"index": index, "kind": d.Kind, "text": sandchat.TruncateUTF8(d.Text, eventTextMax, "…")}
+	if d.ID != "" {
+		data["id"] = d.ID
+	}
 	for k, v := range map[string]string{"html": d.HTML, "markdown": d.Markdown, "svg": d.SVG, "latex": d.LaTeX} {
 		if v == "" {
 			continue

@@ -192,6 +192,12 @@ func (s *Sandbox) answer(ctx, wctx context.Context, id int64, ex conversations.E
 		// Recorded as stopped, and returned with the error: its caller went away, but
 		// what it printed and showed before is kept as it was.
 		res.Status = RunStopped
+		var shutdown *sandchat.ShutdownError
+		if errors.As(context.Cause(ctx), &shutdown) || s.closing.Load() {
+			// Stopped by the server's shutdown: an interrupted run's state is never saved,
+			// so the session comes back as it was before this run.
+			res.Error = &sandchat.RunError{Type: ErrServerRestart, Message: serverRestarted}
+		}
 		files, err := s.failed(ctx, wctx, id, ex, res, err)
 		return Run{ID: id, Result: res, Artifacts: linkDisplayImages(res, files)}, err
 	}
@@ -215,6 +221,12 @@ func (s *Sandbox) answer(ctx, wctx context.Context, id int64, ex conversations.E
 	}
 	return Run{ID: id, Result: res, Artifacts: files}, nil
 }
+
+// ErrServerRestart is the error type of a run the server's shutdown stopped: unlike a
+// user's Stop, its session does not keep what it did.
+const ErrServerRestart = "ServerRestart"
+
+const serverRestarted = "The server restarted during this run and stopped it. The session went back to its last saved state, from before this cell: what the cell did (its variables, imports and files) is not kept. Run it again to redo it."
 
 // RunStopped is the status of a run its caller stopped (the user's Stop, a cancelled
 // turn). The engine interrupts it as it does a run past its time limit and reports

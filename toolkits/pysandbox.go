@@ -34,6 +34,8 @@ type Engine interface {
 	Reset(ctx context.Context, key string) error
 	// Forget deletes a session for good, in every tier, its live process included.
 	Forget(ctx context.Context, key string) error
+	// Loadable tells whether a session could load a package of the distribution now.
+	Loadable(ctx context.Context, name string) bool
 }
 
 // Peers reach the other nodes (redisbus.Bus).
@@ -121,6 +123,11 @@ func (s *Sandbox) CutOff() { s.cutClose.Do(func() { close(s.cutCh()) }) }
 func (s *Sandbox) cutCh() chan struct{} {
 	s.cutOnce.Do(func() { s.cut = make(chan struct{}) })
 	return s.cut
+}
+
+// loadable tells whether this deployment's sessions could load package name now.
+func (s *Sandbox) loadable(ctx context.Context, name string) bool {
+	return s != nil && s.Engine != nil && s.Engine.Loadable(ctx, name)
 }
 
 // SessionKey is the interpreter a run uses: the conversation's, or with per-agent

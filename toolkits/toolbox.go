@@ -163,7 +163,7 @@ func (b *Toolbox) Call(ctx context.Context, call ToolCall) string {
 		if b.turn.Vetoed(ctx, DataAnalysis) {
 			return Refuse("The user switched Data analysis off for this conversation during this turn; do not call it again.")
 		}
-		return b.tools.data.call(ctx, b.caller.ConversationID, call, b.python)
+		return b.tools.data.call(ctx, b.caller.ConversationID, call, b.python, b.python && b.tools.sandbox.loadable(ctx, "pandas"))
 	case call.Name == DelegateTool && b.swarm != nil:
 		return b.delegate(ctx, call)
 	}
@@ -196,8 +196,18 @@ func (b *Toolbox) runPython(ctx context.Context, call ToolCall) string {
 		OnDisplay: func(d sandchat.Display) {
 			// Output printed before the item goes out first, as the user saw it happen.
 			_ = out.Flush()
-			shown++
-			_ = b.turn.Emit(ctx, conversations.EventToolDisplay, merge(base, displayData(shown-1, d)))
+			// Items are numbered as the run's record will hold them: a clear takes away
+			// those before it, an update changes items already numbered.
+			index := shown
+			switch d.Kind {
+			case sandchat.DisplayClear:
+				shown, index = 0, 0
+			case sandchat.DisplayUpdate:
+				index = -1
+			default:
+				shown++
+			}
+			_ = b.turn.Emit(ctx, conversations.EventToolDisplay, merge(base, displayData(index, d)))
 		},
 	})
 	_ = out.Flush()

@@ -157,6 +157,24 @@ func need(name string, v *int64) func() error {
 	}
 }
 
+// positive refuses an optional number flag given as zero or less, which would
+// otherwise select nothing, or everything, without a word.
+func positive[T int | int64](name string, v *T, given func(string) bool) error {
+	if given(name) && *v <= 0 {
+		return fmt.Errorf("--%s must be a positive number, not %d", name, *v)
+	}
+	return nil
+}
+
+// flagGiven reports, once fs is parsed, whether a flag was on the command line.
+func flagGiven(fs *flag.FlagSet) func(string) bool {
+	return func(name string) bool {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+		return given
+	}
+}
+
 // cliError is an error as an operator reads it: the application's message, or the
 // error itself (connection failures and the like).
 func cliError(err error) error {
@@ -253,12 +271,18 @@ func listCommand[T any](name, help string, byUser bool, list func(a *adminCLI, u
 			if byUser {
 				fs.Int64Var(&userID, "user", 0, "only this user's")
 			}
-			return nil
+			return func() error { return positive("user", &userID, flagGiven(fs)) }
 		})
 		if err != nil {
 			return err
 		}
 		defer a.close()
+		if userID != 0 {
+			// A mistyped id would list nothing, which reads as "they have none".
+			if _, err := a.svc.User(a.ctx, userID); err != nil {
+				return cliError(err)
+			}
+		}
 		items, err := list(a, userID)
 		if err != nil {
 			return cliError(err)
@@ -509,7 +533,10 @@ func auditList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fs.IntVar(&q.Limit, "limit", 100, fmt.Sprintf("at most this many (up to %d)", agentstore.MaxAuditPage))
 			fs.Int64Var(&q.BeforeID, "before", 0, "only actions older than this id (the next page)")
 			fs.BoolVar(&asJSON, "json", false, "print the list as JSON")
-			return nil
+			return func() error {
+				given := flagGiven(fs)
+				return errors.Join(positive("user", &q.TargetID, given), positive("limit", &q.Limit, given), positive("before", &q.BeforeID, given))
+			}
 		})
 	if err != nil {
 		return err

@@ -190,6 +190,14 @@ func TestAdminCLI(t *testing.T) {
 			{[]string{"token", "create"}, "--user is required"},
 			{[]string{"user", "disable", "--id", "1", "extra"}, `unexpected argument "extra"`},
 			{[]string{"token", "frobnicate"}, "unknown token subcommand"},
+			// A list that selects nothing by mistake would read as "there is none".
+			{[]string{"token", "list", "--user", "-5"}, "--user must be a positive number, not -5"},
+			{[]string{"session", "list", "--user", "0"}, "--user must be a positive number, not 0"},
+			{[]string{"token", "list", "--user", "999999"}, "User not found"},
+			{[]string{"session", "list", "--user", "999999"}, "User not found"},
+			{[]string{"audit", "list", "--user", "-1"}, "--user must be a positive number"},
+			{[]string{"audit", "list", "--limit", "0"}, "--limit must be a positive number"},
+			{[]string{"audit", "list", "--before", "-3"}, "--before must be a positive number"},
 		} {
 			if _, _, err := cli(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("sandchat %s: %v, want %q", strings.Join(c.args, " "), err, c.want)

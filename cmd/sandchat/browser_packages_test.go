@@ -136,6 +136,38 @@ func TestBrowserPackagesOffline(t *testing.T) {
 		}
 	})
 
+	t.Run("the data tool suggests what loads here: the csv module, not pandas", func(t *testing.T) {
+		if code := alice.upload(conv, "sales.csv", "id,city\n1,Paris\n2,Lyon\n"); code != 201 {
+			t.Fatalf("upload: %d", code)
+		}
+		alice.must(200, "PUT", fmt.Sprintf("/api/v1/conversations/%d/internal-tools/data_analysis", conv), map[string]any{"enabled": true}, nil)
+		result := `[...document.querySelectorAll("#messages .data-result")].pop()`
+		var summary string
+		tb.run(t, "ask about the file",
+			chromedp.Reload(),
+			until(`document.querySelector("#conv-title").textContent === "test"`),
+			say("What is in sales.csv?"),
+			until(result+`?.textContent.includes("sales.csv: CSV")`),
+			chromedp.Evaluate(result+`.querySelector("details").open = true; `+result+`.querySelector("details pre").textContent`, &summary),
+		)
+		tb.shot(t, "03-data-without-pandas")
+		if strings.Contains(summary, "import pandas") || !strings.Contains(summary, "import csv") || !strings.Contains(summary, "pandas cannot be loaded on this server") {
+			t.Fatalf("the summary suggests:\n%s", summary)
+		}
+		// What it suggests runs here.
+		load := summary[strings.Index(summary, "import csv"):]
+		load = load[:strings.Index(load, "rows = list(")] + "rows = list(csv.DictReader(f))"
+		var v cellView
+		tb.run(t, "run what it suggests", say(py(load+"\nprint(len(rows), rows[1]['city'])")), read("csv.DictReader", &v))
+		if !strings.HasPrefix(v.Status, "done") || !strings.Contains(v.Text, "2 Lyon") {
+			t.Errorf("the suggested code reads %q (%s)", v.Text, v.Status)
+		}
+		tb.run(t, "at 390 px", chromedp.EmulateViewport(390, 844), until(narrow),
+			chromedp.Evaluate(result+`.scrollIntoView({ block: "start" }); true`, nil))
+		tb.shot(t, "04-data-without-pandas-390")
+		tb.run(t, "back", chromedp.EmulateViewport(1366, 850))
+	})
+
 	t.Run("the API's error is as short", func(t *testing.T) {
 		var r struct {
 			Status string          `json:"status"`

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -8,7 +9,33 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/xuri/excelize/v2"
 )
+
+// longXLSX is a workbook of two sheets: 45 rows of numbers, and a note with a formula
+// saved without its value (as programs that do not compute formulas write them).
+func longXLSX(t *testing.T) string {
+	t.Helper()
+	f := excelize.NewFile()
+	defer f.Close()
+	f.SetSheetName("Sheet1", "Orders")
+	f.SetSheetRow("Orders", "A1", &[]any{"n", "square"})
+	for i := 1; i <= 45; i++ {
+		f.SetSheetRow("Orders", fmt.Sprintf("A%d", i+1), &[]any{i, i * i})
+	}
+	f.NewSheet("Notes")
+	f.SetSheetRow("Notes", "A1", &[]any{"note", "total"})
+	f.SetSheetRow("Notes", "A2", &[]any{"sum"})
+	if err := f.SetCellFormula("Notes", "B2", "SUM(Orders!B2:B46)"); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := f.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
 
 // TestBrowserPreview: an attachment that is a table offers Preview on its chip and in the
 // Files panel; the preview shows its first rows with each column's type in the header,
@@ -116,6 +143,83 @@ func TestBrowserPreview(t *testing.T) {
 
 	tb.run(t, "close it", press("button", "Close", "dialog.preview"), until(`!document.querySelector("dialog.preview").open`))
 
+	t.Run("sheets are tabs as the ARIA pattern has them; rows page; a formula without its value is said", func(t *testing.T) {
+		if code := alice.upload(conv, "long.xlsx", longXLSX(t)); code != 201 {
+			t.Fatalf("upload: %d", code)
+		}
+		type state struct {
+			Focus    string  `json:"focus"`
+			Selected string  `json:"selected"`
+			Stops    int     `json:"stops"`
+			Head     string  `json:"head"`
+			Rows     string  `json:"rows"`
+			Height   float64 `json:"height"`
+			Notes    string  `json:"notes"`
+			Next     bool    `json:"next"`
+			Width    float64 `json:"width"`
+		}
+		read := `(() => { const d = document.querySelector("dialog.preview"), a = document.activeElement; return {
+  focus: (a.getAttribute("role") || a.tagName.toLowerCase()) + ":" + a.textContent,
+  selected: [...d.querySelectorAll("[role=tab]")].filter((t) => t.getAttribute("aria-selected") === "true").map((t) => t.textContent).join(),
+  stops: [...d.querySelectorAll("[role=tab]")].filter((t) => t.tabIndex === 0).length,
+  head: [...d.querySelectorAll("th")].map((th) => th.firstChild.textContent).join(),
+  rows: d.querySelector(".preview-rows").textContent, height: d.getBoundingClientRect().height,
+  notes: [...d.querySelectorAll(".preview-note")].map((n) => n.textContent).join(" "),
+  next: d.querySelector(".preview-pager button:last-child").disabled, width: d.getBoundingClientRect().right } })()`
+		for _, size := range sizes {
+			var orders, notes, back, page2, page3 state
+			tb.run(t, fmt.Sprintf("at %d px: open it, on its first sheet's tab", size[0]),
+				chromedp.EmulateViewport(size[0], size[1]),
+				chromedp.Reload(),
+				until(`[...document.querySelectorAll("#attachments .chip")].some((c) => c.textContent.includes("long.xlsx"))`),
+				press("button", "Preview long.xlsx", "#attachments"),
+				until(`document.querySelector("dialog.preview")?.open && document.querySelector(".preview-rows")?.textContent === "Rows 1–20 of 45"`),
+				chromedp.Focus(`dialog.preview [role=tab][aria-selected=true]`, chromedp.ByQuery),
+				chromedp.Evaluate(read, &orders),
+			)
+			tb.run(t, "→ shows the next sheet, the focus on its tab",
+				chromedp.KeyEvent(kb.ArrowRight),
+				until(`document.querySelector("dialog.preview th")?.firstChild.textContent === "note"`),
+				chromedp.Evaluate(read, &notes),
+			)
+			tb.shot(t, fmt.Sprintf("04-tabs-%d", size[0]))
+			tb.run(t, "← goes back",
+				chromedp.KeyEvent(kb.ArrowLeft),
+				until(`document.querySelector("dialog.preview th")?.firstChild.textContent === "n"`),
+				chromedp.Evaluate(read, &back),
+			)
+			tb.run(t, "Next rows, twice",
+				press("button", "Next rows", "dialog.preview"),
+				until(`document.querySelector(".preview-rows").textContent === "Rows 21–40 of 45"`),
+				chromedp.Evaluate(read, &page2),
+				press("button", "Next rows", "dialog.preview"),
+				until(`document.querySelector(".preview-rows").textContent === "Rows 41–45 of 45"`),
+				chromedp.Evaluate(read, &page3),
+			)
+			tb.shot(t, fmt.Sprintf("05-paged-%d", size[0]))
+			tb.run(t, "close it", chromedp.KeyEvent(kb.Escape), until(`!document.querySelector("dialog.preview").open`))
+			if orders.Focus != "tab:Orders" || orders.Stops != 1 || orders.Selected != "Orders" {
+				t.Errorf("at %d px on open: %+v", size[0], orders)
+			}
+			if notes.Focus != "tab:Notes" || notes.Selected != "Notes" || notes.Stops != 1 || back.Focus != "tab:Orders" || back.Selected != "Orders" {
+				t.Errorf("at %d px the arrows: %+v, then %+v; want the focus on the selected tab", size[0], notes, back)
+			}
+			if notes.Height != orders.Height || page3.Height != orders.Height {
+				t.Errorf("at %d px the dialog is %v, %v and %v px high for the two sheets and the last page", size[0], orders.Height, notes.Height, page3.Height)
+			}
+			if !strings.Contains(notes.Notes, "The formula in B2 has no saved value") {
+				t.Errorf("at %d px the sheet's notes read %q", size[0], notes.Notes)
+			}
+			if !page3.Next || page3.Focus != "button:‹ Previous" || page2.Focus != "button:Next ›" {
+				t.Errorf("at %d px paging: %+v then %+v; want Next off at the end, its focus handed to Previous", size[0], page2, page3)
+			}
+			if orders.Width > float64(size[0]) {
+				t.Errorf("at %d px the dialog ends at %v", size[0], orders.Width)
+			}
+		}
+		tb.run(t, "back to the first size", chromedp.EmulateViewport(sizes[0][0], sizes[0][1]))
+	})
+
 	// The model's describe_file shows as its summary with Preview, not as a code cell,
 	// live and after a reload.
 	result := `document.querySelector("#messages .data-result")`
@@ -126,6 +230,13 @@ func TestBrowserPreview(t *testing.T) {
 	}
 	tb.run(t, "ask about a file", say("What is in sales.csv?"), check)
 	tb.shot(t, "03-describe-in-chat")
+	// The answer tells of the columns: the result above it says what the file is, and
+	// keeps its whole summary a click away, so the reader meets it once.
+	var onScreen string
+	tb.run(t, "the summary shows once", chromedp.Evaluate(`document.querySelector("#messages").innerText`, &onScreen))
+	if n := strings.Count(onScreen, "id (integer): 1 to 2"); n != 1 {
+		t.Errorf("the page shows the column's summary %d times, want once", n)
+	}
 	tb.run(t, "after a reload", chromedp.Reload(), check,
 		press("button", "Preview sales.csv", "#messages"),
 		until(`document.querySelector("dialog.preview").open && document.querySelector("dialog.preview .preview-title").textContent === "sales.csv"`),

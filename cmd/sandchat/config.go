@@ -203,6 +203,11 @@ var serveSettings = []setting{
 			if c.ProxyHeader == "" || strings.ContainsAny(c.ProxyHeader, " :\t\r\n") {
 				return fmt.Errorf("%q is not a header name", c.ProxyHeader)
 			}
+			if strings.EqualFold(c.ProxyHeader, "Forwarded") {
+				// Its entries are "for=…;proto=…", no address: every client would count
+				// as the proxy, and one could keep all of them from signing in.
+				return fmt.Errorf("the Forwarded header (RFC 7239) is not read; have the proxies send X-Forwarded-For, or X-Real-IP")
+			}
 			return nil
 		}},
 	{Env: "RATE_EXECUTIONS", Def: "120", Help: "sandbox runs one user may start per minute; 0: unlimited", Serve: true,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,6 +36,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX: 1 MiB is out of range (16 MiB to 1 TiB)"},
 		{"retention below a day", "RETENTION", "1h", "SANDCHAT_RETENTION: 1h0m0s is out of range (24h0m0s to"},
 		{"retention neither off nor a duration", "RETENTION", "never", `SANDCHAT_RETENTION: "never" is not a duration`},
+		{"a proxy header whose entries are no addresses", "PROXY_HEADER", "forwarded", "SANDCHAT_PROXY_HEADER: the Forwarded header (RFC 7239) is not read"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,4 +145,37 @@ func TestSettingsTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestSettingsInREADME: every setting has its row in the README's configuration table
+// (where "…_X" in a row stands for the row's first variable's group, SANDCHAT_SANDBOX_X).
+func TestSettingsInREADME(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	name := regexp.MustCompile("`((?:SANDCHAT|…)_[A-Z0-9_]+)`")
+	group := regexp.MustCompile(`^SANDCHAT_[A-Z]+`)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "| `SANDCHAT_") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		g := ""
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			v := m[1]
+			if strings.HasPrefix(v, "…") {
+				v = g + strings.TrimPrefix(v, "…")
+			} else if g == "" {
+				g = group.FindString(v)
+			}
+			listed[v] = true
+		}
+	}
+	for _, s := range settings() {
+		if !listed["SANDCHAT_"+s.Env] {
+			t.Errorf("SANDCHAT_%s has no row in the README's configuration table", s.Env)
+		}
+	}
 }

@@ -5,18 +5,27 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sandchat/sandchat"
 	"github.com/sandchat/sandchat/conversations"
 	"github.com/sandchat/sandchat/migrations/testenv"
+	"github.com/sandchat/sandchat/sandbox"
 )
 
 // pythonLeft is what is left of a conversation's Python state: its session's Redis keys
@@ -360,4 +369,281 @@ func TestRetention(t *testing.T) {
 			t.Fatalf("a retention of an hour: %v, want it refused", err)
 		}
 	})
+}
+
+// TestExportNamesStayInside: the names of the files a run made are the code's to
+// choose, and a zip entry named after one must unpack inside the folder it is unpacked
+// in, on every system: a backslash, which Windows reads as a folder's end, a drive's
+// colon and parts made only of dots are no way out of it.
+func TestExportNamesStayInside(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.sandboxNode()
+	alice, _ := m.user(t, "alice", false)
+	conv := alice.createConversation(alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}}).ID)
+	code := `for name in ['..\\..\\..\\..\\..\\..\\evil.bat', 'C:\\Windows\\evil.dll', '. .\\.. .\\evil.txt']:
+    open(name, 'w').write('owned')`
+	if r := alice.run(conv, code); r.Status != "success" || len(r.Artifacts) != 3 {
+		t.Fatalf("the run that names its files: %+v", r)
+	}
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("export: %d %s", resp.StatusCode, raw)
+	}
+	var kept []string
+	for name, content := range unzip(t, raw) {
+		if strings.ContainsAny(name, `\:`) || !filepath.IsLocal(name) || path.Clean(name) != name {
+			t.Errorf("the export holds %q, which may unpack outside its folder", name)
+		}
+		if content == "owned" {
+			kept = append(kept, path.Base(name))
+		}
+	}
+	slices.Sort(kept)
+	if want := []string{"evil.bat", "evil.dll", "evil.txt"}; !slices.Equal(kept, want) {
+		t.Fatalf("the run's files are exported as %v, want %v", kept, want)
+	}
+}
+
+// TestExportHoldsEveryRun: an export holds every run of a conversation, however many
+// (the conversation's own list shows the newest 500), read a page at a time.
+func TestExportHoldsEveryRun(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	engine := newScriptedEngine(env.rdb)
+	engine.prefix = env.redisPrefix + "engine:"
+	m := env.node(func(_ *Config, m *Main) { m.SandboxEngine = engine })
+	var h sandbox.History = m.Store
+	engine.history.Store(&h)
+	alice, _ := m.user(t, "alice", false)
+	conv := alice.createConversation(alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}}).ID)
+	const runs = 523
+	for i := range runs {
+		if r := alice.run(conv, fmt.Sprintf("counter += %d", i+1)); r.Status != "success" {
+			t.Fatalf("run %d: %+v", i+1, r)
+		}
+	}
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("export: %d %s", resp.StatusCode, raw)
+	}
+	var got []struct{ Code string }
+	if err := json.Unmarshal([]byte(unzip(t, raw)[fmt.Sprintf("conversations/%d/executions.json", conv)]), &got); err != nil {
+		t.Fatalf("executions.json: %v", err)
+	}
+	if len(got) != runs || got[0].Code != "counter += 1" || got[runs-1].Code != fmt.Sprintf("counter += %d", runs) {
+		t.Fatalf("executions.json holds %d runs, want all %d, oldest first", len(got), runs)
+	}
+}
+
+// TestExportWithoutTempDir: an export on a server whose temporary directory cannot be
+// written (a read-only root file system with no room mounted at /tmp) is a 503 that
+// says so, and an error in the log that names the directory: not a "try again in a few
+// seconds" that nothing explains. It sets TMPDIR, so it runs alone.
+func TestExportWithoutTempDir(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	t.Setenv("TMPDIR", missing)
+	env := newEnv(t)
+	logs := &logBuffer{}
+	m := env.node(func(_ *Config, m *Main) { m.Log = slog.New(slog.NewTextHandler(logs, nil)) })
+	alice, _ := m.user(t, "alice", false)
+	resp, raw := alice.rawDo("GET", "/api/v1/me/export", nil)
+	var p problemJSON
+	_ = json.Unmarshal(raw, &p)
+	if resp.StatusCode != 503 || !strings.Contains(p.Detail, "temporary directory cannot be written") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("an export with no temporary directory: %d %s", resp.StatusCode, raw)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), missing) {
+		t.Fatalf("the log does not say why exports fail:\n%s", logs.String())
+	}
+}
+
+// TestExportsAtOnce: a node prepares one export of a user at a time, and two in all:
+// each holds a copy of someone's data on its disk until it is sent, so one user asking
+// again and again without waiting (or many at once) would fill it. What is refused is a
+// 429 saying so; the exports under way finish, and the next one is taken.
+func TestExportsAtOnce(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.node()
+	ctx := context.Background()
+	var users []*client
+	for i := range 4 {
+		c, _ := m.user(t, fmt.Sprintf("u%d", i), false)
+		c.createConversation(0)
+		users = append(users, c)
+	}
+	export := func(c *client) (int, string) {
+		req, _ := http.NewRequest("GET", c.base+"/api/v1/me/export", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	// Exports reach the runs of each conversation, and wait there while the test holds
+	// the table (on a connection of its own: the node's pool is small).
+	conn, err := pgx.Connect(ctx, env.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `lock table executions in access exclusive mode`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make(chan answer, 2)
+	for _, c := range users[:2] {
+		go func() {
+			status, body := export(c)
+			answers <- answer{status, body}
+		}()
+	}
+	eventually(t, 60*time.Second, "two exports under way", func() bool {
+		var n int
+		_ = conn.QueryRow(ctx, `select count(*) from pg_locks where not granted and relation = 'executions'::regclass`).Scan(&n)
+		return n == 2
+	})
+	for i, want := range map[int]string{0: "being prepared already", 2: "preparing 2 exports already"} {
+		if status, body := export(users[i]); status != 429 || !strings.Contains(body, want) {
+			t.Fatalf("u%d's export while two are under way: %d %s, want 429 saying %q", i, status, body, want)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := <-answers; a.status != 200 {
+			t.Fatalf("an export under way: %d %.300s", a.status, a.body)
+		}
+	}
+	if status, body := export(users[3]); status != 200 {
+		t.Fatalf("an export once the others are done: %d %.300s", status, body)
+	}
+}
+
+// TestExportFromAnotherSite: another site's page cannot have a signed-in browser export
+// data by sending it to the export's address (a link, a redirect: the session's cookie
+// goes with a top-level navigation): nothing is read, and no export is put on an
+// administrator's record. Typed in the address bar, or from the server's own pages, it
+// works.
+func TestExportFromAnotherSite(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	m := env.node()
+	root, rootID := m.user(t, "root", true)
+	_, bobID := m.user(t, "bob", false)
+	_, _, browser := exchange(t, root.base, mintLink(root, rootID), nil)
+	bobs := fmt.Sprintf("/api/v1/admin/users/%d/export", bobID)
+	exports := func() int {
+		var audit []sandchat.AuditEntry
+		root.must(200, "GET", fmt.Sprintf("/api/v1/admin/audit?target_type=user&target_id=%d", bobID), nil, &audit)
+		n := 0
+		for _, e := range audit {
+			if e.Action == sandchat.ActionUserExport {
+				n++
+			}
+		}
+		return n
+	}
+	crossSite := map[string]string{"Origin": "", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+	for _, path := range []string{bobs, "/api/v1/me/export"} {
+		if resp, raw := browser.send("GET", path, nil, crossSite); resp.StatusCode != 403 {
+			t.Fatalf("GET %s from another site's page: %d %.200s, want 403", path, resp.StatusCode, raw)
+		}
+	}
+	if n := exports(); n != 0 {
+		t.Fatalf("another site's page put %d exports of bob on the admin's record", n)
+	}
+	for _, site := range []string{"none", "same-origin"} {
+		if resp, raw := browser.send("GET", bobs, nil, map[string]string{"Origin": "", "Sec-Fetch-Site": site}); resp.StatusCode != 200 {
+			t.Fatalf("GET %s with Sec-Fetch-Site %s: %d %.200s", bobs, site, resp.StatusCode, raw)
+		}
+	}
+	if n := exports(); n != 2 {
+		t.Fatalf("%d exports of bob on record, want the admin's 2", n)
+	}
+}
+
+// forgetRefused is the scripted engine, except that the Python state of one session
+// cannot be deleted (Redis unreachable at that moment), while refuse holds its key.
+type forgetRefused struct {
+	*scriptedEngine
+	refuse atomic.Value // string
+}
+
+func (e *forgetRefused) Forget(ctx context.Context, key string) error {
+	if r, _ := e.refuse.Load().(string); r == key {
+		return sandchat.Unavailable(sandchat.DepRedis, errors.New("injected: the session's state could not be deleted"))
+	}
+	return e.scriptedEngine.Forget(ctx, key)
+}
+
+// TestEraseStoppedIsRecorded: an erase that stops part way has deleted what it deleted
+// by then, for good: that is on the record at once, not only if and when the erase is
+// asked again (whose own record counts only what it did then).
+func TestEraseStoppedIsRecorded(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	engine := &forgetRefused{scriptedEngine: newScriptedEngine(env.rdb)}
+	engine.prefix = env.redisPrefix + "engine:"
+	m := env.node(func(_ *Config, m *Main) { m.SandboxEngine = engine })
+	var h sandbox.History = m.Store
+	engine.history.Store(&h)
+	root, _ := m.user(t, "root", true)
+	alice, aliceID := m.user(t, "alice", false)
+	agent := alice.createAgent(map[string]any{"name": "Coder", "internal_tools": map[string]bool{"pyodide_sandbox": true}})
+	first, second := alice.createConversation(agent.ID), alice.createConversation(agent.ID)
+	for _, conv := range []int64{first, second} {
+		if r := alice.run(conv, "counter += 1"); r.Status != "success" {
+			t.Fatalf("%+v", r)
+		}
+	}
+	erasures := func() []map[string]any {
+		var audit []sandchat.AuditEntry
+		root.must(200, "GET", fmt.Sprintf("/api/v1/admin/audit?target_type=user&target_id=%d", aliceID), nil, &audit)
+		var out []map[string]any
+		for _, e := range audit {
+			if e.Action == sandchat.ActionUserErase {
+				var d map[string]any
+				_ = json.Unmarshal(e.Details, &d)
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	erase := fmt.Sprintf("/api/v1/admin/users/%d/erase", aliceID)
+	engine.refuse.Store(fmt.Sprintf("conv:%d", second))
+	root.unavailable(sandchat.DepRedis, "POST", erase, nil)
+	var left []int64
+	rows, _ := m.DB.Query(context.Background(), `select id from conversations where owner_id = $1 order by id`, aliceID)
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		left = append(left, id)
+	}
+	rows.Close()
+	if !slices.Equal(left, []int64{second}) {
+		t.Fatalf("alice's conversations after the erase stopped: %v, want only %d", left, second)
+	}
+	if got := erasures(); len(got) != 1 || got[0]["finished"] != false || got[0]["conversations_deleted"] != 1.0 ||
+		!strings.Contains(fmt.Sprint(got[0]["stopped_by"]), "Redis") {
+		t.Fatalf("the erase that stopped is recorded as %v, want what it deleted and why it stopped", got)
+	}
+	engine.refuse.Store("")
+	root.must(200, "POST", erase, nil, nil)
+	if got := erasures(); len(got) != 2 || got[0]["conversations_deleted"] != 1.0 || got[0]["finished"] != nil {
+		t.Fatalf("erasures on record %v, want the finished one, newest first, with what it deleted", got)
+	}
 }

@@ -405,6 +405,9 @@ func (e *scriptedEngine) Forget(ctx context.Context, key string) error { return 
 // Config: the scripted engine takes what the real one takes.
 func (e *scriptedEngine) Config() sandbox.Config { return sandbox.DefaultConfig() }
 
+// Loadable: the scripted engine loads no packages.
+func (e *scriptedEngine) Loadable(context.Context, string) bool { return false }
+
 var _ toolkits.Engine = (*scriptedEngine)(nil)
 
 // faultEnv is one Postgres cluster, one Redis and the scripted engine the fault cases

@@ -415,6 +415,9 @@ type Main struct {
 	Retention *lifecycle.Retention
 	// RetentionMin, when set before Run, lowers retention's minimum (tests).
 	RetentionMin time.Duration
+	// CredentialCheck, when set before Run, is how often each socket checks that its
+	// token or session still works, instead of every minute (tests).
+	CredentialCheck time.Duration
 
 	// quotaLocks is the pool the conversations' quota locks are held on, apart from DB
 	// (conversations/pgstore's quota.go says why).
@@ -576,7 +579,7 @@ func (m *Main) buildServices(bg context.Context, catalogue *toolkits.Catalogue) 
 		return err
 	}
 	m.Admin = newAdmin(m.Users, m.Store, agentStore, m.sandbox, bus, m.Log.With("component", "admin"))
-	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes}, m.Log)
+	m.Hub = frontendapi.NewHub(bus, m.Store, frontendapi.WSConfig{QueueBytes: cfg.WSQueueBytes, CredentialCheck: m.CredentialCheck}, m.Log)
 	m.Metrics = prometheus.NewRegistry()
 	var metricsPage http.Handler
 	if cfg.MetricsAddr == "" {

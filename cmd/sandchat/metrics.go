@@ -48,8 +48,9 @@ func startMetricsServer(addr string, reg *prometheus.Registry) (*metricsServer, 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg))
+	// No /debug/pprof/cmdline: the command line may hold a secret (--database-url's
+	// password).
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -143,6 +143,10 @@ func TestMetricsListener(t *testing.T) {
 		if code, body := get(t, "http://"+m.MetricsAddr()+"/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile") {
 			t.Fatalf("goroutine profile: %d %.200s", code, body)
 		}
+		// The command line may hold a secret: the profiler does not show it.
+		if code, body := get(t, "http://"+m.MetricsAddr()+"/debug/pprof/cmdline"); code == 200 || strings.Contains(body, "sandchat") {
+			t.Fatalf("/debug/pprof/cmdline on the metrics listener: %d %.200s", code, body)
+		}
 	})
 }
 

@@ -425,6 +425,22 @@ func TestSignInBehindProxy(t *testing.T) {
 			}
 		}
 	})
+	t.Run("IPv6 clients count by their /64", func(t *testing.T) {
+		// Whoever holds one address of a /64 holds them all: a new address for each
+		// attempt is still the same client.
+		m := e.node(func(c *Config, _ *Main) { c.RateLogins = 3; c.TrustedProxies = []string{"127.0.0.0/8"} })
+		base := "http://" + m.Addr()
+		for i, fwd := range []string{"2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:fffe", "[2001:db8:1:2::4]:443", "2001:db8:1:2:a::5%eth0", "[2001:db8:1:2::6]"} {
+			if want := map[bool]int{true: 429, false: 401}[i >= 3]; attempt(base, fwd).StatusCode != want {
+				t.Fatalf("attempt %d, from %s: want %d", i+1, fwd, want)
+			}
+		}
+		for _, fwd := range []string{"2001:db8:1:3::1", "[2001:db8:1:4::1]"} {
+			if resp := attempt(base, fwd); resp.StatusCode != 401 {
+				t.Fatalf("a client of another /64, as %s: %d, want 401 (counted on its own, not as the proxy)", fwd, resp.StatusCode)
+			}
+		}
+	})
 	t.Run("untrusted peer", func(t *testing.T) {
 		m := e.node(func(c *Config, _ *Main) { c.RateLogins = 3; c.TrustedProxies = []string{"10.0.0.0/8"} })
 		base := "http://" + m.Addr()

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"archive/zip"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,11 +91,7 @@ func (s *Service) exportConversation(owner context.Context, z *zipper, id int64,
 	if err := z.json(dir+"messages.json", nonNil(msgs)); err != nil {
 		return err
 	}
-	runs, err := s.Data.Executions(owner, id)
-	if err != nil {
-		return err
-	}
-	if err := z.json(dir+"executions.json", nonNil(runs)); err != nil {
+	if err := s.exportRuns(owner, z, dir+"executions.json", id); err != nil {
 		return err
 	}
 	files, err := s.Data.Files(owner, id)
@@ -113,6 +110,40 @@ func (s *Service) exportConversation(owner context.Context, z *zipper, id int64,
 	return nil
 }
 
+// exportPage is how many runs an export reads at once: each may hold megabytes of
+// output and display items, and a conversation may hold thousands.
+const exportPage = 20
+
+// exportRuns writes every run of the conversation, oldest first, as one JSON list,
+// reading them a page at a time.
+func (s *Service) exportRuns(owner context.Context, z *zipper, name string, convID int64) error {
+	w, err := z.create(name)
+	if err != nil {
+		return err
+	}
+	sep, end := "[\n  ", "[]\n" // what comes before the next run, and after the last
+	for after := int64(0); ; {
+		runs, err := s.Data.ExecutionsAfter(owner, convID, after, exportPage)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if _, err := io.WriteString(w, sep); err != nil {
+				return err
+			}
+			if err := encodeJSON(w, r, "  "); err != nil {
+				return err
+			}
+			sep, end, after = ",\n  ", "\n]\n", r.ID
+		}
+		if len(runs) < exportPage {
+			break
+		}
+	}
+	_, err = io.WriteString(w, end)
+	return err
+}
+
 func (s *Service) exportFile(owner context.Context, z *zipper, id int64, name string) error {
 	f, r, err := s.Data.OpenFile(owner, id)
 	if err != nil {
@@ -127,12 +158,16 @@ func (s *Service) exportFile(owner context.Context, z *zipper, id int64, name st
 	return err
 }
 
-// safePath keeps a stored name inside the folder it is written to: no empty, "." or
-// ".." parts (uploads have none already; the check holds for every name).
+// safePath keeps a stored name inside the folder it is written to, wherever the
+// archive is unpacked: no part that is empty or made only of dots and spaces ("..", or
+// a form Windows trims to it; uploads have none already, the check holds for every
+// name), and no backslash or colon, which the name of a file a run made may hold
+// (`..\..\x.bat`, `C:\x`) and which unpackers on Windows read as a folder or a drive.
+// A backslash separates parts, as it would there, and a colon becomes "_".
 func safePath(name string) string {
 	var parts []string
-	for _, p := range strings.Split(name, "/") {
-		if p = strings.TrimSpace(p); p != "" && p != "." && p != ".." {
+	for _, p := range strings.FieldsFunc(name, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if p = strings.ReplaceAll(strings.TrimSpace(p), ":", "_"); strings.Trim(p, ". ") != "" {
 			parts = append(parts, p)
 		}
 	}
@@ -165,10 +200,24 @@ func (z *zipper) json(name string, v any) error {
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if err := encodeJSON(w, v, ""); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, "\n")
+	return err
+}
+
+// encodeJSON writes v indented, each line after the first starting with prefix.
+func encodeJSON(w io.Writer, v any, prefix string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent(prefix, "  ")
 	enc.SetEscapeHTML(false) // code reads as written: a << b, not a \u003c\u003c b
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	return err
 }
 
 // nonNil writes an empty list as [] rather than null.

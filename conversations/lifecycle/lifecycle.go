@@ -53,7 +53,8 @@ type Data interface {
 	DeleteConversation(ctx context.Context, id int64) error
 	EraseAuthor(ctx context.Context, userID int64) (conversations.Erased, error)
 	Messages(ctx context.Context, convID int64) ([]conversations.Message, error)
-	Executions(ctx context.Context, convID int64) ([]conversations.StoredExecution, error)
+	// ExecutionsAfter lists at most limit runs after the run after, oldest first.
+	ExecutionsAfter(ctx context.Context, convID, after int64, limit int) ([]conversations.StoredExecution, error)
 	Files(ctx context.Context, convID int64) ([]conversations.StoredFile, error)
 	OpenFile(ctx context.Context, id int64) (conversations.StoredFile, conversations.FileReader, error)
 }
@@ -159,12 +160,16 @@ type Erasure struct {
 // what they wrote in conversations of others is taken out (conversations/pgstore's
 // EraseAuthor), and the account with its agents, tokens, sessions and memberships is
 // deleted. An erase that fails part way leaves the account disabled and can be run
-// again: it goes on where it stopped.
-func (s *Service) Erase(ctx context.Context, id int64) (Erasure, error) {
-	var out Erasure
+// again: it goes on where it stopped. What one that stops did is recorded then.
+func (s *Service) Erase(ctx context.Context, id int64) (out Erasure, err error) {
 	if _, err := s.Disable(ctx, id); err != nil {
 		return out, err
 	}
+	defer func() {
+		if err != nil && (out.ConversationsDeleted > 0 || out.Erased != conversations.Erased{}) {
+			s.recordStopped(ctx, id, out, err)
+		}
+	}()
 	owner := sandchat.WithUser(ctx, &sandchat.User{ID: id})
 	convs, err := s.Data.OwnedConversations(ctx, id)
 	if err != nil {
@@ -193,6 +198,23 @@ func (s *Service) Erase(ctx context.Context, id int64) (Erasure, error) {
 	s.Log.InfoContext(ctx, "user erased", "user_id", id, "conversations", out.ConversationsDeleted, "agents", out.AgentsDeleted,
 		"messages_anonymized", out.Messages, "uploads_deleted", out.Uploads)
 	return out, nil
+}
+
+// stoppedErasure is the record of an erase that stopped part way.
+type stoppedErasure struct {
+	Erasure
+	Finished  bool   `json:"finished"`
+	StoppedBy string `json:"stopped_by"`
+}
+
+// recordStopped puts what an erase that stopped part way deleted on the record: the
+// conversations gone, the words taken out. Run again, the erase records only what it
+// does then; without this, what it did first would be on no record at all.
+func (s *Service) recordStopped(ctx context.Context, id int64, done Erasure, cause error) {
+	if err := s.Accounts.Record(ctx, sandchat.ActionUserErase, sandchat.AuditTargetUser, id,
+		stoppedErasure{Erasure: done, StoppedBy: sandchat.ErrorMessage(cause)}); err != nil {
+		s.Log.WarnContext(ctx, "record an erase that stopped part way", "user_id", id, "conversations_deleted", done.ConversationsDeleted, "err", err)
+	}
 }
 
 // deleteConversation is the owner's delete of a conversation (DELETE
@@ -266,10 +288,11 @@ func (s *Service) Audit(ctx context.Context, q sandchat.AuditQuery) ([]sandchat.
 }
 
 // closeSockets closes sockets after a change that is committed already: a socket that
-// is not told now (Redis away) is refused at its next reconnect.
+// is not told now (Redis away) finds out at its next check of its credential, within a
+// minute.
 func (s *Service) closeSockets(ctx context.Context, userID int64, cred sandchat.Credential, reason string) {
 	if err := s.Sockets.CloseSockets(ctx, userID, cred, reason); err != nil {
-		s.Log.WarnContext(ctx, "close the sockets of a revoked credential; they close at their next reconnect", "user_id", userID, "err", err)
+		s.Log.WarnContext(ctx, "close the sockets of a revoked credential; they close at their next check of it", "user_id", userID, "err", err)
 	}
 }
 

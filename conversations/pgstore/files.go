@@ -442,40 +442,59 @@ func (s *Store) File(ctx context.Context, id int64) (conversations.StoredFile, [
 	return f, data, nil
 }
 
+// executionColumns are what a stored run is read as (scanExecution), from executions e:
+// the run, and its artifacts that still exist.
+const executionColumns = `e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
+	e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, coalesce(e.displays, '[]'),
+	e.output_order, e.created_at, e.finished_at,
+	coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
+		from files f where f.execution_id = e.id), '[]')`
+
 // Executions lists a conversation's recorded runs, oldest first, with their artifacts
 // that still exist; view access. Bounded to the newest 500.
 func (s *Store) Executions(ctx context.Context, convID int64) ([]conversations.StoredExecution, error) {
+	return s.executions(ctx, convID, `select * from (select `+executionColumns+`
+		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
+}
+
+// ExecutionsAfter lists at most limit of a conversation's recorded runs after the run
+// after (0: from the first), oldest first: all of them, a page at a time (an export);
+// view access.
+func (s *Store) ExecutionsAfter(ctx context.Context, convID, after int64, limit int) ([]conversations.StoredExecution, error) {
+	return s.executions(ctx, convID, `select `+executionColumns+`
+		from executions e where e.conversation_id = $1 and e.id > $2 order by e.id limit $3`, convID, after, limit)
+}
+
+func (s *Store) executions(ctx context.Context, convID int64, sql string, args ...any) ([]conversations.StoredExecution, error) {
 	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, `select * from (select e.id, e.conversation_id, e.turn_id, e.agent_id, e.code, e.status,
-			e.stdout, e.stderr, e.result, e.error, e.execution_ms, e.session_version, e.restored_from, coalesce(e.displays, '[]'),
-			e.output_order, e.created_at, e.finished_at,
-			coalesce((select json_agg(json_build_object('id', f.id, 'name', f.name, 'content_type', f.content_type, 'size', f.size) order by f.id)
-				from files f where f.execution_id = e.id), '[]')
-		from executions e where e.conversation_id = $1 order by e.id desc limit 500) x order by id`, convID)
+	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, pgdb.PgError(err, "executions")
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.StoredExecution, error) {
-		var e conversations.StoredExecution
-		// Code and output are stored as the bytes the program wrote (NUL included).
-		var code, stdout, stderr, result, errJSON, files []byte
-		err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
-			&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.Order, &e.CreatedAt, &e.FinishedAt, &files)
-		if err != nil {
-			return e, err
-		}
-		e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
-		if result != nil {
-			v := string(result)
-			e.Result = &v
-		}
-		if len(errJSON) > 0 {
-			e.Error = errJSON
-		}
-		return e, json.Unmarshal(files, &e.Artifacts)
-	})
+	out, err := pgx.CollectRows(rows, scanExecution)
+	return out, pgdb.PgError(err, "executions")
+}
+
+func scanExecution(r pgx.CollectableRow) (conversations.StoredExecution, error) {
+	var e conversations.StoredExecution
+	// Code and output are stored as the bytes the program wrote (NUL included).
+	var code, stdout, stderr, result, errJSON, files []byte
+	err := r.Scan(&e.ID, &e.ConversationID, &e.TurnID, &e.AgentID, &code, &e.Status, &stdout, &stderr, &result, &errJSON,
+		&e.ExecutionMS, &e.SessionVersion, &e.RestoredFrom, &e.Displays, &e.Order, &e.CreatedAt, &e.FinishedAt, &files)
+	if err != nil {
+		return e, err
+	}
+	e.Code, e.Stdout, e.Stderr = string(code), string(stdout), string(stderr)
+	if result != nil {
+		v := string(result)
+		e.Result = &v
+	}
+	if len(errJSON) > 0 {
+		e.Error = errJSON
+	}
+	return e, json.Unmarshal(files, &e.Artifacts)
 }
 
 // DeleteFile removes an upload (it leaves /data from the next run on) or an artifact;

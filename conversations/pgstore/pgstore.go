@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,6 +91,65 @@ func (s *Store) FindConversations(ctx context.Context) ([]*conversations.Convers
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*conversations.Conversation, error) {
 		c := &conversations.Conversation{}
 		return c, r.Scan(&c.ID, &c.OwnerID, &c.AgentID, &c.Title, &c.CreatedAt, &c.UpdatedAt, &c.Role)
+	})
+}
+
+// searchPrefix turns plainto_tsquery's text ('import' & 'sy') into a query of word
+// starts ('import':* & 'sy':*): a search matches as its words are typed.
+const searchPrefix = `('(?:[^']|'')*')`
+
+// searchIndexed is how much of a message the search reads: the expression of the
+// index messages_search (migrations/017_conversation_search.sql), as the query must
+// repeat it for the planner to use the index.
+const searchIndexed = `to_tsvector('simple', left(msg.content, 100000))`
+
+func (s *Store) SearchConversations(ctx context.Context, query string, limit int) ([]conversations.SearchHit, error) {
+	query = strings.TrimSpace(query)
+	if len(query) > conversations.MaxSearchLen {
+		return nil, sandchat.Errorf(sandchat.EINVALID, "A search is at most %d characters.", conversations.MaxSearchLen)
+	}
+	if !strings.ContainsFunc(query, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) {
+		return []conversations.SearchHit{}, nil // no word to look for
+	}
+	rows, err := s.db.Query(ctx, `with q as (
+			select to_tsquery('simple', regexp_replace(plainto_tsquery('simple', $2)::text, $3, '\1:*', 'g')) as q
+		), visible as (
+			select c.id, coalesce(m.role, 'owner') as role from conversations c
+			left join conversation_members m on m.conversation_id = c.id and m.user_id = $1
+			where c.owner_id = $1 or m.user_id is not null
+		), best as (
+			select distinct on (msg.conversation_id) msg.conversation_id, msg.id, msg.role,
+				ts_rank(`+searchIndexed+`, q.q) as rank
+			from messages msg, q
+			where msg.role in ('user', 'assistant') and msg.conversation_id in (select id from visible)
+				and `+searchIndexed+` @@ q.q
+			order by msg.conversation_id, rank desc, msg.id desc
+		)
+		select `+convColumns+`, v.role, b.id, b.role,
+			case when b.id is null then '' else ts_headline('simple', left(msg.content, 100000), q.q,
+				'StartSel="", StopSel="", MaxWords=20, MinWords=8, ShortWord=0, MaxFragments=1, FragmentDelimiter=" … "') end
+		from visible v join conversations c on c.id = v.id cross join q
+		left join best b on b.conversation_id = c.id
+		left join messages msg on msg.id = b.id
+		where b.id is not null or to_tsvector('simple', c.title) @@ q.q
+		order by (to_tsvector('simple', c.title) @@ q.q) desc, coalesce(b.rank, 0) desc, c.updated_at desc, c.id desc
+		limit $4`, sandchat.UserIDFromContext(ctx), query, searchPrefix, limit)
+	if err != nil {
+		return nil, pgdb.PgError(err, "Conversation")
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.SearchHit, error) {
+		h := conversations.SearchHit{Conversation: &conversations.Conversation{}}
+		c := h.Conversation
+		var msgID *int64
+		var role *string
+		var snippet string
+		if err := r.Scan(&c.ID, &c.OwnerID, &c.AgentID, &c.Title, &c.CreatedAt, &c.UpdatedAt, &c.Role, &msgID, &role, &snippet); err != nil {
+			return h, err
+		}
+		if msgID != nil {
+			h.Match = &conversations.SearchMatch{MessageID: *msgID, Role: *role, Snippet: strings.Join(strings.Fields(snippet), " ")}
+		}
+		return h, nil
 	})
 }
 

@@ -402,6 +402,26 @@ func (s *Store) Turn(ctx context.Context, convID, turnID int64) (conversations.T
 	return t, pgdb.PgError(err, "Turn")
 }
 
+// maxEndedTurns bounds the turns Turns lists: the newest ones.
+const maxEndedTurns = 1000
+
+// Turns returns the conversation's turns that ended other than completed (cancelled,
+// failed), oldest first, if the caller may view it.
+func (s *Store) Turns(ctx context.Context, convID int64) ([]conversations.Turn, error) {
+	if _, err := share.Authorize(ctx, s.db, convID, sandchat.Anyone...); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, `select * from (select id, conversation_id, status, coalesce(error, ''), created_at, finished_at from turns
+		where conversation_id = $1 and status in ('failed', 'cancelled') order by id desc limit $2) t order by id`, convID, maxEndedTurns)
+	if err != nil {
+		return nil, pgdb.PgError(err, "Turn")
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (conversations.Turn, error) {
+		var t conversations.Turn
+		return t, r.Scan(&t.ID, &t.ConversationID, &t.Status, &t.Error, &t.CreatedAt, &t.FinishedAt)
+	})
+}
+
 // Heartbeat renews this node's running turns and returns those it no longer runs
 // (failed by another node, e.g. while this one was paused): their runners must stop;
 // and those whose cancel was requested.

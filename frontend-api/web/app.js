@@ -11,22 +11,35 @@ import { VERSION_PICKED } from "/js/versions.js";
 import { updateOffer } from "/js/offer.js";
 import { updateMessageActions, messageUpdated } from "/js/resend.js";
 import { signOut, logOut, signIn, start, exchange, linkSecret, route, setMenu } from "/js/session.js";
-import { convTitle, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage } from "/js/chat.js";
+import { convTitle, inOpenFence, loadConversations, closeConversation, renderHeader, sendMessage, sendKept, newConversation } from "/js/chat.js";
 import { uploadFiles, openFiles, closeFiles } from "/js/files.js";
 import { openPopup, closePopup } from "/js/tools.js";
 import { loadAgents, renderAgentForm, renderAgentTools, isDirty, markDirty, saveAgent } from "/js/agents.js";
 import { startFollowing } from "/js/follow.js";
 import { startToasts } from "/js/toasts.js";
 import { startLive } from "/js/live.js";
+import { CONNECTION } from "/js/socket.js";
+import { showConnection } from "/js/connection.js";
+import { startSearch } from "/js/search.js";
 
 function bind() {
   addEventListener(UNAUTHORIZED, (e) => signOut(e.detail));
   // A turn starting or ending changes what is offered under the latest message.
-  addEventListener(TURN_CHANGED, () => { updateOffer(); updateMessageActions(); });
+  addEventListener(TURN_CHANGED, (e) => { updateOffer(); updateMessageActions(); if (!e.detail) guard(sendKept); });
   addEventListener(VERSION_PICKED, (e) => messageUpdated(e.detail));
+  addEventListener(CONNECTION, (e) => showConnection(e.detail));
   startFollowing();
   startToasts();
   startLive();
+  startSearch();
+  // The skip link goes to the message box (or the view's first field) without changing
+  // the address, which holds what is open.
+  $("skip").onclick = (e) => {
+    e.preventDefault();
+    const target = !$("chat-view").hidden ? $("input") : [...document.querySelectorAll("main:not([hidden]) :is(input, textarea, select, button):not([disabled])")].find((x) => x.getClientRects().length);
+    if (target && !target.disabled) target.focus();
+    else $("messages").focus();
+  };
   $("login").onsubmit = (e) => {
     e.preventDefault();
     const text = $("token").value.trim();
@@ -43,15 +56,7 @@ function bind() {
   $("menu").onclick = () => setMenu(!document.body.classList.contains("menu-open"));
   window.addEventListener("hashchange", () => guard(route));
 
-  $("new-conv").onsubmit = (e) => {
-    e.preventDefault();
-    const agent = $("conv-agent").value;
-    guard(async () => {
-      const c = await api("POST", "/conversations", agent ? { agent_id: Number(agent) } : {});
-      await loadConversations();
-      location.hash = `#/c/${c.id}`;
-    });
-  };
+  $("new-conv").onsubmit = (e) => { e.preventDefault(); guard(newConversation); };
   $("rename").onclick = () => {
     $("rename-input").value = state.conv.title || "";
     $("rename-form").hidden = false;
@@ -83,7 +88,7 @@ function bind() {
 
   $("composer").onsubmit = (e) => { e.preventDefault(); guard(sendMessage); };
   $("input").onkeydown = (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && enterSends() && !inOpenFence($("input"))) { e.preventDefault(); if (!state.turn) guard(sendMessage); }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && enterSends() && !inOpenFence($("input"))) { e.preventDefault(); guard(sendMessage); }
   };
   $("stop").onclick = () => guard(async () => {
     if (!state.turn) return;
@@ -92,17 +97,25 @@ function bind() {
     try { await api("POST", `/conversations/${state.conv.id}/turns/${state.turn}/cancel`); } finally { $("stop").disabled = false; }
   });
   $("attach").onclick = () => $("file-input").click();
-  // Files dropped on the composer are attached like the button's.
-  $("composer").addEventListener("dragover", (e) => {
-    if (!state.conv || $("attach").disabled || !e.dataTransfer?.types.includes("Files")) return;
+  // Files dropped anywhere on the chat (the messages, the header, the box) are attached
+  // like the button's. Dropped anywhere else, they are refused: a browser left to
+  // itself would open the file in place of the page.
+  const carriesFiles = (e) => e.dataTransfer?.types.includes("Files");
+  const takesFiles = () => !!state.conv && !$("attach").disabled && !$("chat-view").hidden;
+  let dragDepth = 0;
+  $("chat").addEventListener("dragenter", (e) => { if (carriesFiles(e) && takesFiles()) { dragDepth++; $("chat").classList.add("dropping"); } });
+  $("chat").addEventListener("dragleave", (e) => { if (carriesFiles(e) && --dragDepth <= 0) { dragDepth = 0; $("chat").classList.remove("dropping"); } });
+  document.addEventListener("dragover", (e) => {
+    if (!carriesFiles(e)) return;
     e.preventDefault();
-    $("composer").classList.add("dropping");
+    e.dataTransfer.dropEffect = takesFiles() && $("chat").contains(e.target) ? "copy" : "none";
   });
-  $("composer").addEventListener("dragleave", () => $("composer").classList.remove("dropping"));
-  $("composer").addEventListener("drop", (e) => {
-    $("composer").classList.remove("dropping");
-    if (!state.conv || $("attach").disabled || !e.dataTransfer?.files.length) return;
+  document.addEventListener("drop", (e) => {
+    if (!carriesFiles(e)) return;
     e.preventDefault();
+    dragDepth = 0;
+    $("chat").classList.remove("dropping");
+    if (!takesFiles() || !$("chat").contains(e.target) || !e.dataTransfer.files.length) return;
     const files = [...e.dataTransfer.files];
     guard(() => uploadFiles(files));
   });

@@ -7,8 +7,9 @@ import sys, types, os, importlib.abc, importlib.util
 
 def _rich_display():
     # display: Jupyter's MIME bundles, handed to the Worker (worker/output.ts,
-    # sandchatDisplay). Returns display, show_result (a cell's trailing value) and emit.
-    import base64, json as _json
+    # sandchatDisplay). Returns display, show_result (a cell's trailing value), emit,
+    # clear_output and the DisplayHandle class.
+    import base64, json as _json, uuid
 
     REPRS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
              ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
@@ -77,12 +78,45 @@ def _rich_display():
             out[mime] = v
         return out
 
-    def emit(kind, data, meta):
+    def emit(kind, data, meta, display_id=None, **extra):
         # The control code checks and bounds what arrives; the engine checks it again.
+        # What was printed goes first: the item comes after it, as it was written.
         import js
-        js.sandchatDisplay(kind, _json.dumps({"data": data, "metadata": meta}, default=str))
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        item = {"data": data, "metadata": meta, **extra}
+        if display_id is not None:
+            item["transient"] = {"display_id": str(display_id)}
+        js.sandchatDisplay(kind, _json.dumps(item, default=str))
 
-    def display(*objs, raw=False, metadata=None, **kwargs):
+    class DisplayHandle:
+        # What display(…, display_id=…) returns: its item can be shown again or updated
+        # in place, as IPython's.
+        def __init__(self, display_id=None):
+            self.display_id = uuid.uuid4().hex if display_id is None else str(display_id)
+        def __repr__(self):
+            return f"<DisplayHandle display_id={self.display_id}>"
+        def display(self, obj, **kwargs):
+            display(obj, display_id=self.display_id, **kwargs)
+        def update(self, obj, **kwargs):
+            display(obj, display_id=self.display_id, update=True, **kwargs)
+
+    def clear_output(wait=False):
+        # What the cell showed so far goes: at once, or (wait) when something new comes,
+        # so a progress line redrawn in a loop does not flicker. Its record keeps only
+        # what comes after.
+        emit("clear", {}, {}, wait=bool(wait))
+
+    def display(*objs, raw=False, metadata=None, display_id=None, update=False, clear=False, transient=None, **kwargs):
+        if display_id is True:
+            display_id = uuid.uuid4().hex
+        if display_id is None and isinstance(transient, dict):
+            display_id = transient.get("display_id")
+        if clear:
+            clear_output(wait=True)
         for obj in objs:
             if raw and isinstance(obj, dict):
                 data, meta = parts(obj), dict(metadata or {})
@@ -90,7 +124,12 @@ def _rich_display():
                 data, meta = bundle(obj)
                 if metadata:
                     meta.update(metadata)
-            emit("display", data, meta)
+            emit("update" if update and display_id is not None else "display", data, meta, display_id)
+        if display_id is not None and not update:
+            return DisplayHandle(display_id)
+
+    def update_display(obj, *, display_id, **kwargs):
+        display(obj, display_id=display_id, update=True, **kwargs)
 
     def show_result(value):
         # A trailing expression shows like Jupyter's Out[]: as a display item when it has
@@ -104,10 +143,10 @@ def _rich_display():
             emit("result", data, meta)
         return data.get("text/plain") or repr(value)
 
-    return display, show_result, emit
+    return display, show_result, emit, clear_output, DisplayHandle, update_display
 
 
-def _ipython_display(display):
+def _ipython_display(display, clear_output, DisplayHandle, update_display):
     # IPython.display's common classes, for code written for notebooks.
     m = types.ModuleType("IPython.display")
     class _Rich:
@@ -127,6 +166,13 @@ def _ipython_display(display):
     m.SVG = rich("SVG", "image/svg+xml")
     m.JSON = rich("JSON", "application/json")
     m.Latex = rich("Latex", "text/latex")
+    class Math(_Rich):
+        # An equation, drawn as display math (IPython's $\displaystyle …$).
+        mime = "text/latex"
+        def _repr_mimebundle_(self, include=None, exclude=None):
+            tex = str(self.data or "").strip().strip("$").strip()
+            return {"text/latex": f"$\\displaystyle {tex}$", "text/plain": "<IPython.core.display.Math object>"}
+    m.Math = Math
     class Image(_Rich):
         binary = True
         def __init__(self, data=None, url=None, filename=None, format="png", width=None, height=None, **kw):
@@ -139,7 +185,9 @@ def _ipython_display(display):
             return super()._repr_mimebundle_(include, exclude), ({self.mime: size} if size else {})
     m.Image = Image
     m.display = display
-    m.clear_output = lambda *a, **k: None
+    m.clear_output = clear_output
+    m.DisplayHandle = DisplayHandle
+    m.update_display = update_display
     pkg = types.ModuleType("IPython")
     pkg.display = m
     pkg.__path__ = []

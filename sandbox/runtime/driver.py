@@ -260,8 +260,8 @@ def _reseed():
 
 def _install():
     forget_listings, compiled = _import_caches()
-    display, show_result, emit = _rich_display()
-    _ipython_display(display)
+    display, show_result, emit, clear_output, handle, update_display = _rich_display()
+    _ipython_display(display, clear_output, handle, update_display)
     _pyplot_figures(emit)
     run, run_async = _cell_runner(show_result, compiled)
     _interruptible_sleep()

@@ -11,7 +11,7 @@
 
 import { describe, FrameWriter, readFrames, type Request, type RuntimeConfig } from "./protocol.ts";
 import { compileWasm } from "./compile.ts";
-import { type FromWorker, type RunDone, type RunError, said, type Said, type SaidOf, type ToWorker } from "./messages.ts";
+import { type FromWorker, isDisplayKind, type RunDone, type RunError, said, type Said, type SaidOf, type ToWorker } from "./messages.ts";
 
 const input = await Deno.open("/dev/fd/3", { read: true });
 const output = new FrameWriter(await Deno.open("/dev/fd/4", { write: true }));
@@ -184,9 +184,14 @@ function onWorker(data: unknown) {
   if (m.op === "display") {
     // Bounded here as well as in the Worker (whose word is the user's): the engine
     // validates each item and keeps its own count.
-    if (p.expect !== "done" || typeof m.item !== "string" || (m.kind !== "display" && m.kind !== "result")) return;
+    if (p.expect !== "done" || typeof m.item !== "string" || !isDisplayKind(m.kind)) return;
+    if (m.kind === "clear") {
+      // What came before it is gone: the items after it count afresh.
+      current.displays = 0;
+      current.displayBytes = 0;
+    }
     current.displayBytes += m.item.length;
-    current.displays++;
+    if (m.kind === "display" || m.kind === "result") current.displays++;
     if (current.displays > config!.maxDisplays || current.displayBytes > config!.maxDisplayBytes) {
       current.displaysDropped++;
       return;
@@ -226,12 +231,20 @@ function strings(vs: unknown[], max: number): string[] {
 // readRun checks a run's reply, as the Worker said it, against what an honest Worker
 // sends, and bounds what may go to the engine: the reply, or why it is refused.
 function readRun(r: SaidOf<"done">, cfg: RuntimeConfig): Omit<RunDone, "op" | "run" | "timings"> | string {
-  const { status, stdout, stderr, changed, deleted, packages, omitted } = r;
+  const { status, stdout, stderr, changed, deleted, packages, omitted, dirs, links, cwd, unkept } = r;
   if (status !== "success" && status !== "error" && status !== "timeout") return "bad status";
   if (typeof stdout !== "string" || typeof stderr !== "string") return "bad output";
   if (stdout.length > 2 * cfg.maxOutput + 1024 || stderr.length > 2 * cfg.maxOutput + 1024) return "output over limit";
   if (!Array.isArray(changed) || !Array.isArray(deleted) || !Array.isArray(packages)) return "bad files";
   if (changed.length > cfg.maxFiles || !safeInt(omitted) || deleted.length > 100000 || packages.length > 10000) return "too many files";
+  if (!Array.isArray(dirs) || !Array.isArray(links) || dirs.length > cfg.maxFiles || links.length > cfg.maxFiles) return "bad directories or links";
+  if (!safeInt(unkept) || unkept < 0 || (cwd !== null && (typeof cwd !== "string" || cwd.length > 4096))) return "bad working directory";
+  const made: RunDone["links"] = [];
+  for (const l of links as unknown[]) {
+    const { path, target } = (l ?? {}) as { path?: unknown; target?: unknown };
+    if (typeof path !== "string" || typeof target !== "string") return "bad link";
+    made.push({ path: path.slice(0, 4096), target: target.slice(0, 4096) });
+  }
   const files: RunDone["changed"] = [];
   for (const f of changed as unknown[]) {
     const { path, size, data } = (f ?? {}) as { path?: unknown; size?: unknown; data?: unknown };
@@ -245,7 +258,7 @@ function readRun(r: SaidOf<"done">, cfg: RuntimeConfig): Omit<RunDone, "op" | "r
     status, result: typeof r.result === "string" ? str(r.result, 2 * cfg.maxOutput + 1024) : null,
     error: e && typeof e === "object" ? { type: str(e.type, 200), message: str(e.message, 65536), traceback: str(e.traceback, 262144) } : null,
     stdout, stderr, stdoutTruncated: !!r.stdoutTruncated, stderrTruncated: !!r.stderrTruncated,
-    changed: files, omitted,
+    changed: files, omitted, dirs: strings(dirs, 4096), links: made, cwd, unkept,
     deleted: strings(deleted, 4096), packages: strings(packages, 200),
     outside: Array.isArray(r.outside) ? r.outside.slice(0, 20).map((p: unknown) => str(p, 4096)) : [],
     displaysDropped: (Number.isInteger(dropped) && (dropped as number) > 0 ? dropped as number : 0),
@@ -298,7 +311,10 @@ async function handle(m: Request) {
         });
         let r: SaidOf<"attached">;
         try {
-          r = await call({ op: "attach", reseed: !!m.reseed, files: m.files ?? [], packages: m.packages ?? [], pip: m.pip ?? [], cells, data: m.data ?? [] }, "attached");
+          r = await call({
+            op: "attach", reseed: !!m.reseed, files: m.files ?? [], dirs: m.dirs ?? [], links: m.links ?? [], cwd: typeof m.cwd === "string" ? m.cwd : "",
+            packages: m.packages ?? [], pip: m.pip ?? [], cells, data: m.data ?? [],
+          }, "attached");
         } finally {
           replay.timers.forEach(clearTimeout);
           new Uint8Array(interrupt).fill(0);

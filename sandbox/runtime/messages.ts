@@ -6,7 +6,7 @@
 // each as Said<…>: the field names of the message it claims to be, every value unknown
 // until the host has checked it.
 
-import type { DataFile, FileBlob, PipWheel } from "./protocol.ts";
+import type { DataFile, FileBlob, Link, PipWheel } from "./protocol.ts";
 
 /** Where the Worker imports Pyodide from, and where Pyodide finds its packages. */
 export type PyodideAt = {
@@ -46,8 +46,20 @@ export type ToWorker =
     warm: boolean;
     warmup?: boolean;
   } & PyodideAt)
-  /** The session becomes live: its files, packages, and the cells to replay. */
-  | { op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[]; data: DataFile[] }
+  /** The session becomes live: its files (and directories, links, current directory),
+   * packages, and the cells to replay. */
+  | {
+    op: "attach";
+    reseed: boolean;
+    files: FileBlob[];
+    dirs: string[];
+    links: Link[];
+    cwd: string;
+    packages: string[];
+    pip: PipWheel[];
+    cells: string[];
+    data: DataFile[];
+  }
   /** run: the run's nonce, echoed in everything the Worker sends for it. */
   | ({
     op: "run";
@@ -82,7 +94,15 @@ export type RunDone = {
   stderrTruncated: boolean;
   changed: ChangedFile[];
   omitted: number;
+  /** Directories and symbolic links of the working directory the run made (or
+   * retargeted); deleted: the paths, of any kind, it took away. */
+  dirs: string[];
+  links: Link[];
   deleted: string[];
+  /** The interpreter's current directory, when the run moved it; null when it did not. */
+  cwd: string | null;
+  /** Entries the run made that the session cannot keep (a path too long, or not text). */
+  unkept: number;
   outside: string[];
   packages: string[];
   timings: Record<string, number>;
@@ -91,6 +111,16 @@ export type RunDone = {
 
 /** The heap between runs: a delta against the base, or why there is none. */
 export type HeapState = { header?: Uint8Array; delta?: Uint8Array; snapshotError?: string; tooLarge?: boolean };
+
+/** What a display frame is: an item, a trailing expression's rich form, an update of the
+ * items of a display_id, or a clear of what the run showed (the engine's
+ * sandchat.DisplayItem, DisplayResult, DisplayUpdate, DisplayClear). */
+export type DisplayKind = "display" | "result" | "update" | "clear";
+
+/** isDisplayKind tells whether a Worker's word names a kind of display frame. */
+export function isDisplayKind(k: unknown): k is DisplayKind {
+  return k === "display" || k === "result" || k === "update" || k === "clear";
+}
 
 /** Worker → control thread. */
 export type FromWorker =
@@ -103,7 +133,7 @@ export type FromWorker =
   /** The run's code starts: its packages are loaded, its time limit starts. */
   | { op: "started" }
   | { op: "out"; run: string; stream: "stdout" | "stderr"; chunk: string; truncated: boolean }
-  | { op: "display"; run: string; kind: "display" | "result"; item: string }
+  | { op: "display"; run: string; kind: DisplayKind; item: string }
   /** micropip.install: req is the install request's JSON, for the engine to resolve. */
   | { op: "pip"; seq: number; req: string }
   | RunDone

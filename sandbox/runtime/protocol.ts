@@ -9,6 +9,8 @@
 
 // deno-lint-ignore-file no-explicit-any
 
+import type { DisplayKind } from "./messages.ts";
+
 export type Blob = Uint8Array;
 
 /** Requests from the engine. One is in flight at a time, except interrupt. */
@@ -18,7 +20,8 @@ export type Request =
   | { id: number; op: "boot"; preload: string[] }
   | { id: number; op: "load"; header?: Blob; delta?: Blob; warm: boolean }
   /** cellTimeouts: each replayed cell's limit (ms), then graceMs before the process is stopped. */
-  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; packages: string[]; pip: PipWheel[]; cells: string[]; cellTimeouts: number[]; graceMs: number; data: DataFile[] }
+  /** files, dirs, links, cwd: the session's saved working directory (worker/workdir.ts). */
+  | { id: number; op: "attach"; reseed: boolean; files: FileBlob[]; dirs: string[]; links: Link[]; cwd: string; packages: string[]; pip: PipWheel[]; cells: string[]; cellTimeouts: number[]; graceMs: number; data: DataFile[] }
   /** data: only files the process does not hold; dataVersions: all of /data, name → version. */
   | { id: number; op: "run"; code: string; filename: string; data: DataFile[]; dataVersions: Record<string, string>; preload: string[] }
   /** The heap between runs, as a delta against the base, unless it passes maxBytes. */
@@ -44,6 +47,8 @@ export type RuntimeConfig = {
 };
 
 export type FileBlob = { path: string; data: Blob };
+/** A symbolic link of the working directory: its path there, and its target as written. */
+export type Link = { path: string; target: string };
 export type PipWheel = { name: string; version: string; path: string };
 /** micropip.install during a run (id 0): the engine answers with a pipDone request. */
 export type Pip = { id: 0; op: "pip"; seq: number; req: { requirements: string[]; deps: boolean; keepGoing: boolean; lock: boolean } };
@@ -56,7 +61,7 @@ export type Out = { id: 0; op: "out"; stream: "stdout" | "stderr"; chunk: string
 /** The run in flight starts its code (id 0): its packages are loaded, its time limit starts. */
 export type Started = { id: 0; op: "started" };
 /** A display item of the run in flight (id 0): a JSON MIME bundle, checked by the engine. */
-export type Display = { id: 0; op: "display"; kind: "display" | "result"; item: string };
+export type Display = { id: 0; op: "display"; kind: DisplayKind; item: string };
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();

@@ -65,9 +65,11 @@ func BenchmarkDescribeCSV(b *testing.B) {
 			}
 		}
 		peak := tablestest.PeakHeap(describe)
+		cpu := tablestest.CPU()
 		for b.Loop() {
 			describe()
 		}
+		b.ReportMetric(float64(tablestest.CPU()-cpu)/float64(b.N)/1e6, "cpu-ms/op")
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	})
 }
@@ -100,9 +102,11 @@ func BenchmarkDescribeXLSX(b *testing.B) {
 			}
 		}
 		peak := tablestest.PeakHeap(describe)
+		cpu := tablestest.CPU()
 		for b.Loop() {
 			describe()
 		}
+		b.ReportMetric(float64(tablestest.CPU()-cpu)/float64(b.N)/1e6, "cpu-ms/op")
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	})
 }

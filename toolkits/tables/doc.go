@@ -13,8 +13,8 @@
 //     sniffing and a record reader bounded in bytes and columns;
 //   - jsonl.go: JSON Lines, one object per line, columns in first-seen key order;
 //   - xlsx.go: Excel workbooks: the zip's declared sizes checked, then each sheet
-//     described; sheetcsv.go writes sheets as CSV (the copies Python reads);
-//   - inflate.go: the DEFLATE decoder a workbook's parts are unpacked with;
+//     described (its parts unpacked with github.com/klauspost/compress/flate);
+//     sheetcsv.go writes sheets as CSV (the copies Python reads);
 //   - workbook.go: what describes a workbook (its sheets and their parts, its date
 //     system, what its cell styles' number formats say of dates, its shared strings,
 //     bounded in memory);
@@ -26,7 +26,10 @@
 //   - readahead.go, rowsahead.go: a file is read on two cores: a CSV or JSON Lines file
 //     is parsed in a goroutine of its own, a few batches of rows ahead of its profile; a
 //     workbook's sheet is unpacked in one, a few buffers ahead of its parsing, which
-//     profiles each row as it reads it.
+//     profiles each row as it reads it;
+//   - fuzz_test.go: a fuzz target for each reader of an uploaded file (delimited, JSON
+//     Lines, the encodings, the XML scanner, a sheet's rows, in buffers of any size, a
+//     workbook's parts, its zip), seeded from testdata/fuzz; make fuzz runs each.
 //
 // Bounds hold whatever the input: a record (a line, or a quoted field's lines, a sheet's
 // row or cell) is at most Limits.MaxRecordBytes; Limits.MaxColumns columns are described

@@ -3,6 +3,7 @@ package tables
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"math/bits"
@@ -52,6 +53,11 @@ type sheetRows struct {
 	rowRef, rowMask uint64    // the row's number as written and a quote, in a word
 	rowRefN         int       // its bytes; 0 when the row has no number
 	tags            []tagMemo // by column
+
+	// Formulas without a saved value (a file written by a program that does not compute
+	// them) read as empty cells: how many, and where the first one is, for a note.
+	uncomputed      int
+	firstUncomputed string
 }
 
 // tagMemo is a column's last cell tag: its start, <c r=" and the column's letters, and
@@ -86,7 +92,7 @@ func (w *workbook) rows(s sheetRef, maxCols int) (*sheetRows, error) {
 	if err != nil {
 		return nil, w.malformed(s.part, err)
 	}
-	ra := newReadAhead(rc, readAheadBytes, xmlScanBytes, readAheadBuffers)
+	ra := newReadAhead(rc, w.ahead.size, w.ahead.room, readAheadBuffers)
 	return &sheetRows{wb: w, sheet: s.name, sc: newAheadScanner(ra), ra: ra, part: rc, maxCols: maxCols, maxBytes: w.lim.MaxRecordBytes}, nil
 }
 
@@ -225,6 +231,27 @@ func (x *sheetRows) readRow() error {
 		x.cells, x.cellsKn = append(x.cells, nil), append(x.cellsKn, known{}) // a column past the last kept
 	}
 	return nil
+}
+
+// uncomputedNote says, when the sheet holds formulas without a saved value, that those
+// cells read as empty and what gives them values; "" otherwise.
+func (x *sheetRows) uncomputedNote() string {
+	switch x.uncomputed {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("The formula in %s has no saved value (the file was saved by a program that does not compute formulas), so it reads as empty; open the file in a spreadsheet program and save it to keep its value.", x.firstUncomputed)
+	}
+	return fmt.Sprintf("%d formulas have no saved value (the first in %s: the file was saved by a program that does not compute formulas), so their cells read as empty; open the file in a spreadsheet program and save it to keep their values.", x.uncomputed, x.firstUncomputed)
+}
+
+// columnName is Excel's name of column col (from 1): A, Z, AA.
+func columnName(col int) string {
+	var b []byte
+	for ; col > 0; col = (col - 1) / 26 {
+		b = append([]byte{byte('A' + (col-1)%26)}, b...)
+	}
+	return string(b)
 }
 
 // knowns says what the cells next gave last hold, one a cell.
@@ -470,6 +497,11 @@ func cellTag(b []byte, q int) (end, col int, typ cellType, style int, selfClose,
 			}
 			v, q = b[j+2:j+2+k], j+3+k
 		}
+		if q < len(b) && !isSpace(b[q]) && b[q] != '>' && b[q] != '/' {
+			// Not XML (attributes are apart): the general reading reads it as it can,
+			// wherever the buffer ends (FuzzSheetAcrossReads).
+			return 0, 0, 0, 0, false, false
+		}
 		switch name {
 		case 'r':
 			c, ok := cellColumn(v)
@@ -592,7 +624,7 @@ func styleOf(s []byte) int {
 func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 	x.v, x.is = x.vBuf[:0], x.isBuf[:0]
 	defer func() { x.vBuf, x.isBuf = x.v[:0], x.is[:0] }()
-	formula, inline, inRPh := false, false, false
+	formula, inline, inRPh, valued := false, false, false, false
 	var capture *[]byte
 	for {
 		t, err := x.sc.next()
@@ -606,6 +638,7 @@ func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 		case tokStart:
 			switch string(t.name) {
 			case "v":
+				valued = true
 				if !t.selfClose {
 					capture = &x.v
 				}
@@ -628,6 +661,11 @@ func (x *sheetRows) readCell(col int, typ cellType, styleID int) error {
 			case "rPh":
 				inRPh = false
 			case "c":
+				if formula && !valued && !inline {
+					if x.uncomputed++; x.uncomputed == 1 {
+						x.firstUncomputed = columnName(col) + strconv.Itoa(x.row)
+					}
+				}
 				return x.keep(col, typ, styleID, formula, inline)
 			}
 			continue
@@ -1033,7 +1071,8 @@ func allDigits(b []byte) bool {
 	if len(b) <= 8 && cap(b) >= 8 {
 		past := ^uint64(0) << (8 * len(b)) // the bytes past b, made zeros
 		w := binary.LittleEndian.Uint64(b[:8])&^past | 0x3030303030303030&past
-		return (w+0x4646464646464646|w-0x3030303030303030)&0x8080808080808080 == 0
+		// Parenthesized: Go's | binds as tightly as + and -.
+		return ((w+0x4646464646464646)|(w-0x3030303030303030))&0x8080808080808080 == 0
 	}
 	for _, c := range b {
 		if c-'0' > 9 {

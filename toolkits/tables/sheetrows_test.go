@@ -3,6 +3,7 @@ package tables
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -354,6 +355,12 @@ func TestSheetRowsMalformed(t *testing.T) {
 		{"a reference past Excel's columns", `<row r="1"><c r="XFE1"><v>1</v></c></row>`, `a cell reference "XFE1"`},
 		{"a row past Excel's rows", `<row r="1048577"><c><v>1</v></c></row>`, "a row number"},
 		{"a reference without a row", `<row r="1"><c r="A"><v>1</v></c></row>`, `a cell reference "A"`},
+		// Found by FuzzSheetAcrossReads: taken as A in a buffer with room after it.
+		{"a reference whose row is not digits", `<row r="1"><c r="A/"><v>1</v></c></row>`, `a cell reference "A/"`},
+		{"a reference whose row ends in a space", `<row r="1"><c r="B2 "><v>1</v></c></row>`, `a cell reference "B2 "`},
+		// Found by FuzzSheetAcrossReads: read as a cell or as part of a longer tag, by
+		// where the buffer ended.
+		{"attributes not apart", `<row r="1"><c r="A1""t="s"><v>0</v></c><c r="B1"><v>1</v></c></row>`, "ends inside a tag"},
 		{"more cells than Excel's columns", `<row r="1">` + strings.Repeat(`<c s="0"><v>1</v></c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"more unreferenced cells than Excel's columns", `<row r="1">` + strings.Repeat(`<x:c><x:v>1</x:v></x:c>`, maxExcelCol+1) + `</row>`, "more than Excel's 16384 columns"},
 		{"a sheet cut inside a tag", `<row r="1"><c r="A1"`, "malformed"},
@@ -504,6 +511,63 @@ func TestScanTo(t *testing.T) {
 		}
 		if end != want || special != bytes.ContainsAny(text, "&\r") {
 			t.Fatalf("textEnd(%q) = %d %v, want %d %v", b, end, special, want, !special)
+		}
+	}
+}
+
+// TestUncomputedFormulas: formulas saved without their values (as programs that write
+// workbooks without computing them leave them) read as empty cells, and the sheet's
+// notes say how many, where the first is and what gives them values.
+func TestUncomputedFormulas(t *testing.T) {
+	t.Parallel()
+	rows := `<row r="1"><c r="A1" t="inlineStr"><is><t>n</t></is></c><c r="B1" t="inlineStr"><is><t>double</t></is></c></row>` +
+		`<row r="2"><c r="A2"><v>1</v></c><c r="B2"><f>A2*2</f></c></row>` +
+		`<row r="3"><c r="A3"><v>2</v></c><c r="B3"><f>A3*2</f><v>4</v></c></row>` +
+		`<row r="4"><c r="A4"><v>3</v></c><c r="AB4"><f>A4*2</f></c></row>`
+	for _, tc := range []struct {
+		name, rows, note string
+	}{
+		{"two without a value", rows, "2 formulas have no saved value (the first in B2: the file was saved by a program that does not compute formulas), so their cells read as empty"},
+		{"one", `<row r="1"><c r="A1"><v>1</v></c><c r="C1"><f>A1</f></c></row>`, "The formula in C1 has no saved value"},
+		{"all computed", `<row r="1"><c r="A1"><v>1</v></c><c r="B1"><f>A1</f><v>1</v></c></row>`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := handWorkbook(t, tc.rows, "", handStyles, "")
+			tb, err := Scan(context.Background(), bytes.NewReader(data), int64(len(data)), Request{Name: "f.xlsx", Rows: 5}, DefaultLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := strings.Join(tb.Sheets[0].Notes, "\n")
+			if tc.note == "" && notes != "" || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+// TestAllDigits: every byte, alone or among digits, read where eight bytes can be read
+// at once (in a buffer with room after it) and where they cannot. FuzzSheetAcrossReads
+// found bytes below '0' taken for digits in a buffer with room: Go's | binds as tightly
+// as + and -.
+func TestAllDigits(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for _, s := range [][]byte{{byte(c)}, {'1', byte(c)}, {byte(c), '9', '9'}, []byte("1234567" + string(rune(c)))[:8]} {
+			if c >= 0x80 {
+				s[len(s)-1] = byte(c) // the rune's UTF-8 is not the byte
+			}
+			want := true
+			for _, d := range s {
+				want = want && d >= '0' && d <= '9'
+			}
+			roomy := append(append(make([]byte, 0, 64), s...), "0000000000000000"...)[:len(s)]
+			tight := append([]byte(nil), s...)[:len(s):len(s)]
+			if got := allDigits(roomy); got != want {
+				t.Fatalf("allDigits(%q) with room after it = %v", s, got)
+			}
+			if got := allDigits(tight); got != want {
+				t.Fatalf("allDigits(%q) = %v", s, got)
+			}
 		}
 	}
 }

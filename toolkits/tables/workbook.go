@@ -22,6 +22,9 @@ type workbook struct {
 	date1904 bool
 	styles   []kind // per cell style: kDate, kDatetime, kText (a time of day) or kNull
 	sst      sharedStrings
+	// ahead is how a sheet's XML is read: in buffers of this many bytes, after room for
+	// the longest tag (readAheadBytes and xmlScanBytes; a test reads it in small ones).
+	ahead struct{ size, room int }
 }
 
 // sheetRef is a sheet and its part; "" for one that holds no cells (a chart sheet).
@@ -61,6 +64,7 @@ const (
 // parts, its date system, its cell styles, its shared strings.
 func readWorkbook(zr *zip.Reader, name string, lim Limits) (*workbook, error) {
 	w := &workbook{name: name, lim: lim, parts: make(map[string]*zip.File, len(zr.File))}
+	w.ahead.size, w.ahead.room = readAheadBytes, xmlScanBytes
 	for _, f := range zr.File {
 		w.parts[strings.ToLower(f.Name)] = f
 	}

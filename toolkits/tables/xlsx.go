@@ -7,6 +7,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/klauspost/compress/flate"
 )
 
 // openWorkbook opens a workbook for reading its values plainly. The zip's declared
@@ -30,7 +32,7 @@ func openWorkbook(r io.ReaderAt, size int64, fileName string, lim Limits) (*work
 		}
 		return nil, errorf(NotATable, "%s is not a table: an .xlsx workbook is a zip archive, and this file is not one.", name)
 	}
-	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser { return newInflater(r) })
+	zr.RegisterDecompressor(zip.Deflate, flate.NewReader)
 	if len(zr.File) > lim.MaxZipEntries {
 		return nil, errorf(TooLarge, "%s holds %d parts; workbooks of at most %d are read.", name, len(zr.File), lim.MaxZipEntries)
 	}
@@ -100,7 +102,13 @@ func scanWorksheet(ctx context.Context, w *workbook, s sheetRef, req Request, li
 		return nil
 	}
 	defer rows.close()
-	return scanSheet(ctx, rows, false, req, lim, sh)
+	if err := scanSheet(ctx, rows, false, req, lim, sh); err != nil {
+		return err
+	}
+	if n := rows.uncomputedNote(); n != "" {
+		sh.Notes = append(sh.Notes, n)
+	}
+	return nil
 }
 
 // dateKind says whether number format id (with its code when custom) shows a date

@@ -116,7 +116,9 @@ func (s *xmlScanner) next() (*xmlToken, error) {
 					if s.fill() {
 						continue
 					}
-					i = len(b) // the input's end
+					// The input's end; fill may have moved what was left to the front.
+					b = s.buf[s.pos:s.end]
+					i = len(b)
 				}
 			}
 			s.pos += i

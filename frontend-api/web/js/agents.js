@@ -52,12 +52,14 @@ export function renderAgentForm(a) {
   markDirty();
 }
 
-// Featured tools first; "Show all" reveals the rest. Nothing is stored until Save.
+// Featured tools first, and every tool that is on, saved or not; "Show all" reveals the
+// rest. Nothing is stored until Save.
 export function renderAgentTools() {
   const a = state.agent;
+  const on = (t) => !!a.internal_tools[t.id] || !!state.agentSaved?.internal_tools?.[t.id];
   const sorted = [...state.catalogue].sort((x, y) => Number(y.featured) - Number(x.featured));
-  const tools = sorted.filter((t) => t.featured || state.showAll);
-  const hasMore = sorted.some((t) => !t.featured);
+  const tools = sorted.filter((t) => t.featured || on(t) || state.showAll);
+  const hasMore = sorted.some((t) => !t.featured && !on(t));
   $("show-all").hidden = !hasMore;
   $("show-all").textContent = state.showAll ? "Show less" : "Show all";
   $("show-all").setAttribute("aria-expanded", String(state.showAll));

@@ -32,7 +32,14 @@ export async function api(method, path, body) {
   let payload;
   if (body instanceof FormData) payload = body;
   else if (body !== undefined) { headers["Content-Type"] = "application/json"; payload = JSON.stringify(body); }
-  const res = await fetch("/api/v1" + path, { method, headers, body: payload });
+  let res;
+  try {
+    res = await fetch("/api/v1" + path, { method, headers, body: payload });
+  } catch {
+    // The request never got an answer: the browser is offline, or the server is down
+    // or restarting. Said as a sentence, not as the browser's "Failed to fetch".
+    throw new APIError(0, { detail: navigator.onLine ? "Can't reach the server; check that it is running and try again." : "You are offline; try again once you are back online." });
+  }
   const text = await res.text();
   let data = null;
   if (text) { try { data = JSON.parse(text); } catch { data = { detail: text }; } }
@@ -46,6 +53,18 @@ export async function api(method, path, body) {
   return data;
 }
 
+// unreachable tells whether e is a request that did not reach a server able to answer
+// it: no answer at all, or 503 (shutting down, a dependency away). Trying it again
+// later may work.
+export function unreachable(e) { return e instanceof APIError && (e.status === 0 || e.status === 503); }
+
 export async function guard(fn) {
   try { return await fn(); } catch (e) { if (!(e instanceof APIError && e.status === 401)) toast(e.message, "error"); }
+}
+
+// quiet runs a refresh the page makes by itself as guard does, but says nothing when
+// the server could not be reached: the header says so already (js/connection.js), and
+// the page reads again what it shows once the server answers.
+export async function quiet(fn) {
+  try { return await fn(); } catch (e) { if (!unreachable(e)) return guard(() => { throw e; }); }
 }

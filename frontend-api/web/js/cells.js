@@ -9,6 +9,10 @@ import { clipOutput, offerShowAll, shownWhole } from "/js/outputs.js";
 
 const IMAGE_TYPES = ["image/png", "image/svg+xml", "image/jpeg", "image/gif", "image/webp"];
 
+// SERVER_RESTART is the error type of a run the server's shutdown interrupted
+// (toolkits.ErrServerRestart): what it did is not kept.
+const SERVER_RESTART = "ServerRestart";
+
 export function cellEl(callID) { return callID ? $("messages").querySelector(`[data-call="${CSS.escape(callID)}"]`) : null; }
 
 export function ensureCell(callID, code, path, turnID) {
@@ -197,9 +201,12 @@ export function finishCell(callID, r) {
   // back to its last saved state, and the run's record says so, which the cell shows.
   const stopped = r.status === "stopped";
   const err = typeof r.error === "string" ? safeJSON(r.error) : r.error;
-  const restored = stopped && err?.message && err.type !== "KeyboardInterrupt";
-  cell.statusEl.className = "status " + (ok ? "ok" : stopped ? "stopped" : "failed");
-  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : stopped ? (restored ? "stopped · state restored" : "stopped") : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
+  // A run the server's restart cut off: its session goes on from its state before it.
+  const restart = stopped && err?.type === SERVER_RESTART;
+  const restored = stopped && !restart && err?.message && err.type !== "KeyboardInterrupt";
+  cell.statusEl.className = "status " + (ok ? "ok" : stopped && !restart ? "stopped" : "failed");
+  cell.statusEl.textContent = ok ? `done${r.execution_ms ? ` in ${duration(r.execution_ms)}` : ""}` : restart ? "interrupted by a server restart" :
+    stopped ? (restored ? "stopped · state restored" : "stopped") : r.status === "timeout" ? "timed out" : r.status === "refused" ? "not run" : "error";
   // The final output replaces what streamed: it is complete and in order. Without the
   // run's items (a tool message), those that streamed stay, after it.
   if (!Array.isArray(r.displays)) layOut(cell, { stdout: r.stdout, stderr: r.stderr, order: r.order }, [...cell.streamEl.querySelectorAll(":scope > .display")]);
@@ -207,8 +214,11 @@ export function finishCell(callID, r) {
   const res = cell.querySelector(".cell-result");
   res.replaceChildren();
   const value = r.result && typeof r.result === "object" ? r.result.result : r.result;
-  if (value !== undefined && value !== null && value !== "") res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
-  if (restored) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
+  // A value shown in a richer form (its HTML, an image: a display item of kind result)
+  // is not shown again as its text, as Jupyter shows the richest form only.
+  const rich = (r.displays || []).some((d) => d.kind === "result") || cell.streamEl.querySelector(':scope > .display[data-kind="result"]');
+  if (value !== undefined && value !== null && value !== "" && !rich) res.append(el("pre", { className: "result", attrs: { "aria-label": "Result" }, textContent: value }));
+  if (restored || restart) res.append(el("p", { className: "stop-note", attrs: { role: "note" }, textContent: err.message }));
   if (!stopped && err && (err.traceback || err.message || err.type)) res.append(errorBox(err));
   // An image shown as a display item is a file too; it is not shown again as an artifact.
   const shown = new Set((r.displays || []).map((d) => d.image?.file_id).filter(Boolean));
@@ -240,6 +250,28 @@ async function fullDisplays(cell, executionID) {
   if (state.conv?.id === conv.id && cell.isConnected && Array.isArray(run.displays)) layOut(cell, run, run.displays);
 }
 
+// clearCell takes away what a running cell showed so far: the run cleared its output.
+// What it prints from now on is all its record keeps.
+function clearCell(cell) {
+  for (const u of cell.displayURLs) URL.revokeObjectURL(u);
+  cell.displayURLs = [];
+  cell.streamEl.replaceChildren();
+  cell.streamEl.hidden = true;
+  cell.streamed = { stdout: "", stderr: "", last: "" };
+  cell.switches = [];
+  cell.copyEl.hidden = true;
+}
+
+// showConnection says on each running cell whether its output can reach the page:
+// while the server cannot be reached, nothing more comes (status: online, reconnecting
+// or offline).
+export function showConnection(status) {
+  $("messages").querySelectorAll(".cell:not([data-done])").forEach((c) => {
+    c.statusEl.className = "status " + (status === "online" ? "running" : "waiting");
+    c.statusEl.textContent = status === "online" ? "running…" : status === "offline" ? "offline" : "reconnecting…";
+  });
+}
+
 // endOpenCells marks the cells whose run never reported back (the turn was stopped or
 // failed under them), except those of the running turn.
 export function endOpenCells(text, runningTurn) {
@@ -258,8 +290,17 @@ function duration(ms) { return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 100
 function safeJSON(s) { try { return JSON.parse(s); } catch { return { message: s }; } }
 
 // addDisplay draws one streamed item, once (a replayed event or the run's own list may
-// bring it again), after the output printed before it.
+// bring it again), after the output printed before it. Two kinds change what is drawn
+// instead: clear (IPython's clear_output: what the run showed so far goes) and update
+// (a display handle's update: the items of its id are drawn anew, in place).
 export function addDisplay(cell, d) {
+  if (d.kind === "clear") return clearCell(cell);
+  if (d.kind === "update") {
+    for (const old of cell.streamEl.querySelectorAll(":scope > .display[data-display-id]")) {
+      if (old.dataset.displayId === d.id) old.replaceWith(displayEl({ ...d, kind: old.dataset.kind }, cell, Number(old.dataset.index)));
+    }
+    return;
+  }
   const index = Number(d.index ?? cell.streamEl.querySelectorAll(":scope > .display").length);
   if (cell.streamEl.querySelector(`:scope > .display[data-index="${index}"]`)) return;
   const e = displayEl(d, cell, index);

@@ -2,9 +2,9 @@
 // and sending a message.
 import { state } from "/js/state.js";
 import { $, el, toast, enterSends } from "/js/dom.js";
-import { api, guard } from "/js/api.js";
-import { send, subscribe } from "/js/socket.js";
-import { scrollToEnd } from "/js/thread.js";
+import { api, guard, quiet, unreachable } from "/js/api.js";
+import { send, subscribe, connection } from "/js/socket.js";
+import { scrollToEnd, scrollTo } from "/js/thread.js";
 import { setRunning, showTurnEnd } from "/js/turn.js";
 import { renderHistory, addUserMessage, applyEvent, showVersions } from "/js/messages.js";
 import { endOpenCells } from "/js/cells.js";
@@ -31,6 +31,7 @@ export async function loadConversations() {
 }
 
 export function renderConversationList() {
+  if (state.search) return; // the list shows a search's hits (js/search.js) until it is cleared
   const list = $("convs");
   if (!state.convs.length) { list.replaceChildren(el("li", { className: "empty", textContent: "No conversations yet." })); return; }
   list.replaceChildren(...state.convs.map((c) => {
@@ -43,17 +44,21 @@ export function renderConversationList() {
   }));
 }
 
+// With no conversation open the message box is ready all the same: sending starts a new
+// chat, with the agent chosen in the list's picker (or none).
 export function closeConversation() {
   if (state.conv) send({ type: "unsubscribe", conversation_id: state.conv.id });
   state.conv = null;
   state.turn = null;
-  $("conv-title").textContent = "Select or start a conversation";
+  $("conv-title").textContent = "New chat";
   $("conv-agent-name").hidden = true;
-  $("messages").replaceChildren(el("li", { className: "empty", textContent: "Pick a conversation, or choose an agent and start a new chat." }));
+  $("messages").replaceChildren(el("li", { className: "empty", textContent: "Type a message to start a new chat, or pick one from the list." }));
   $("attachments").replaceChildren();
   $("turn-status").textContent = "";
   document.title = "sandchat";
-  for (const id of ["rename", "delete-conv", "input", "send", "attach", "tools-button", "files-button"]) $(id).disabled = true;
+  for (const id of ["rename", "delete-conv", "attach", "tools-button", "files-button"]) $(id).disabled = true;
+  for (const id of ["input", "send"]) $(id).disabled = false;
+  $("input").placeholder = placeholder("owner");
   closePopup(false);
   showToolsState(null);
   closeFiles(false);
@@ -62,7 +67,15 @@ export function closeConversation() {
   renderConversationList();
 }
 
-export async function openConversation(id) {
+// placeholder is what the message box says to someone of role.
+function placeholder(role) {
+  return role === "viewer" ? "You can read this conversation but not write in it." :
+    enterSends() ? "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block." : "Message — put Python in a ```python block.";
+}
+
+// openConversation opens conversation id; at, when given, is a message to show (a
+// search hit) instead of the end.
+export async function openConversation(id, at) {
   if (state.conv) send({ type: "unsubscribe", conversation_id: state.conv.id });
   let conv;
   try { conv = await api("GET", `/conversations/${id}`); } catch (e) {
@@ -71,6 +84,7 @@ export async function openConversation(id) {
     return;
   }
   state.conv = conv;
+  state.at = at || null;
   state.seq = 0;
   state.pending = [];
   state.resumed = null;
@@ -84,8 +98,10 @@ export async function openConversation(id) {
   // A viewer reads along: nothing to send, switch or rename.
   for (const b of ["rename", "delete-conv", "input", "send", "attach"]) if (conv.role === "viewer") $(b).disabled = true;
   $("delete-conv").hidden = conv.role !== "owner";
-  $("input").placeholder = conv.role === "viewer" ? "You can read this conversation but not write in it." :
-    enterSends() ? "Message — Enter sends, Shift+Enter is a new line. Put Python in a ```python block." : "Message — put Python in a ```python block.";
+  $("input").placeholder = placeholder(conv.role);
+  // New chat, from here, starts with this conversation's agent.
+  const agent = conv.agent_id ? String(conv.agent_id) : "";
+  if ([...$("conv-agent").options].some((o) => o.value === agent)) $("conv-agent").value = agent;
   renderConversationList();
   renderFiles([]); // the last conversation's, until this one's arrive
   // Subscribe first and hold its events until the REST picture is drawn, so nothing
@@ -94,7 +110,27 @@ export async function openConversation(id) {
   // the socket opens and subscribes.
   state.loading = true;
   if (!subscribe(conv.id)) await loadConversation();
-  $("input").focus();
+  if (!at) $("input").focus();
+}
+
+// showMessage brings message id of the open conversation into view and gives it the
+// focus, marked as what the search found, once its picture is drawn.
+export function showMessage(id) {
+  state.at = id;
+  if (!state.loading) showAt();
+}
+
+function showAt() {
+  const id = state.at;
+  state.at = null;
+  const li = id && $("messages").querySelector(`li[data-msg="${id}"]`);
+  if (!li) return false;
+  $("messages").querySelectorAll(".found").forEach((e) => e.classList.remove("found"));
+  li.classList.add("found");
+  li.tabIndex = -1;
+  scrollTo(li);
+  li.focus({ preventScroll: true });
+  return true;
 }
 
 export function renderHeader() {
@@ -113,12 +149,14 @@ export async function loadConversation() {
   const load = {};
   state.loading = load;
   const current = () => state.conv?.id === conv.id && state.loading === load;
+  let mine = false;
   try {
-    const [msgs, runs, tools, files] = await Promise.all([
+    const [msgs, runs, tools, files, turns] = await Promise.all([
       api("GET", `/conversations/${conv.id}/messages`),
       api("GET", `/conversations/${conv.id}/sandbox/executions`).catch(() => []),
       api("GET", `/conversations/${conv.id}/internal-tools`),
       api("GET", `/conversations/${conv.id}/files`).catch(() => []),
+      api("GET", `/conversations/${conv.id}/turns`).catch(() => []),
     ]);
     // The turn that answers the latest message as shown: its current version (a retry
     // that has written nothing yet is one), else the last turn that wrote.
@@ -138,7 +176,12 @@ export async function loadConversation() {
     setRunning(null);
     let running = null;
     if (turn?.status === "running") running = turn.id;
-    else if (turn && turn.status !== "completed") showTurnEnd(turn.status, turn.error, turn.id);
+    // How each turn that did not complete ended, under what it drew: the last one's
+    // as it is now, earlier ones' as the list says.
+    const ended = new Map(turns.filter((t) => t.status !== "completed" && t.status !== "running").map((t) => [t.id, t]));
+    if (turn && turn.status !== "completed" && turn.status !== "running") ended.set(turn.id, turn);
+    else if (turn) ended.delete(turn.id);
+    for (const t of ended.values()) showTurnEnd(t.status, t.error, t.id);
     showVersions(); // the note of a turn whose answer is not the current version
     endOpenCells("did not finish", running);
     setRunning(running);
@@ -151,33 +194,134 @@ export async function loadConversation() {
       state.resuming = subscribe(conv.id, state.replaySince);
     }
   } finally {
-    if (current()) {
+    if ((mine = current())) {
       state.loading = false;
       const pending = state.pending;
       state.pending = [];
       pending.forEach(applyEvent);
     }
   }
-  scrollToEnd();
+  // A search hit is shown where it is; otherwise the list goes to its end.
+  if (!(mine && state.at && showAt())) scrollToEnd();
 }
 
 export async function sendMessage() {
   const content = $("input").value;
-  if (!content.trim() || !state.conv) return;
+  if (!content.trim() || state.conv?.role === "viewer" || sending) return;
+  if (state.turn) {
+    // One turn at a time. While the server cannot be reached, the one shown as running
+    // may be over: the message waits for the page to know, and goes out after it.
+    if (connection() !== "online") keep(content);
+    return;
+  }
+  sending = true;
+  $("send").disabled = true;
+  try { await deliver(content); } catch (e) {
+    if (!unreachable(e)) throw e;
+    keep(content);
+  } finally {
+    sending = false;
+    $("send").disabled = false;
+  }
+}
+
+let sending = false;
+
+// deliver sends content to the open conversation, or to a new one (the one New chat is
+// making, if it is under way).
+async function deliver(content) {
+  if (creating) await creating;
+  if (!state.conv) await newConversation();
+  const conv = state.conv;
+  const loading = state.loading;
+  const started = await api("POST", `/conversations/${conv.id}/messages`, { content });
+  $("input").value = "";
+  if (state.conv?.id !== conv.id) return;
+  addUserMessage(started.message);
+  // A load in flight read the history before this message and would draw it away:
+  // a newer load, which has it, draws instead (the newest load wins).
+  if (loading || state.loading) loadConversation();
+  // A quick turn may have ended (over the socket) before this answer arrived.
+  if (!state.ended.has(started.turn_id)) setRunning(started.turn_id);
+  scrollToEnd();
+  if (!state.conv.title) touchConversationList();
+}
+
+// newConversation makes and opens a new conversation with the agent chosen in the
+// list's picker: New chat, or a message typed with none open. A message sent while it
+// is under way goes to it (deliver).
+let creating = null;
+export function newConversation() {
+  creating ??= (async () => {
+    try {
+      const agent = $("conv-agent").value;
+      const c = await api("POST", "/conversations", agent ? { agent_id: Number(agent) } : {});
+      await openConversation(c.id);
+      if (state.conv?.id !== c.id) throw new Error("The new conversation could not be opened.");
+      location.hash = `#/c/${c.id}`; // already open: the router leaves it as it is
+      guard(loadConversations);
+    } finally { creating = null; }
+  })();
+  return creating;
+}
+
+// A message that did not reach the server stays in the box, the page says so, and it is
+// sent once the server answers again (sendKept): when the socket opens again (and the
+// turn that was running has ended), or, if the socket never went (the server answered
+// 503), a little later.
+let kept = null; // { conv, content, after: the newest message drawn when it was kept, tries }
+let keptTimer = null;
+
+function keep(content) {
+  const tries = kept && kept.content === content ? kept.tries + 1 : 0;
+  kept = { conv: state.conv?.id ?? null, content, after: kept?.after ?? newestMessage(), tries };
+  showKept();
+  clearTimeout(keptTimer);
+  if (connection() === "online") keptTimer = setTimeout(() => guard(sendKept), Math.min(30000, 3000 * 2 ** tries));
+}
+
+export function showKept() {
+  $("send-note").textContent = !kept ? "" : connection() === "offline" || !navigator.onLine ?
+    "You are offline; your message is kept and will be sent when you are back online." :
+    "Can't reach the server; your message is kept and will be sent when it answers.";
+}
+
+function newestMessage() {
+  return Math.max(0, ...[...$("messages").querySelectorAll("li[data-msg]")].map((e) => Number(e.dataset.msg) || 0));
+}
+
+// sendKept sends the kept message, as the box holds it now: its writer may have changed
+// it, cleared it or gone to another conversation meanwhile. A message whose answer was
+// lost may have arrived all the same: it is not sent twice.
+export async function sendKept() {
+  if (!kept || sending || state.turn || connection() !== "online") return;
+  const k = kept;
+  clearTimeout(keptTimer);
+  const content = $("input").value;
+  if (!content.trim() || (state.conv?.id ?? null) !== k.conv) { kept = null; showKept(); return; }
+  sending = true;
   $("send").disabled = true;
   try {
-    const loading = state.loading;
-    const started = await api("POST", `/conversations/${state.conv.id}/messages`, { content });
-    $("input").value = "";
-    addUserMessage(started.message);
-    // A load in flight read the history before this message and would draw it away:
-    // a newer load, which has it, draws instead (the newest load wins).
-    if (loading || state.loading) loadConversation();
-    // A quick turn may have ended (over the socket) before this answer arrived.
-    if (!state.ended.has(started.turn_id)) setRunning(started.turn_id);
-    scrollToEnd();
-    if (!state.conv.title) touchConversationList();
-  } finally { $("send").disabled = false; }
+    if (k.conv && content === k.content) {
+      const msgs = await api("GET", `/conversations/${k.conv}/messages`);
+      if (msgs.some((m) => m.role === "user" && m.id > k.after && m.user_id === state.me?.id && m.content === content)) {
+        kept = null;
+        if ($("input").value === content) $("input").value = "";
+        if (state.conv?.id === k.conv) loadConversation();
+        return;
+      }
+    }
+    kept = null;
+    await deliver(content);
+  } catch (e) {
+    if (!unreachable(e)) throw e;
+    kept = k;
+    keep(content);
+  } finally {
+    sending = false;
+    $("send").disabled = false;
+    showKept();
+  }
 }
 
 // touchConversationList reads the list again soon: titles and order change as turns
@@ -185,5 +329,5 @@ export async function sendMessage() {
 let listTimer;
 export function touchConversationList() {
   clearTimeout(listTimer);
-  listTimer = setTimeout(() => guard(loadConversations), 300);
+  listTimer = setTimeout(() => quiet(loadConversations), 300);
 }

@@ -18,6 +18,22 @@ addEventListener("message", (e) => {
   if (frame && Number.isFinite(h)) frame.style.height = `${Math.min(FRAME_MAX, Math.max(FRAME_MIN, Math.ceil(h)))}px`;
 });
 
+// dark tells whether the page is drawn dark: by the Theme setting (js/theme.js), else
+// by the system's preference.
+function dark() {
+  const t = document.documentElement.dataset.theme;
+  return t ? t === "dark" : matchMedia("(prefers-color-scheme: dark)").matches;
+}
+
+// Frames draw their item's text and tables in the page's theme; they are told when it
+// changes.
+function tellTheme() {
+  const theme = dark() ? "dark" : "light";
+  for (const f of document.querySelectorAll("iframe.display-frame")) f.contentWindow?.postMessage({ type: "sandchat.theme", theme }, "*");
+}
+addEventListener("sandchat:theme", tellTheme);
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", tellTheme);
+
 // displayFrame holds an item's HTML or Plotly figure in a sandboxed frame: scripts run
 // there under an opaque origin (no page, no token, no cookies) and, by the frame
 // document's policy, without network. The item is handed over once the frame loaded.
@@ -29,7 +45,7 @@ function displayFrame(d, label) {
   const item = d.plotly ? { plotly: typeof d.plotly === "string" ? JSON.parse(d.plotly) : d.plotly } : { html: d.html };
   // What it holds: a frame drawn again with the same is the same frame (keptFrame).
   frame.itemKey = JSON.stringify(item);
-  frame.addEventListener("load", () => frame.contentWindow?.postMessage({ type: "sandchat.display", ...item }, "*"), { once: true });
+  frame.addEventListener("load", () => frame.contentWindow?.postMessage({ type: "sandchat.display", theme: dark() ? "dark" : "light", ...item }, "*"), { once: true });
   return frame;
 }
 
@@ -119,7 +135,7 @@ function label(d) {
 }
 
 export function displayEl(d, cell, index) {
-  return el("div", { className: "display", dataset: { index: String(index) }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label(d)}` } },
+  return el("div", { className: "display", dataset: { index: String(index), kind: d.kind || "display", displayId: d.id || undefined }, attrs: { role: "group", "aria-label": `Display ${index + 1}: ${label(d)}` } },
     displayBody(d, cell, index),
     d.truncated ? el("p", { className: "hint", textContent: "Too large to show here in full." }) : null);
 }

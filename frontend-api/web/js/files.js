@@ -2,7 +2,7 @@
 // and the Files panel.
 import { state } from "/js/state.js";
 import { $, el, toast } from "/js/dom.js";
-import { APIError, api, authHeaders, guard } from "/js/api.js";
+import { APIError, api, authHeaders, guard, quiet } from "/js/api.js";
 import { previewButton } from "/js/preview.js";
 
 // formatSize writes a size in the unit it reads best in: 66 B, 1.5 KiB, 2 MiB.
@@ -178,7 +178,7 @@ async function refreshFiles() {
 let filesTimer;
 export function touchFiles() {
   clearTimeout(filesTimer);
-  filesTimer = setTimeout(() => guard(refreshFiles), 300);
+  filesTimer = setTimeout(() => quiet(refreshFiles), 300);
 }
 
 async function deleteFile(f) {

@@ -31,6 +31,16 @@ function pin() {
   showJump(false);
 }
 
+// hold brings e into view, in the middle of the list, and stops following the end:
+// the reader was sent there (a search hit), and new output must not take them away.
+export function hold(e) {
+  const m = $("messages");
+  following = false;
+  e.scrollIntoView({ block: "center" });
+  lastTop = m.scrollTop;
+  showJump(!atEnd(m));
+}
+
 // The button floats over the end of the list, whatever the height of what is under it.
 function showJump(show) {
   if (!jump) return;

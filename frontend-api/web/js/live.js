@@ -3,7 +3,7 @@
 // agent's tools changed in another tab.
 import { state } from "/js/state.js";
 import { toast } from "/js/dom.js";
-import { guard } from "/js/api.js";
+import { guard, quiet } from "/js/api.js";
 import { onFrame } from "/js/socket.js";
 import { convTitle, loadConversation, touchConversationList } from "/js/chat.js";
 import { applyEvent } from "/js/messages.js";
@@ -24,7 +24,7 @@ function onEvent(ev) {
     const replayed = state.replaySince !== null;
     state.resuming = false;
     state.replaySince = null;
-    if (!ev.data?.recovered || (!state.seq && !replayed)) guard(loadConversation);
+    if (!ev.data?.recovered || (!state.seq && !replayed)) quiet(loadConversation);
     return;
   }
   if (state.resuming) return; // the subscription that replays a running turn brings it again

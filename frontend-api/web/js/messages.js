@@ -181,8 +181,9 @@ export function applyEvent(ev) {
       state.ended.add(d.turn_id);
       $("messages").querySelectorAll("[data-draft]").forEach((e) => e.classList.remove("streaming"));
       endOpenCells(d.status === "cancelled" ? "stopped" : "interrupted");
-      setRunning(null);
+      // The note first: Regenerate, drawn as the turn ends, goes under it, as after a reload.
       if (ev.type === "turn.failed") showTurnEnd(d.status, d.error, d.turn_id);
+      setRunning(null);
       break;
   }
   if (near) scrollToEnd();

@@ -5,8 +5,8 @@
 import { state } from "/js/state.js";
 import { $ } from "/js/dom.js";
 import { APIError, api } from "/js/api.js";
-import { connect } from "/js/socket.js";
-import { loadConversations, closeConversation, openConversation } from "/js/chat.js";
+import { connect, disconnect } from "/js/socket.js";
+import { loadConversations, closeConversation, openConversation, showMessage } from "/js/chat.js";
 import { loadAgents, openAgent, renderAgentForm } from "/js/agents.js";
 
 // linkSecret is the secret of a login link in text: the link itself or its secret.
@@ -53,7 +53,7 @@ export function signOut(message) {
   state.token = "";
   state.csrf = "";
   localStorage.removeItem("sandchat.token");
-  if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
+  disconnect();
   $("login-error").textContent = message || "";
   show("login");
 }
@@ -63,7 +63,7 @@ export function signOut(message) {
 export async function logOut() {
   if (!state.token && state.csrf) {
     // The socket goes first: the server closes the session's sockets as it ends it.
-    if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
+    disconnect();
     try {
       await api("POST", "/auth/logout");
     } catch (e) {
@@ -81,6 +81,7 @@ export function show(view) {
   $("menu").hidden = view !== "chat"; // it opens the conversation list
   $("nav-chat").toggleAttribute("aria-current", view === "chat");
   $("nav-agents").toggleAttribute("aria-current", view === "agents");
+  $("skip").textContent = view === "chat" ? "Skip to the message box" : "Skip to the main content";
   if (view === "login") $("token").focus();
 }
 
@@ -108,9 +109,13 @@ export async function route() {
     return;
   }
   show("chat");
-  if ((m = h.match(/^#\/c\/(\d+)$/))) {
-    if (state.conv?.id !== Number(m[1])) await openConversation(Number(m[1]));
-  } else if (state.conv) closeConversation();
+  if ((m = h.match(/^#\/c\/(\d+)(?:\/m\/(\d+))?$/))) {
+    // #/c/12/m/345: a search hit, opened at the message it matched.
+    if (state.conv?.id !== Number(m[1])) await openConversation(Number(m[1]), m[2] && Number(m[2]));
+    else if (m[2]) showMessage(Number(m[2]));
+  } else if (!state.conv || !h || h === "#" || h.startsWith("#/")) closeConversation();
+  // Any other fragment names a place in the page (#input, the skip link's), not a
+  // conversation: what is open stays open.
   setMenu(false);
 }
 

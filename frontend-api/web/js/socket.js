@@ -1,16 +1,31 @@
 // The tab's one WebSocket: it connects, reconnects and resubscribes the open
 // conversation. Every frame goes to the one handler registered with onFrame (live.js
-// routes them to the views): this module imports no view.
+// routes them to the views): this module imports no view. Whether the server can be
+// reached is told by the window's CONNECTION event (detail: "online", "reconnecting" or
+// "offline"), whenever it changes.
 import { state } from "/js/state.js";
 import { api, unauthorized } from "/js/api.js";
 
 // SIGNED_OUT is the close code of a socket whose browser session ended.
 const SIGNED_OUT = 4001;
 
+export const CONNECTION = "sandchat:connection";
+
 let handler = () => {};
+let status = "online";
+let retryTimer = null;
 
 // onFrame sets what receives every frame the server sends, parsed.
 export function onFrame(fn) { handler = fn; }
+
+// connection is whether the server can be reached, as the socket last found.
+export function connection() { return status; }
+
+function setStatus(s) {
+  if (s === status) return;
+  status = s;
+  dispatchEvent(new CustomEvent(CONNECTION, { detail: s }));
+}
 
 // opening counts connects: a ticket that comes after a newer connect began is dropped.
 let opening = 0;
@@ -26,6 +41,7 @@ async function ticketQuery() {
 }
 
 export async function connect() {
+  clearTimeout(retryTimer);
   if (state.ws) { const old = state.ws; state.ws = null; old.close(1000); }
   const n = ++opening;
   let query;
@@ -37,6 +53,7 @@ export async function connect() {
   ws.onopen = () => {
     state.retry = 0;
     if (state.conv) subscribe(state.conv.id, state.replaySince ?? (state.seq || undefined));
+    setStatus("online");
   };
   ws.onmessage = (m) => {
     let ev;
@@ -51,10 +68,38 @@ export async function connect() {
   };
 }
 
+// retry connects again, soon at first. Until a socket opens the page says the server
+// cannot be reached (restarting: 1012, a network gone, a server that does not answer).
 function retry() {
-  const delay = Math.min(10000, 500 * 2 ** state.retry++);
-  setTimeout(() => { if (!state.ws && state.me) connect(); }, delay);
+  setStatus(navigator.onLine ? "reconnecting" : "offline");
+  const delay = Math.min(5000, 500 * 2 ** state.retry++);
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(() => { if (!state.ws && state.me) connect(); }, delay);
 }
+
+// disconnect closes the socket for good (signing out): nothing is said about it.
+export function disconnect() {
+  clearTimeout(retryTimer);
+  opening++;
+  if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
+  setStatus("online");
+}
+
+// The browser knows when its network goes and comes back: the socket, which may not
+// notice for a long while, is closed at once, and opened again as soon as it can be.
+addEventListener("offline", () => {
+  if (!state.me) return;
+  clearTimeout(retryTimer);
+  opening++;
+  if (state.ws) { const ws = state.ws; state.ws = null; ws.close(1000); }
+  setStatus("offline");
+});
+addEventListener("online", () => {
+  if (!state.me || state.ws?.readyState === WebSocket.OPEN) return;
+  setStatus("reconnecting");
+  state.retry = 0;
+  connect();
+});
 
 // send reports whether the frame went out: none does before the socket is open.
 export function send(frame) {

@@ -8,7 +8,9 @@ export const state = {
   catalogue: [],
   agents: [],
   convs: [],
+  search: null, // { q, hits } while the list shows a search's hits
   conv: null, // the open conversation
+  at: null, // a message of it to show once its picture is drawn (a search hit)
   seq: 0, // last event seq seen for it
   loading: false, // until the picture is drawn (true, then the REST load under way): events wait in pending
   pending: [],

@@ -4,7 +4,7 @@
 // carries, and following the list's end (js/follow.js).
 import { state } from "/js/state.js";
 import { $, el } from "/js/dom.js";
-import { isFollowing, follow } from "/js/follow.js";
+import { isFollowing, follow, hold } from "/js/follow.js";
 
 // Agent path → the body of its latest handoff block.
 const containers = new Map();
@@ -43,7 +43,12 @@ export function handoffBlock(path, task, turnID) {
   return { block, body };
 }
 
-export function whoOf(path) { return (path && path.length ? path[path.length - 1] : "assistant"); }
+// whoOf is who speaks for path: an agent by its name; a conversation without an agent
+// has the assistant (the server's "assistant"), named as a name is.
+export function whoOf(path) {
+  const who = path && path.length ? path[path.length - 1] : "assistant";
+  return (path?.length ?? 0) <= 1 && who === "assistant" ? "Assistant" : who;
+}
 
 // Whether the reader follows the newest output (js/follow.js).
 export function nearBottom() { return isFollowing(); }
@@ -51,3 +56,6 @@ export function nearBottom() { return isFollowing(); }
 // Callers decide: they scroll only when the reader was at the end before the change,
 // so someone who scrolled up to read is left where they are.
 export function scrollToEnd() { follow(); }
+
+// scrollTo shows e, and leaves the list where it is from then on.
+export function scrollTo(e) { hold(e); }

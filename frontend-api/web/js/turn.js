@@ -24,7 +24,20 @@ export function setRunning(turnID) {
   dispatchEvent(new CustomEvent(TURN_CHANGED, { detail: turnID }));
 }
 
+// showTurnEnd says, once, how a turn ended that did not complete, under what it drew:
+// after its last element in the list, else after the message it answered.
 export function showTurnEnd(status, error, turnID) {
+  const list = $("messages"), turn = String(turnOf(turnID) ?? "");
+  if (turn && list.querySelector(`:scope > .turn-end[data-turn="${CSS.escape(turn)}"]`)) return;
   const text = status === "cancelled" ? "Stopped." : `The turn failed: ${error || status}`;
-  $("messages").append(el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), dataset: { turn: turnOf(turnID) }, attrs: { role: "note" }, textContent: text }));
+  const note = el("li", { className: "turn-end " + (status === "cancelled" ? "cancelled" : "failed"), dataset: { turn: turn || undefined }, attrs: { role: "note" }, textContent: text });
+  const drawn = turn ? [...list.querySelectorAll(`:scope > [data-turn="${CSS.escape(turn)}"]`)].pop() : null;
+  const asked = turn && !drawn ? [...list.querySelectorAll(":scope > li.msg.user")].find((u) => u.versions?.includes(turn)) : null;
+  let at = drawn || asked;
+  // What else answered that message (an earlier version's elements) stays above it.
+  while (at && asked && at.nextElementSibling && !at.nextElementSibling.matches("li.msg.user, .thinking")) at = at.nextElementSibling;
+  if (at) at.after(note);
+  else list.append(note);
+  const ind = list.querySelector(":scope > .thinking");
+  if (ind) list.append(ind); // the working indicator stays last
 }

@@ -108,6 +108,10 @@ type Fetcher struct {
 
 	indexMu sync.Mutex
 	index   map[string]indexEntry // pip index answers, kept a few minutes
+
+	sourceMu sync.Mutex // guards the two fields below
+	sourceOK bool       // whether the package source answered, when last asked or used
+	sourceAt time.Time  // when; zero: never
 }
 
 type lockPackage struct {
@@ -232,6 +236,74 @@ func (f *Fetcher) needed(code string, names []string) []string {
 	return out
 }
 
+// How long what Loadable found of the package source holds: a source that answered
+// rarely goes, one that did not may come back soon.
+const (
+	sourceUpFor   = 10 * time.Minute
+	sourceDownFor = time.Minute
+	sourceAskFor  = 3 * time.Second // how long a look at the source may take
+)
+
+// Loadable tells whether a session could load package name (as the lock file names it)
+// now: it and what it depends on are in the package mirror or the cache, or come from
+// a package source that answers. Whether the source answers is asked once (a HEAD of
+// the package's wheel, within a few seconds) and remembered a while; every download
+// tells it again. A deployment without the data stack says so before code needs it.
+func (f *Fetcher) Loadable(ctx context.Context, name string) bool {
+	p, ok := f.pkgs[Normalize(name)]
+	if !ok {
+		return false
+	}
+	missing := false
+	for _, n := range f.needed("", []string{name}) {
+		file := f.pkgs[n].FileName
+		if !fileExists(filepath.Join(f.mirror, file)) && !f.cached(file) {
+			missing = true
+			break
+		}
+	}
+	if !missing {
+		return true
+	}
+	if f.cdn == "" {
+		return false
+	}
+	f.sourceMu.Lock()
+	known, up, at := !f.sourceAt.IsZero(), f.sourceOK, f.sourceAt
+	f.sourceMu.Unlock()
+	if known && time.Since(at) < map[bool]time.Duration{true: sourceUpFor, false: sourceDownFor}[up] {
+		return up
+	}
+	ctx, cancel := context.WithTimeout(ctx, sourceAskFor)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, f.cdn+p.FileName, nil)
+	if err != nil {
+		return false
+	}
+	f.requests.Add(1)
+	resp, err := f.client.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	up = err == nil && resp.StatusCode == http.StatusOK
+	f.noteSource(up)
+	return up
+}
+
+// cached tells whether the cache holds rel, without touching its place in the LRU.
+func (f *Fetcher) cached(rel string) bool {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	return f.entries[rel] != nil || fileExists(filepath.Join(f.dir, rel))
+}
+
+// noteSource remembers whether the package source answered.
+func (f *Fetcher) noteSource(up bool) {
+	f.sourceMu.Lock()
+	defer f.sourceMu.Unlock()
+	f.sourceOK, f.sourceAt = up, time.Now()
+}
+
 // fetch brings a lock-file wheel into the cache and gives it to the load r.
 func (f *Fetcher) fetch(ctx context.Context, r *Load, p lockPackage) error {
 	f.mu.Lock()
@@ -299,8 +371,10 @@ func (f *Fetcher) download(ctx context.Context, rawURL string, limit int64) ([]b
 	f.requests.Add(1)
 	resp, err := f.client.Do(req)
 	if err != nil {
+		f.noteSource(false)
 		return nil, &sourceError{fmt.Sprintf("the package source %s is unreachable (%v)", src, shortNetErr(err))}
 	}
+	f.noteSource(true)
 	defer resp.Body.Close()
 	file := path.Base(u.Path)
 	if resp.StatusCode != http.StatusOK {

@@ -195,6 +195,23 @@ func (f *Fetcher) resolve(ctx context.Context, run *Load, r Requirement) (Wheel,
 	if err != nil {
 		return Wheel{}, nil, err
 	}
+	w, err := f.platform.pick(doc, r)
+	if err != nil {
+		return Wheel{}, nil, err
+	}
+	requires := doc.Info.RequiresDist
+	if w.Version != doc.Info.Version {
+		// The project document describes its latest version only.
+		if vd, err := f.indexDocAt(ctx, run, r.Name, w.Version); err == nil {
+			requires = vd.Info.RequiresDist
+		}
+	}
+	return w, dependencies(requires, MarkerEnv(f.python)), nil
+}
+
+// pick chooses, of the releases of the index's document doc that r allows, the newest
+// with a wheel p loads, and its best wheel (Rank); or says why there is none.
+func (p Platform) pick(doc *indexDoc, r Requirement) (Wheel, error) {
 	releases := doc.Releases
 	if len(releases) == 0 {
 		releases = map[string][]indexFile{doc.Info.Version: doc.URLs}
@@ -214,7 +231,7 @@ func (f *Fetcher) resolve(ctx context.Context, run *Load, r Requirement) (Wheel,
 			if file.Yanked || !strings.HasSuffix(file.Filename, ".whl") {
 				continue
 			}
-			if k := f.platform.Rank(file.Filename); k > rank {
+			if k := p.Rank(file.Filename); k > rank {
 				best, rank = &releases[v][i], k
 			} else if k < 0 {
 				otherPlatform = v
@@ -225,44 +242,41 @@ func (f *Fetcher) resolve(ctx context.Context, run *Load, r Requirement) (Wheel,
 		}
 		sum := strings.ToLower(best.Digests["sha256"])
 		if !hexSHA256.MatchString(sum) || !wheelName.MatchString(best.Filename) || best.Size < 0 {
-			return Wheel{}, nil, Errorf("the index gives no usable sha256 and file name for %s %s", r.Name, v)
+			return Wheel{}, Errorf("the index gives no usable sha256 and file name for %s %s", r.Name, v)
 		}
 		w := Wheel{Name: doc.Info.Name, Version: v, File: best.Filename, URL: best.URL, SHA256: sum, Size: best.Size}
 		if w.Name == "" {
 			w.Name = r.Name
 		}
-		requires := doc.Info.RequiresDist
-		if v != doc.Info.Version {
-			// The project document describes its latest version only.
-			if vd, err := f.indexDocAt(ctx, run, r.Name, v); err == nil {
-				requires = vd.Info.RequiresDist
-			}
-		}
-		env := MarkerEnv(f.python)
-		var deps []Requirement
-		for _, rd := range requires {
-			d, err := ParseRequirement(rd)
-			if err != nil {
-				continue
-			}
-			if d.Marker != "" {
-				ok, err := EvalMarker(d.Marker, env)
-				if err != nil || !ok {
-					continue // extras, other platforms, and markers this engine cannot read
-				}
-			}
-			deps = append(deps, d)
-		}
-		return w, deps, nil
+		return w, nil
 	}
-	where := "compiled packages need a wheel built for Pyodide (" + f.platform.String() + "), or come from the Pyodide distribution: import them directly, or ask the operator to add them to the package mirror"
+	where := "compiled packages need a wheel built for Pyodide (" + p.String() + "), or come from the Pyodide distribution: import them directly, or ask the operator to add them to the package mirror"
 	if otherPlatform != "" {
-		return Wheel{}, nil, Errorf("no wheel of %s %s loads in this sandbox; %s", r.Name, otherPlatform, where)
+		return Wheel{}, Errorf("no wheel of %s %s loads in this sandbox; %s", r.Name, otherPlatform, where)
 	}
 	if len(versions) == 0 {
-		return Wheel{}, nil, Errorf("no version of %s matches %q", r.Name, r.Spec)
+		return Wheel{}, Errorf("no version of %s matches %q", r.Name, r.Spec)
 	}
-	return Wheel{}, nil, Errorf("no wheel of %s loads in this sandbox; %s", r.Name, where)
+	return Wheel{}, Errorf("no wheel of %s loads in this sandbox; %s", r.Name, where)
+}
+
+// dependencies are the requirements of a release's requires (PEP 508 strings) that
+// apply in env: extras, other platforms and what this engine cannot read are left out.
+func dependencies(requires []string, env map[string]string) []Requirement {
+	var deps []Requirement
+	for _, rd := range requires {
+		d, err := ParseRequirement(rd)
+		if err != nil {
+			continue
+		}
+		if d.Marker != "" {
+			if ok, err := EvalMarker(d.Marker, env); err != nil || !ok {
+				continue
+			}
+		}
+		deps = append(deps, d)
+	}
+	return deps
 }
 
 func (f *Fetcher) indexDoc(ctx context.Context, r *Load, name string) (*indexDoc, error) {

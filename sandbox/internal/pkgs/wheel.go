@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -59,18 +60,26 @@ type WheelTags struct {
 	Python, ABI, Plats []string
 }
 
-// ParseWheelName splits a wheel's file name; ok is false for anything else.
+// ParseWheelName splits a wheel's file name; ok is false for anything else: a name
+// whose parts are not all there ("----.whl"), whose build tag does not start with a
+// digit, or whose tag sets hold an empty tag.
 func ParseWheelName(file string) (WheelTags, bool) {
 	if !wheelName.MatchString(file) || filepath.Base(file) != file {
 		return WheelTags{}, false
 	}
 	parts := strings.Split(strings.TrimSuffix(file, ".whl"), "-")
-	if len(parts) != 5 && len(parts) != 6 {
+	if len(parts) != 5 && len(parts) != 6 || slices.Contains(parts, "") || len(parts) == 6 && (parts[2][0] < '0' || parts[2][0] > '9') {
 		return WheelTags{}, false
 	}
 	n := len(parts)
-	return WheelTags{Name: parts[0], Version: parts[1],
-		Python: strings.Split(parts[n-3], "."), ABI: strings.Split(parts[n-2], "."), Plats: strings.Split(parts[n-1], ".")}, true
+	t := WheelTags{Name: parts[0], Version: parts[1],
+		Python: strings.Split(parts[n-3], "."), ABI: strings.Split(parts[n-2], "."), Plats: strings.Split(parts[n-1], ".")}
+	for _, set := range [][]string{t.Python, t.ABI, t.Plats} {
+		if slices.Contains(set, "") {
+			return WheelTags{}, false
+		}
+	}
+	return t, true
 }
 
 // Rank tells how well a wheel suits p: -1 when p cannot load it, 0 for pure Python,

@@ -32,3 +32,19 @@ func TestWheelRank(t *testing.T) {
 		}
 	}
 }
+
+// TestParseWheelName: a wheel's name has all its parts, a build tag that starts with a
+// digit, and no empty tag (FuzzWheelName found "----.whl" read as a wheel of no name).
+func TestParseWheelName(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{"a-1.0-py3-none-any.whl", "a-1.0-1b-py2.py3-none-any.whl"} {
+		if _, ok := ParseWheelName(file); !ok {
+			t.Errorf("%s: not read", file)
+		}
+	}
+	for _, file := range []string{"----.whl", "a-1.0--none-any.whl", "-1.0-py3-none-any.whl", "a-1.0-py3.-none-any.whl", "a-1.0-py3-none-.any.whl", "a-1.0-x1-py3-none-any.whl"} {
+		if tags, ok := ParseWheelName(file); ok {
+			t.Errorf("%s: read as %+v", file, tags)
+		}
+	}
+}

@@ -73,7 +73,7 @@ type Process struct {
 
 	done    chan struct{}
 	why     atomic.Pointer[string]
-	oom     atomic.Bool // the kernel killed it for its memory cap
+	oom     atomic.Bool // the kernel stopped it for its memory cap (set before done)
 	console *consoleLog
 	started time.Time
 	release func() // gives its place under the node's bound back, once it is gone
@@ -267,8 +267,8 @@ func (p *Process) wait() {
 // SetWhy records why the process is going, unless a reason is recorded already.
 func (p *Process) SetWhy(why string) { p.why.CompareAndSwap(nil, &why) }
 
-// OOMKilled tells whether the kernel killed the process for its memory cap; it is
-// known once Done is closed.
+// OOMKilled tells whether the kernel killed the process for its session's memory cap
+// (its own doing, not the node's); it is known once Done is closed.
 func (p *Process) OOMKilled() bool { return p.oom.Load() }
 
 // Reason says why the process is gone.

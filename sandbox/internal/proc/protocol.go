@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/sandchat/sandchat"
+	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // The frame protocol between the engine and one session process; runtime/protocol.ts is
@@ -254,6 +257,26 @@ type FileBlob struct {
 	Data *Blob  `json:"data"`
 }
 
+// Link is a symbolic link of the working directory: its path there and its target.
+type Link struct {
+	Path   string `json:"path"`
+	Target string `json:"target"`
+}
+
+// TreeReq is a saved working directory as an attach sends it, its files' contents in
+// o; sorted, so that one tree is always sent alike.
+func TreeReq(t state.Tree, o *Blobs) (files []FileBlob, dirs []string, links []Link, cwd string) {
+	files, dirs, links = []FileBlob{}, append([]string{}, t.Dirs...), []Link{}
+	for _, p := range slices.Sorted(maps.Keys(t.Files)) {
+		files = append(files, FileBlob{Path: p, Data: o.Add(t.Files[p])})
+	}
+	slices.Sort(dirs)
+	for _, p := range slices.Sorted(maps.Keys(t.Links)) {
+		links = append(links, Link{Path: p, Target: t.Links[p]})
+	}
+	return files, dirs, links, t.Cwd
+}
+
 // DataFile is a file of /data (an upload) the process does not hold yet.
 type DataFile struct {
 	Name string `json:"name"`
@@ -263,9 +286,15 @@ type DataFile struct {
 // AttachReq makes a loaded interpreter a session's: its files, packages and the cells to
 // replay.
 type AttachReq struct {
-	Op       string     `json:"op"` // attach
-	Reseed   bool       `json:"reseed"`
-	Files    []FileBlob `json:"files"`
+	Op     string     `json:"op"` // attach
+	Reseed bool       `json:"reseed"`
+	Files  []FileBlob `json:"files"`
+	// Dirs, Links and Cwd are the rest of the saved working directory: its directories
+	// (empty ones included), its symbolic links, and the current directory to go back to
+	// ("" for the working directory).
+	Dirs     []string   `json:"dirs"`
+	Links    []Link     `json:"links"`
+	Cwd      string     `json:"cwd"`
 	Packages []string   `json:"packages"`
 	Pip      []PipWheel `json:"pip"` // wheels micropip installed, from the cache
 	Cells    []string   `json:"cells"`
@@ -395,7 +424,11 @@ type RunReply struct {
 	StderrTruncated bool               `json:"stderrTruncated"`
 	Changed         []ChangedFile      `json:"changed"`
 	Omitted         int                `json:"omitted"` // changed files past the limit, not listed
-	Deleted         []string           `json:"deleted"`
+	Dirs            []string           `json:"dirs"`    // directories the run made
+	Links           []Link             `json:"links"`   // symbolic links the run made or retargeted
+	Deleted         []string           `json:"deleted"` // paths of any kind the run took away
+	Cwd             *string            `json:"cwd"`     // the current directory, when the run moved it
+	Unkept          int                `json:"unkept"`  // entries made that cannot be kept (a path too long, or not text)
 	Outside         []string           `json:"outside"` // files the run wrote under /tmp, which are not kept
 	Packages        []string           `json:"packages"`
 	DisplaysDropped int                `json:"displaysDropped"`
@@ -421,6 +454,20 @@ func (r *RunReply) Check(maxOutput, maxFiles int, f Frame) error {
 	}
 	if len(r.Changed) > maxFiles || r.Omitted < 0 {
 		return fmt.Errorf("%d changed files", len(r.Changed))
+	}
+	if len(r.Dirs) > maxFiles || len(r.Links) > maxFiles || r.Unkept < 0 {
+		return fmt.Errorf("%d directories, %d links", len(r.Dirs), len(r.Links))
+	}
+	// A path names an entry of the working directory (state.PathKeys): never empty, never
+	// ending in a slash nor holding a NUL, which the keys of other kinds do.
+	badPath := func(p string) bool {
+		return p == "" || len(p) > 4096 || strings.ContainsRune(p, 0) || strings.HasSuffix(p, "/")
+	}
+	badText := func(s string) bool { return len(s) > 4096 || strings.ContainsRune(s, 0) }
+	if slices.ContainsFunc(r.Dirs, badPath) || slices.ContainsFunc(r.Deleted, badPath) ||
+		slices.ContainsFunc(r.Links, func(l Link) bool { return badPath(l.Path) || l.Target == "" || badText(l.Target) }) ||
+		slices.ContainsFunc(r.Changed, func(c ChangedFile) bool { return badPath(c.Path) }) || r.Cwd != nil && (*r.Cwd == "" || badText(*r.Cwd)) {
+		return fmt.Errorf("a path of the working directory out of bounds")
 	}
 	for _, c := range r.Changed {
 		if c.Path == "" || len(c.Path) > 4096 || c.Size < 0 {

@@ -20,16 +20,23 @@ import (
 // displayTextMax bounds each text part of one display item.
 const displayTextMax = 1 << 20
 
-// parseDisplay checks one display frame from a session process. A frame no honest
-// driver sends (bad kind, not JSON, a non-string part, an image that does not decode)
-// is an error, and the process is killed; n numbers the run's images for their names.
+// maxDisplayID bounds a display_id.
+const maxDisplayID = 256
+
+// parseDisplay checks one display frame from a session process: an item, or an update
+// of the items of its display_id. A frame no honest driver sends (bad kind, not JSON, a
+// non-string part, an image that does not decode, an update without an id) is an
+// error, and the process is killed; n numbers the run's images for their names.
 func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, error) {
-	if kind != "display" && kind != "result" {
+	if kind != sandchat.DisplayItem && kind != sandchat.DisplayResult && kind != sandchat.DisplayUpdate {
 		return sandchat.Display{}, fmt.Errorf("display kind %q", kind)
 	}
 	var b struct {
-		Data     map[string]json.RawMessage `json:"data"`
-		Metadata map[string]json.RawMessage `json:"metadata"`
+		Data      map[string]json.RawMessage `json:"data"`
+		Metadata  map[string]json.RawMessage `json:"metadata"`
+		Transient struct {
+			DisplayID string `json:"display_id"`
+		} `json:"transient"`
 	}
 	if err := json.Unmarshal([]byte(item), &b); err != nil {
 		return sandchat.Display{}, fmt.Errorf("display item: %v", err)
@@ -37,7 +44,11 @@ func parseDisplay(kind, item string, maxImage int64, n int) (sandchat.Display, e
 	if len(b.Data) == 0 || len(b.Data) > 32 {
 		return sandchat.Display{}, fmt.Errorf("display item with %d parts", len(b.Data))
 	}
-	d := sandchat.Display{Kind: kind}
+	id := b.Transient.DisplayID
+	if len(id) > maxDisplayID || !utf8.ValidString(id) || kind == sandchat.DisplayUpdate && id == "" {
+		return sandchat.Display{}, fmt.Errorf("display id %.40q", id)
+	}
+	d := sandchat.Display{Kind: kind, ID: id}
 	text := func(mime string) (string, error) {
 		raw, ok := b.Data[mime]
 		if !ok {
@@ -167,6 +178,18 @@ func truncUTF8(s string, n int) string {
 	return s[:n]
 }
 
+// parseClear checks a clear frame (IPython's clear_output): wait says it takes effect
+// with the next output or item, not at once.
+func parseClear(item string) (wait bool, err error) {
+	var b struct {
+		Wait bool `json:"wait"`
+	}
+	if err := json.Unmarshal([]byte(item), &b); err != nil {
+		return false, fmt.Errorf("clear frame: %v", err)
+	}
+	return b.Wait, nil
+}
+
 // displaySize is what a display item weighs against MaxDisplayBytes.
 func displaySize(d sandchat.Display) int64 {
 	n := int64(len(d.Text) + len(d.HTML) + len(d.Markdown) + len(d.SVG) + len(d.LaTeX) + len(d.JSON) + len(d.Plotly))
@@ -176,8 +199,16 @@ func displaySize(d sandchat.Display) int64 {
 	return n
 }
 
+// maxLiveChanges bounds the updates and clears a run tells its caller while it runs (a
+// progress loop may make thousands): past it they still shape its record, which its
+// caller gets at the end.
+const maxLiveChanges = 1000
+
 // displays collects a run's display items as their frames arrive, within the run's
 // budget: items past it are counted and the run's stderr says how many were not shown.
+// An update draws the items of its id anew, in place; a clear takes away the items and
+// the output before it (finish cuts the output), at once or, waiting, with what comes
+// next: the run's record holds what the run shows at its end, as a notebook keeps it.
 type displays struct {
 	max      int
 	maxBytes int64
@@ -192,62 +223,175 @@ type displays struct {
 	// at is the run's output so far: the process sends what was printed before an item
 	// ahead of the item, on the same pipe.
 	at sandchat.OutputAt
+	// cleared is where the output was last cleared (nothing shows of what came before);
+	// waiting, a clear that applies with the next output or item.
+	cleared sandchat.OutputAt
+	waiting bool
+	changes int // updates and clears told to on
 }
 
-// wrote counts output the process sent, to place the items that follow it.
+// wrote counts output the process sent, to place the items that follow it. A waiting
+// clear applies first: its caller hears of it before the output that follows it.
 func (c *displays) wrote(stream string, n int) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	clear := c.applyWaitingLocked()
 	if stream == "stderr" {
 		c.at.Stderr += n
 	} else {
 		c.at.Stdout += n
 	}
+	c.mu.Unlock()
+	c.tell(clear)
+}
+
+// applyWaitingLocked applies a waiting clear, and returns it to tell, if any.
+func (c *displays) applyWaitingLocked() *sandchat.Display {
+	if !c.waiting {
+		return nil
+	}
+	return c.clearLocked()
+}
+
+// clearLocked takes away what the run showed so far, and returns the clear to tell (nil
+// past maxLiveChanges).
+func (c *displays) clearLocked() *sandchat.Display {
+	c.items, c.bytes, c.waiting = nil, 0, false
+	c.cleared = c.at
+	if c.changes++; c.changes > maxLiveChanges {
+		return nil
+	}
+	at := c.at
+	return &sandchat.Display{Kind: sandchat.DisplayClear, At: &at}
+}
+
+// tell hands d to the run's caller, outside the lock.
+func (c *displays) tell(d *sandchat.Display) {
+	if d != nil && c.on != nil {
+		c.on(*d)
+	}
 }
 
 func (c *displays) add(kind, item string) error {
+	if kind == sandchat.DisplayClear {
+		wait, err := parseClear(item)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		var clear *sandchat.Display
+		if wait {
+			c.waiting = true
+		} else {
+			clear = c.clearLocked()
+		}
+		c.mu.Unlock()
+		c.tell(clear)
+		return nil
+	}
 	c.mu.Lock()
 	d, err := parseDisplay(kind, item, c.maxImage, c.images+1)
 	if err != nil {
 		c.mu.Unlock()
 		return err
 	}
-	if len(c.items) >= c.max || c.bytes+displaySize(d) > c.maxBytes {
+	clear := c.applyWaitingLocked()
+	shown := c.updateLocked(&d)
+	if d.Kind != sandchat.DisplayUpdate {
+		shown = c.appendLocked(&d)
+	}
+	c.mu.Unlock()
+	c.tell(clear)
+	if shown {
+		c.tell(&d)
+	}
+	return nil
+}
+
+// appendLocked adds item d, within the run's budget, and tells whether it is shown.
+func (c *displays) appendLocked(d *sandchat.Display) bool {
+	if len(c.items) >= c.max || c.bytes+displaySize(*d) > c.maxBytes {
 		c.dropped++
-		c.mu.Unlock()
-		return nil
+		return false
 	}
 	if d.Image != nil {
 		c.images++
 	}
 	at := c.at
 	d.At = &at
-	c.bytes += displaySize(d)
-	c.items = append(c.items, d)
-	on := c.on
-	c.mu.Unlock()
-	if on != nil {
-		on(d)
-	}
-	return nil
+	c.bytes += displaySize(*d)
+	c.items = append(c.items, *d)
+	return true
 }
 
-// done returns the items and stderr with a note of what did not fit; stderrBefore is
-// what the engine put ahead of the process's own stderr.
-func (c *displays) done(stderr string, stderrBefore, droppedInProcess int) ([]sandchat.Display, string) {
+// updateLocked draws the items of an update's id anew with its parts, where and as what
+// they were shown, and tells whether its caller hears of it. An id no item of the run
+// has changes nothing (its item went with a clear, or was shown by an earlier run).
+func (c *displays) updateLocked(d *sandchat.Display) bool {
+	if d.Kind != sandchat.DisplayUpdate {
+		return false
+	}
+	size, found := c.bytes, false
+	for _, it := range c.items {
+		if it.ID == d.ID {
+			size += displaySize(*d) - displaySize(it)
+			found = true
+		}
+	}
+	if !found {
+		return false
+	}
+	if size > c.maxBytes {
+		c.dropped++
+		return false
+	}
+	if d.Image != nil {
+		c.images++
+	}
+	for i, it := range c.items {
+		if it.ID == d.ID {
+			c.items[i] = *d
+			c.items[i].Kind, c.items[i].At = it.Kind, it.At
+		}
+	}
+	c.bytes = size
+	if c.changes++; c.changes > maxLiveChanges {
+		return false
+	}
+	return true
+}
+
+// finish gives res the run's items, and a note in its stderr of what did not fit; its
+// output (and the order of its streams) loses what a clear took away. stderrBefore is
+// what the engine put ahead of the process's own stderr. A clear still waiting when
+// the run ended never applied: what it would have taken away stays.
+func (c *displays) finish(res *Result, stderrBefore, droppedInProcess int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	cut := c.cleared
+	res.Stdout = res.Stdout[min(cut.Stdout, len(res.Stdout)):]
+	if cut.Stderr > 0 && stderrBefore <= len(res.Stderr) {
+		res.Stderr = res.Stderr[:stderrBefore] + res.Stderr[min(stderrBefore+cut.Stderr, len(res.Stderr)):]
+	}
+	var order []sandchat.OutputAt
+	for i, at := range res.Order {
+		if i == 0 && at == (sandchat.OutputAt{Stderr: stderrBefore}) && cut != (sandchat.OutputAt{}) {
+			order = append(order, at) // the engine's notes, ahead of the output
+			continue
+		}
+		if at.Stdout >= cut.Stdout && at.Stderr >= stderrBefore+cut.Stderr {
+			order = append(order, sandchat.OutputAt{Stdout: at.Stdout - cut.Stdout, Stderr: at.Stderr - cut.Stderr})
+		}
+	}
+	res.Order = order
 	for i, d := range c.items {
-		at := *d.At
-		at.Stderr += stderrBefore
+		at := sandchat.OutputAt{Stdout: d.At.Stdout - cut.Stdout, Stderr: d.At.Stderr - cut.Stderr + stderrBefore}
 		c.items[i].At = &at
 	}
 	if n := c.dropped + droppedInProcess; n > 0 {
-		stderr += fmt.Sprintf("[sandbox] %d display items not shown: over the limit of %d items or %d bytes per run\n", n, c.max, c.maxBytes)
+		res.Stderr += fmt.Sprintf("[sandbox] %d display items not shown: over the limit of %d items or %d bytes per run\n", n, c.max, c.maxBytes)
 	}
-	items := c.items
-	if items == nil {
-		items = []sandchat.Display{}
+	res.Displays = c.items
+	if res.Displays == nil {
+		res.Displays = []sandchat.Display{}
 	}
-	return items, stderr
 }

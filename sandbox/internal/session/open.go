@@ -94,7 +94,7 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 	// each step of it has its own deadline. Only the wait for room ends with the caller.
 	wait := ctx
 	ctx = context.WithoutCancel(ctx)
-	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
+	at := proc.AttachReq{Op: "attach", Files: []proc.FileBlob{}, Dirs: []string{}, Links: []proc.Link{}, Packages: []string{}, Cells: []string{}, CellTimeouts: []int64{}, Pip: []proc.PipWheel{},
 		GraceMS: env.Limits.Grace.Milliseconds()}
 	var o proc.Blobs
 	var p *proc.Process
@@ -135,11 +135,8 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 			return nil, err
 		}
 	default:
-		files := make([]proc.FileBlob, 0, len(st.Files))
-		for name, d := range st.Files {
-			files = append(files, proc.FileBlob{Path: name, Data: o.Add(d)})
-		}
-		at.Files, at.Packages = files, nonNil(st.Packages)
+		at.Files, at.Dirs, at.Links, at.Cwd = proc.TreeReq(state.TreeOf(st.Files), &o)
+		at.Packages = nonNil(st.Packages)
 		// A heap is only meaningful to the exact build that saved it; after an upgrade
 		// the session comes back by replay.
 		if st.Mode == modeSnapshot && !env.Limits.ForceReplay && len(st.Delta) > 0 && st.Build == env.Build {
@@ -214,20 +211,27 @@ func (env *Env) attach(ctx context.Context, key string, warm *Session, req Reque
 	f, err := p.Call(rctx, at, &o)
 	if err != nil {
 		p.Close("attach failed")
-		if pe := (*proc.Error)(nil); errors.As(err, &pe) && pe.Kind == "replay" {
-			return nil, sandchat.Errorf(sandchat.ECONFLICT,
-				"The session could not be restored: %s. Reset the session to start over.", pe.Msg)
+		// What trying again would meet again is the saved state's: it is reset, and the
+		// run says so (Open). A process that died otherwise, or a restore that ran out of
+		// time without cells to replay, may be the node's doing: tried again.
+		pe := (*proc.Error)(nil)
+		var why string
+		switch {
+		case errors.As(err, &pe) && pe.Kind == "replay":
+			why = pe.Msg
+		case len(at.Cells) > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded):
+			why = fmt.Sprintf("replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT)", len(at.Cells), env.Limits.RestoreTimeout)
+		case errors.As(err, &pe):
+			why = pe.Msg
+		case p.OOMKilled():
+			why = "bringing it back took more than the session's memory limit"
 		}
-		if len(at.Cells) > 0 && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			// Trying again would replay the same cells into the same limit.
-			return nil, sandchat.Errorf(sandchat.ECONFLICT,
-				"The session could not be restored: replaying its %d cells took longer than the %s restore limit (SANDCHAT_SANDBOX_RESTORE_TIMEOUT). Reset the session to start over.",
-				len(at.Cells), env.Limits.RestoreTimeout)
-		}
-		if pe := (*proc.Error)(nil); errors.As(err, &pe) && st != nil {
-			// The saved state itself does not come back (a process that died or a restore
-			// that ran out of time may be the node's doing, and are tried again).
-			return nil, &brokenState{version: st.Version, why: pe.Msg}
+		switch {
+		case why != "" && st != nil:
+			return nil, &brokenState{version: st.Version, why: why}
+		case why != "":
+			// Cells from the caller's history, with no saved state to reset.
+			return nil, sandchat.Errorf(sandchat.ECONFLICT, "The session could not be restored: %s. Reset the session to start over.", why)
 		}
 		return nil, ProcessError(err, p)
 	}

@@ -65,7 +65,7 @@ func (env *Env) afterFailure(ctx context.Context, key, token string, req Request
 		// Nothing saved to blame: a new session, or one this run reset already.
 		return res, ctxErr
 	}
-	why, broken := env.check(ctx, key)
+	why, broken := env.check(ctx, key, req)
 	if !broken {
 		return res, ctxErr
 	}
@@ -88,11 +88,13 @@ func (env *Env) afterFailure(ctx context.Context, key, token string, req Request
 	return res, ctxErr
 }
 
-// check restores key's saved state into a process of its own and runs checkCell in it:
-// broken when that fails. The process stays the session's when it answers. A check that
-// cannot be made (no room, the store unreachable) finds nothing broken.
-func (env *Env) check(ctx context.Context, key string) (why string, broken bool) {
-	s, err := env.attach(ctx, key, nil, Request{})
+// check restores key's saved state into a process of its own and runs checkCell in it
+// as req would run (its /data and preloads): broken when that fails. What fails only on
+// the way to a run's code (a replayed cell that broke mounting /data, say) is found so,
+// and not passed as a state that runs. The process stays the session's when it answers.
+// A check that cannot be made (no room, the store unreachable) finds nothing broken.
+func (env *Env) check(ctx context.Context, key string, req Request) (why string, broken bool) {
+	s, err := env.attach(ctx, key, nil, Request{Data: req.Data})
 	var bs *brokenState
 	if errors.As(err, &bs) {
 		return bs.why, true
@@ -101,11 +103,24 @@ func (env *Env) check(ctx context.Context, key string) (why string, broken bool)
 		env.Log.Warn("sandbox: a failed session's saved state could not be checked", "session", key, "err", err)
 		return "", false
 	}
-	s.takeOpened()
+	o := s.takeOpened()
 	p := s.p
-	var o proc.Blobs
-	rep := p.Run(ctx, proc.RunReq{Op: "run", Code: checkCell, Filename: "<sandchat-check>", Data: []proc.DataFile{},
-		DataVersions: map[string]string{}, Preload: []string{}}, &o,
+	var blobs proc.Blobs
+	files, held := o.files, map[string]string(nil)
+	if files == nil {
+		held = s.dataHeld()
+		if files, err = env.Limits.data(ctx, req, held); err != nil {
+			s.release()
+			return "", false
+		}
+	}
+	data, versions, err := dataFor(files, held, &blobs)
+	if err != nil {
+		s.release()
+		return "", false
+	}
+	rep := p.Run(ctx, proc.RunReq{Op: "run", Code: checkCell, Filename: "<sandchat-check>", Data: data,
+		DataVersions: versions, Preload: nonNil(req.Preload)}, &blobs,
 		proc.RunLimits{Load: env.Limits.RestoreTimeout, Timeout: env.Limits.Timeout, Grace: env.Limits.Grace}, proc.RunHooks{},
 		func() { s.drop("the check of its saved state did not stop") })
 	var r proc.RunReply

@@ -117,6 +117,10 @@ func (c shaper) result(r *proc.RunReply, f proc.Frame, notKept map[string]bool, 
 		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state (over %d MiB, or too many files): %s\n",
 			c.MaxArtifactBytes>>20, strings.Join(unsaved, ", "))
 	}
+	if r.Unkept > 0 {
+		res.Stderr += fmt.Sprintf("[sandbox] not kept with the session state: %d files, folders or links whose paths are over 4096 bytes, not valid text, or past %d in one run\n",
+			r.Unkept, MaxChangedFiles)
+	}
 	return res
 }
 

@@ -114,8 +114,8 @@ func (s *Session) runIn(ctx context.Context, token string, req Request, o *opene
 		return Result{}, nil, fmt.Errorf("sandbox reply: %w", err)
 	}
 	res := env.shaper().result(&r, rep.Frame, s.ran(&r, rep.Frame, versions), notes)
-	res.Displays, res.Stderr = out.disp.done(res.Stderr, len(notesPrefix(notes)), r.DisplaysDropped)
 	res.Order = out.seen.order(len(notesPrefix(notes)))
+	out.disp.finish(&res, len(notesPrefix(notes)), r.DisplaysDropped)
 	nameImages(&res)
 	res.ExecutionMS = ms
 	if rep.Interrupted && res.Status == StatusTimeout && res.Error != nil {

@@ -228,28 +228,47 @@ func (s *Session) info() SessionInfo {
 }
 
 // ran applies what a run that answered left in the session: the /data it mounted (as
-// sent, whatever the code then did), its packages, the files it changed or deleted (kept
-// for the next save) and, when it did not succeed, that the heap holds effects the log
-// does not. It returns the changed paths the session cannot keep (too big, or too many).
+// sent, whatever the code then did), its packages, what it did to the working directory
+// (kept for the next save, state.TreeOf: what it took away, or changed the kind of, then
+// the files, directories and links it made, and its current directory) and, when it did
+// not succeed, that the heap holds effects the log does not. It returns the changed paths
+// the session cannot keep (too big, or too many).
 func (s *Session) ran(r *proc.RunReply, f proc.Frame, data map[string]string) (notKept map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.data, s.packages = data, r.Packages
+	for _, p := range r.Deleted {
+		for _, k := range state.PathKeys(p) {
+			delete(s.unsaved, k)
+			s.unsavedDel[k] = true
+		}
+	}
+	keep := func(key string, v []byte) bool {
+		if len(s.unsaved) >= maxSavedFilesPerRun && s.unsaved[key] == nil {
+			return false
+		}
+		s.unsaved[key] = v
+		delete(s.unsavedDel, key)
+		return true
+	}
 	for _, ch := range r.Changed {
-		if ch.Data == nil || (len(s.unsaved) >= maxSavedFilesPerRun && s.unsaved[ch.Path] == nil) {
-			// Redis is no place for big files: they live on in the warm session only.
+		// Redis is no place for big files: they live on in the warm session only.
+		if ch.Data == nil || !keep(ch.Path, f.Bytes(ch.Data)) {
 			if notKept == nil {
 				notKept = map[string]bool{}
 			}
 			notKept[ch.Path] = true
-			continue
 		}
-		s.unsaved[ch.Path] = f.Bytes(ch.Data)
-		delete(s.unsavedDel, ch.Path)
 	}
-	for _, p := range r.Deleted {
-		delete(s.unsaved, p)
-		s.unsavedDel[p] = true
+	for _, d := range r.Dirs {
+		keep(state.DirKey(d), []byte{})
+	}
+	for _, l := range r.Links {
+		keep(state.LinkKey(l.Path), []byte(l.Target))
+	}
+	if r.Cwd != nil {
+		s.unsaved[state.CwdKey] = []byte(*r.Cwd)
+		delete(s.unsavedDel, state.CwdKey)
 	}
 	if r.Status != StatusSuccess {
 		// A failed run never replaces the last good state; the warm interpreter keeps

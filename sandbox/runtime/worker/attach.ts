@@ -2,13 +2,13 @@
 // and packages, then the replay of its cells when its heap could not be saved.
 
 import type { ToWorker } from "../messages.ts";
-import { mountData } from "./data.ts";
+import { dataHeapIsSessions, mountData } from "./data.ts";
 import { quietRun, reseed } from "./driver.ts";
 import { ignoreInterrupts, watchInterrupts } from "./interrupt.ts";
 import { reinstall } from "./pip.ts";
 import { post } from "./post.ts";
 import { py } from "./pyodide.ts";
-import { listFiles, putFiles, resetFiles } from "./workdir.ts";
+import { goBack, listFiles, putFiles, resetFiles, type SavedTree } from "./workdir.ts";
 
 const quiet = { messageCallback: () => {}, errorCallback: () => {} };
 
@@ -16,7 +16,14 @@ const quiet = { messageCallback: () => {}, errorCallback: () => {} };
 export async function attach(m: Extract<ToWorker, { op: "attach" }>): Promise<string | null> {
   // A pool worker gets its own RNG and its saved files.
   if (m.reseed) await reseed();
-  resetFiles(m.files ?? []);
+  const saved: SavedTree = { files: m.files ?? [], dirs: m.dirs ?? [], links: m.links ?? [], cwd: m.cwd ?? "" };
+  const cells = m.cells ?? [];
+  // Cells replayed on a session's heap (those run since it was saved) find the files as
+  // they are now (the nearest there is to those of that heap); cells replayed from the
+  // start find the working directory empty, as the first of them did: a cell's
+  // os.mkdir("out") would fail on the out/ its later cells filled.
+  const fromStart = cells.length > 0 && !dataHeapIsSessions();
+  resetFiles(fromStart ? { files: [], dirs: [], links: [], cwd: "" } : saved);
   let failed: string | null = null;
   try {
     await reinstall(m.pip ?? []);
@@ -30,7 +37,6 @@ export async function attach(m: Extract<ToWorker, { op: "attach" }>): Promise<st
       failed = String(e);
     }
   }
-  const cells = m.cells ?? [];
   if (cells.length) {
     // Cells replay against /data as it is now: one may import or read an upload.
     await mountData(m.data ?? []);
@@ -50,8 +56,9 @@ export async function attach(m: Extract<ToWorker, { op: "attach" }>): Promise<st
   }
   if (cells.length) {
     // Replay may have rewritten files: the saved ones are the truth.
-    putFiles(m.files ?? []);
+    putFiles(saved);
   }
+  goBack(saved);
   listFiles();
   return failed;
 }

@@ -2,7 +2,7 @@
 // sends only the files a process does not hold yet; what it holds is tracked here.
 
 import type { DataFile } from "../protocol.ts";
-import { pruneDirs, rmTree, setDirModes, walk, writeFile } from "./fs.ts";
+import { asOwner, pruneDirs, rmTree, setDirModes, walk, writeFile } from "./fs.ts";
 import { py } from "./pyodide.ts";
 
 const DATADIR = "/data";
@@ -19,6 +19,9 @@ let heapRestored = false;
 export function dataHeapRestored(restored: boolean) {
   heapRestored = restored;
 }
+
+/** dataHeapIsSessions tells whether the interpreter was loaded from a session's heap. */
+export const dataHeapIsSessions = (): boolean => heapRestored;
 
 // DATA_SYNC makes /data importable and drops the modules imported from files that
 // changed or went away, so the next import runs the new code.
@@ -55,9 +58,11 @@ function putData(data: DataFile[]) {
 
 /** mountData makes /data hold exactly data (the replay of an attach). */
 export async function mountData(data: DataFile[]) {
-  openData();
-  rmTree(DATADIR);
-  putData(data);
+  asOwner(() => {
+    openData();
+    rmTree(DATADIR);
+    putData(data);
+  });
   const hashes = new Map<string, string>();
   for (const f of data) {
     const h = new Uint8Array(await crypto.subtle.digest("SHA-256", f.data as Uint8Array<ArrayBuffer>));
@@ -74,16 +79,18 @@ export function syncData(data: DataFile[], versions: Record<string, string>) {
   const want = new Map(Object.entries(versions));
   const same = dataHashes !== null && want.size === dataHashes.size && [...want].every(([n, v]) => dataHashes!.get(n) === v);
   if (data.length === 0 && (same || (dataHashes === null && want.size === 0 && !heapRestored))) return;
-  openData();
-  const incoming = new Set(data.map((f) => f.name));
-  const held = new Map<string, string>();
-  walk(DATADIR, held);
-  for (const p of held.keys()) {
-    const name = p.slice(DATADIR.length + 1);
-    if (!want.has(name) || incoming.has(name)) py.FS.unlink(p);
-  }
-  pruneDirs(DATADIR);
-  putData(data);
+  asOwner(() => {
+    openData();
+    const incoming = new Set(data.map((f) => f.name));
+    const held = new Map<string, string>();
+    walk(DATADIR, held);
+    for (const p of held.keys()) {
+      const name = p.slice(DATADIR.length + 1);
+      if (!want.has(name) || incoming.has(name)) py.FS.unlink(p);
+    }
+    pruneDirs(DATADIR);
+    putData(data);
+  });
   resync(want);
 }
 

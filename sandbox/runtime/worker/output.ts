@@ -4,7 +4,7 @@
 // installed once (connectOutput), which keeps four FFI calls off every run; between runs
 // output goes nowhere.
 
-import type { RunLimits } from "../messages.ts";
+import { isDisplayKind, type RunLimits } from "../messages.ts";
 import { post } from "./post.ts";
 import { py } from "./pyodide.ts";
 
@@ -21,15 +21,20 @@ export function connectOutput() {
 }
 
 // The display items of the run in progress: sent at once (after the output before
-// them); what does not fit is counted, and the engine says so.
+// them); what does not fit is counted, and the engine says so. An update (of a display
+// handle's item) counts its bytes only; a clear (clear_output) takes away what came
+// before it, so the items after it count afresh. The engine keeps its own count.
 const displays = { run: "", active: false, count: 0, bytes: 0, max: 0, maxBytes: 0, dropped: 0, flush: () => {} };
 (globalThis as Record<string, unknown>).sandchatDisplay = (kind: unknown, item: unknown) => {
-  if (!displays.active || (kind !== "display" && kind !== "result") || typeof item !== "string") return;
-  if (displays.count >= displays.max || displays.bytes + item.length > displays.maxBytes) {
+  if (!displays.active || !isDisplayKind(kind) || typeof item !== "string") return;
+  if (kind === "clear") {
+    displays.count = 0;
+    displays.bytes = 0;
+  } else if ((kind !== "update" && displays.count >= displays.max) || displays.bytes + item.length > displays.maxBytes) {
     displays.dropped++;
     return;
   }
-  displays.count++;
+  if (kind !== "update" && kind !== "clear") displays.count++;
   displays.bytes += item.length;
   displays.flush();
   post({ op: "display", run: displays.run, kind, item });
