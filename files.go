@@ -16,6 +16,8 @@ import (
 func Size(n int64) string {
 	unit, name := int64(1), "bytes"
 	switch {
+	case n >= 1<<40:
+		unit, name = 1<<40, "TiB"
 	case n >= 1<<30:
 		unit, name = 1<<30, "GiB"
 	case n >= 1<<20:

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"github.com/sandchat/sandchat/sandbox/internal/pkgs"
 	"github.com/sandchat/sandchat/sandbox/internal/proc"
 	"github.com/sandchat/sandchat/sandbox/internal/session"
-	"github.com/sandchat/sandchat/sandbox/internal/state"
 )
 
 // Isolation modes.
@@ -115,199 +113,17 @@ type Config struct {
 	RedisPrefix     string
 }
 
-// DefaultConfig returns the limits of DESIGN §4; locations are left for Locate.
+// DefaultConfig returns the engine's defaults (Settings'); locations are left for
+// Locate.
 func DefaultConfig() Config {
-	return Config{
-		WarmPool:             2,
-		WarmPoolMax:          8,
-		WarmSpares:           1,
-		MaxLive:              16,
-		AdmitQueue:           256,
-		AdmitTimeout:         30 * time.Second,
-		IdleTimeout:          10 * time.Minute,
-		Isolation:            IsolationStrict,
-		SandboxUser:          "nobody",
-		Cgroups:              proc.CgroupsAuto,
-		FirstUID:             60000,
-		Timeout:              30 * time.Second,
-		MaxTimeout:           300 * time.Second,
-		Grace:                3 * time.Second,
-		RestoreTimeout:       2 * time.Minute,
-		LeaseTTL:             state.LeaseTTL,
-		MemoryBytes:          512 << 20,
-		RuntimeOverheadBytes: 384 << 20,
-		MaxStateBytes:        64 << 20,
-		HotStateBytes:        16 << 20,
-		MaxOutput:            1 << 20,
-		MaxCode:              256 << 10,
-		MaxArtifacts:         20,
-		MaxArtifactBytes:     10 << 20,
-		MaxDataBytes:         64 << 20,
-		MaxDisplays:          50,
-		MaxDisplayBytes:      16 << 20,
-		SessionTTL:           24 * time.Hour,
-		CheckpointDelay:      2 * time.Second,
-		QueueDepth:           8,
-		RedisPrefix:          "sandchat:",
-		Settings: pkgs.Settings{
-			PackageCDN:           CDNOfficial,
-			PackageCacheMaxBytes: 2 << 30,
-			PipIndex:             "https://pypi.org/pypi/",
-			PipAllow:             []string{"*"},
-			PipHosts:             []string{"files.pythonhosted.org"},
-			PipMaxPackages:       20,
-			PipMaxBytes:          100 << 20,
-
-			// What the package fetcher may take for a run, a session and the node.
-			PackageCacheMaxFiles:     10000,
-			PackageRunMaxFiles:       64,
-			PackageRunMaxBytes:       512 << 20,
-			PackageRunMaxFetches:     64,
-			PackageSessionMaxFiles:   256,
-			PackageSessionMaxBytes:   1 << 30,
-			PackageSessionMaxFetches: 256,
-			PipMaxIndexRequests:      40,
-		},
-	}
+	c := Config{RedisPrefix: "sandchat:"}
+	sandchat.Defaults(settings, &c)
+	return c
 }
 
-// Validate refuses values the engine cannot honour, with a message naming the setting.
-func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.WarmPool < 0 || c.WarmPool > 64 {
-		bad("sandbox warm pool must be between 0 and 64, got %d", c.WarmPool)
-	}
-	if c.WarmPoolMax < c.WarmPool || c.WarmPoolMax > 64 {
-		bad("sandbox warm pool max must be between the warm pool (%d) and 64, got %d", c.WarmPool, c.WarmPoolMax)
-	}
-	if c.WarmSpares < 0 || c.WarmSpares > 8 {
-		bad("sandbox warm spares must be between 0 and 8, got %d", c.WarmSpares)
-	}
-	if c.MaxLive < 1 || c.MaxLive > 4096 {
-		bad("sandbox max live sessions must be between 1 and 4096, got %d", c.MaxLive)
-	}
-	if c.MaxProcesses != 0 && (c.MaxProcesses < 2 || c.MaxProcesses > 4096) {
-		bad("sandbox max processes must be 0 (sized by memory) or between 2 and 4096, got %d", c.MaxProcesses)
-	}
-	if c.MaxStarting < 0 || c.MaxStarting > 256 {
-		bad("sandbox max starting must be 0 (one per CPU) or between 1 and 256, got %d", c.MaxStarting)
-	}
-	if c.AdmitQueue < 0 || c.AdmitQueue > 100000 {
-		bad("sandbox admission queue must be between 0 and 100000, got %d", c.AdmitQueue)
-	}
-	if c.AdmitTimeout < 100*time.Millisecond || c.AdmitTimeout > 10*time.Minute {
-		bad("sandbox admission timeout must be between 100ms and 10m, got %s", c.AdmitTimeout)
-	}
-	if c.IdleTimeout < time.Second {
-		bad("sandbox idle timeout must be at least 1s, got %s", c.IdleTimeout)
-	}
-	if c.Isolation != IsolationStrict && c.Isolation != IsolationProcess {
-		bad("sandbox isolation must be %q or %q, got %q", IsolationStrict, IsolationProcess, c.Isolation)
-	}
-	if c.SandboxUser == "" {
-		bad("sandbox user must be set")
-	}
-	if c.Cgroups != proc.CgroupsAuto && c.Cgroups != proc.CgroupsRequired && c.Cgroups != proc.CgroupsOff {
-		bad("sandbox cgroups must be %q, %q or %q, got %q", proc.CgroupsAuto, proc.CgroupsRequired, proc.CgroupsOff, c.Cgroups)
-	}
-	if c.FirstUID < 1000 || c.FirstUID > 1<<31-1-extraUIDs-4096 {
-		bad("sandbox first uid must be between 1000 and %d, got %d", 1<<31-1-extraUIDs-4096, c.FirstUID)
-	}
-	if c.RestoreTimeout < time.Second || c.RestoreTimeout > 30*time.Minute {
-		bad("sandbox restore timeout must be between 1s and 30m, got %s", c.RestoreTimeout)
-	}
-	if c.Timeout <= 0 {
-		bad("sandbox timeout must be positive, got %s", c.Timeout)
-	}
-	if c.MaxTimeout < c.Timeout {
-		bad("sandbox max timeout (%s) must not be below the timeout (%s)", c.MaxTimeout, c.Timeout)
-	}
-	if c.Grace < 100*time.Millisecond || c.Grace > time.Minute {
-		bad("sandbox grace must be between 100ms and 1m, got %s", c.Grace)
-	}
-	if c.LeaseTTL < time.Second || c.LeaseTTL > 5*time.Minute {
-		bad("sandbox lease TTL must be between 1s and 5m, got %s", c.LeaseTTL)
-	}
-	if c.MemoryBytes < 64<<20 || c.MemoryBytes > 4<<30 {
-		bad("sandbox memory must be between 64 MiB and 4 GiB (wasm32), got %d bytes", c.MemoryBytes)
-	}
-	if c.RuntimeOverheadBytes < 128<<20 || c.RuntimeOverheadBytes > 8<<30 {
-		bad("sandbox runtime overhead must be between 128 MiB and 8 GiB, got %d bytes", c.RuntimeOverheadBytes)
-	}
-	if c.MaxStateBytes < 1<<20 || c.MaxStateBytes > 4<<30 {
-		bad("sandbox max state must be between 1 MiB and 4 GiB, got %d bytes", c.MaxStateBytes)
-	}
-	if c.HotStateBytes < 1<<20 || c.HotStateBytes > 4<<30 {
-		bad("sandbox hot state must be between 1 MiB and 4 GiB, got %d bytes", c.HotStateBytes)
-	}
-	if c.MaxOutput < 1024 {
-		bad("sandbox max output must be at least 1024 bytes, got %d", c.MaxOutput)
-	}
-	if c.MaxCode < 1024 {
-		bad("sandbox max code must be at least 1024 bytes, got %d", c.MaxCode)
-	}
-	if c.MaxArtifacts < 0 || c.MaxArtifactBytes < 0 || c.MaxDataBytes < 0 {
-		bad("sandbox artifact and data limits must not be negative")
-	}
-	if c.MaxDisplays < 0 || c.MaxDisplays > 1000 || c.MaxDisplayBytes < 0 || c.MaxDisplayBytes > 256<<20 {
-		bad("sandbox display limits must be 0–1000 items and 0–256 MiB per run, got %d and %d bytes", c.MaxDisplays, c.MaxDisplayBytes)
-	}
-	for _, h := range c.NetworkAllow {
-		if err := validHost(h); err != nil {
-			bad("sandbox network allowlist entry %q: %v", h, err)
-		}
-	}
-	if c.PackageCDN != "" && c.PackageCDN != CDNOfficial && c.PackageCDN != CDNOff {
-		u, err := url.Parse(c.PackageCDN)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			bad("sandbox package CDN must be %q, %q or an http(s) URL, got %q", CDNOfficial, CDNOff, c.PackageCDN)
-		}
-	}
-	if c.PackageCacheMaxBytes < 16<<20 {
-		bad("sandbox package cache bound must be at least 16 MiB, got %d bytes", c.PackageCacheMaxBytes)
-	}
-	if c.PackageCacheMaxFiles < 1 || c.PackageRunMaxFiles < 1 || c.PackageSessionMaxFiles < 1 ||
-		c.PackageRunMaxBytes < 1<<20 || c.PackageSessionMaxBytes < 1<<20 || c.PackageRunMaxFetches < 0 || c.PackageSessionMaxFetches < 0 {
-		bad("sandbox package bounds must be at least 1 file and 1 MiB (fetches at least 0), got cache %d files, run %d files %d bytes %d fetches, session %d files %d bytes %d fetches",
-			c.PackageCacheMaxFiles, c.PackageRunMaxFiles, c.PackageRunMaxBytes, c.PackageRunMaxFetches,
-			c.PackageSessionMaxFiles, c.PackageSessionMaxBytes, c.PackageSessionMaxFetches)
-	}
-	if !c.PipOff {
-		if u, err := url.Parse(c.PipIndex); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			bad("sandbox pip index must be an http(s) URL, got %q", c.PipIndex)
-		}
-		for _, n := range c.PipAllow {
-			if n != "*" && !pkgs.ValidName(n) {
-				bad("sandbox pip allowlist entry %q is not a project name or *", n)
-			}
-		}
-		for _, h := range c.PipHosts {
-			if err := validHost(h); err != nil {
-				bad("sandbox pip host %q: %v", h, err)
-			}
-		}
-		if c.PipMaxPackages < 1 || c.PipMaxPackages > 500 || c.PipMaxBytes < 1<<20 || c.PipMaxBytes > pkgs.MaxWheelBytes {
-			bad("sandbox pip limits must be 1–500 packages and 1 MiB–512 MiB per install, got %d and %d bytes", c.PipMaxPackages, c.PipMaxBytes)
-		}
-		if c.PipMaxIndexRequests < 1 || c.PipMaxIndexRequests > 2000 {
-			bad("sandbox pip index requests per install must be 1–2000, got %d", c.PipMaxIndexRequests)
-		}
-	}
-	if err := CheckPreload(c.Preload); err != nil {
-		bad("sandbox preload: %s", strings.TrimSuffix(sandchat.ErrorMessage(err), "."))
-	}
-	if c.CheckpointDelay < 0 || c.CheckpointDelay > 24*time.Hour {
-		bad("sandbox checkpoint delay must be between 0 and 24h, got %s", c.CheckpointDelay)
-	}
-	if c.SessionTTL < time.Minute {
-		bad("sandbox session TTL must be at least 1m, got %s", c.SessionTTL)
-	}
-	if c.QueueDepth < 0 || c.QueueDepth > 1000 {
-		bad("sandbox queue depth must be between 0 and 1000, got %d", c.QueueDepth)
-	}
-	return errors.Join(errs...)
-}
+// Validate refuses values the engine cannot honour, each with a message naming its
+// setting's variable (Settings).
+func (c Config) Validate() error { return sandchat.Check(settings, &c) }
 
 func validHost(h string) error {
 	if h == "" || strings.ContainsAny(h, "/ ,*@") {

@@ -118,7 +118,7 @@ func TestCLI(t *testing.T) {
 		{"bad origin", append(safe, "--allowed-origins", "evil"), `SANDCHAT_ALLOWED_ORIGINS: "evil" is not an origin`},
 		{"bad log level", append(safe, "--log-level", "loud"), `SANDCHAT_LOG_LEVEL: "loud" is not debug, info, warn or error`},
 		{"bad database url", append(safe, "--database-url", "mysql://x"), "SANDCHAT_DATABASE_URL: not a postgres:// URL"},
-		{"queue too small", append(safe, "--ws-queue-bytes", "10"), "SANDCHAT_WS_QUEUE_BYTES: 10 is below the 64 KiB minimum"},
+		{"queue too small", append(safe, "--ws-queue-bytes", "10"), "SANDCHAT_WS_QUEUE_BYTES: 10 bytes is out of range (64 KiB to 1 GiB)"},
 		{"address not a port", append(safe, "--addr", "localhost"), `SANDCHAT_ADDR: "localhost" is not host:port`},
 		{"unknown flag", append(safe, "--frobnicate"), "flag provided but not defined: -frobnicate"},
 	}

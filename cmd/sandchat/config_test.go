@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sandchat/sandchat"
 )
 
 // TestConfigRefusesBadValues: every setting out of its bounds stops the process with a
@@ -22,17 +25,17 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"unknown tool id", "TOOLS_DISABLED", "swarm_mode,pyodide", `SANDCHAT_TOOLS_DISABLED: "pyodide" is not an internal tool id`},
 		{"overflowing size", "SANDBOX_MEMORY", "9999999999999GiB", `SANDCHAT_SANDBOX_MEMORY: "9999999999999GiB" is too large`},
 		{"non-numeric rate", "RATE_MESSAGES", "ten", `SANDCHAT_RATE_MESSAGES: "ten" is not a whole number`},
-		{"conversation quota below a MiB", "CONVERSATION_QUOTA", "512KiB", "SANDCHAT_CONVERSATION_QUOTA: 524288 bytes is not between 1 MiB and 1 TiB"},
-		{"non-numeric queue", "WS_QUEUE_BYTES", "lots", `SANDCHAT_WS_QUEUE_BYTES: "lots" is not a whole number`},
+		{"conversation quota below a MiB", "CONVERSATION_QUOTA", "512KiB", "SANDCHAT_CONVERSATION_QUOTA: 512 KiB is out of range (1 MiB to 1 TiB)"},
+		{"non-numeric queue", "WS_QUEUE_BYTES", "lots", `SANDCHAT_WS_QUEUE_BYTES: "lots" is not a size`},
 		{"non-numeric retries", "LLM_MAX_RETRIES", "2x", `SANDCHAT_LLM_MAX_RETRIES: "2x" is not a whole number`},
 		{"non-numeric sandbox count", "SANDBOX_WARM_POOL", "two", `SANDCHAT_SANDBOX_WARM_POOL: "two" is not a whole number`},
 		{"pip neither on nor off", "SANDBOX_PIP", "maybe", `SANDCHAT_SANDBOX_PIP: "maybe" is not on or off`},
 		{"sandbox default neither on nor off", "SANDBOX_DEFAULT", "yes", `SANDCHAT_SANDBOX_DEFAULT: "yes" is not on or off`},
-		{"pip allowlist entry that is no name", "SANDBOX_PIP_ALLOW", "ok,../evil", `sandbox pip allowlist entry "../evil"`},
-		{"preload entry that is no module", "SANDBOX_PRELOAD", "numpy,os;x", `sandbox preload: Preload entry "os;x" is not a module name`},
-		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "sandbox package cache bound must be at least 16 MiB"},
+		{"pip allowlist entry that is no name", "SANDBOX_PIP_ALLOW", "ok,../evil", `SANDCHAT_SANDBOX_PIP_ALLOW: "../evil" is not a project name or *`},
+		{"preload entry that is no module", "SANDBOX_PRELOAD", "numpy,os;x", `SANDCHAT_SANDBOX_PRELOAD: Preload entry "os;x" is not a module name`},
+		{"package cache bound too small", "SANDBOX_PACKAGE_CACHE_MAX", "1MiB", "SANDCHAT_SANDBOX_PACKAGE_CACHE_MAX: 1 MiB is out of range (16 MiB to 1 TiB)"},
 		{"retention below a day", "RETENTION", "1h", "SANDCHAT_RETENTION: 1h0m0s is out of range (24h0m0s to"},
-		{"retention neither off nor a duration", "RETENTION", "never", `SANDCHAT_RETENTION: "never" is not a positive duration`},
+		{"retention neither off nor a duration", "RETENTION", "never", `SANDCHAT_RETENTION: "never" is not a duration`},
 		{"a proxy header whose entries are no addresses", "PROXY_HEADER", "forwarded", "SANDCHAT_PROXY_HEADER: the Forwarded header (RFC 7239) is not read"},
 	}
 	for _, tc := range cases {
@@ -77,32 +80,32 @@ func TestSettingsTable(t *testing.T) {
 	fs.Usage()
 	envs, flags := map[string]bool{}, map[string]bool{}
 	for _, s := range settings() {
-		if !regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`).MatchString(s.env) || envs[s.env] {
-			t.Errorf("SANDCHAT_%s: a variable name must be upper case and unique", s.env)
+		if !regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`).MatchString(s.Env) || envs[s.Env] {
+			t.Errorf("SANDCHAT_%s: a variable name must be upper case and unique", s.Env)
 		}
-		envs[s.env] = true
-		if strings.TrimSpace(s.help) == "" || s.into.set == nil || s.into.kind == "" {
-			t.Errorf("SANDCHAT_%s: no help, parser or kind", s.env)
+		envs[s.Env] = true
+		if strings.TrimSpace(s.Help) == "" || s.Set == nil || s.Kind == "" {
+			t.Errorf("SANDCHAT_%s: no help, parser or kind", s.Env)
 		}
-		if s.envOnly {
-			if fs.Lookup(s.flagName()) != nil {
-				t.Errorf("SANDCHAT_%s is read from the environment only, yet has a flag", s.env)
+		if s.EnvOnly {
+			if fs.Lookup(s.FlagName()) != nil {
+				t.Errorf("SANDCHAT_%s is read from the environment only, yet has a flag", s.Env)
 			}
 			continue
 		}
-		if flags[s.flagName()] {
-			t.Errorf("flag -%s is declared twice", s.flagName())
+		if flags[s.FlagName()] {
+			t.Errorf("flag -%s is declared twice", s.FlagName())
 		}
-		flags[s.flagName()] = true
-		if f := fs.Lookup(s.flagName()); f == nil || !strings.Contains(f.Usage, "SANDCHAT_"+s.env) {
-			t.Errorf("SANDCHAT_%s: no flag -%s naming it", s.env, s.flagName())
+		flags[s.FlagName()] = true
+		if f := fs.Lookup(s.FlagName()); f == nil || !strings.Contains(f.Usage, "SANDCHAT_"+s.Env) {
+			t.Errorf("SANDCHAT_%s: no flag -%s naming it", s.Env, s.FlagName())
 		}
-		if !strings.Contains(help.String(), "-"+s.flagName()) || !strings.Contains(help.String(), "(SANDCHAT_"+s.env+")") {
-			t.Errorf("serve --help does not list -%s (SANDCHAT_%s)", s.flagName(), s.env)
+		if !strings.Contains(help.String(), "-"+s.FlagName()) || !strings.Contains(help.String(), "(SANDCHAT_"+s.Env+")") {
+			t.Errorf("serve --help does not list -%s (SANDCHAT_%s)", s.FlagName(), s.Env)
 		}
 	}
 
-	bad := map[kind]string{kindBoolean: "maybe", kindWholeNumber: "ten", kindSize: "lots", kindDuration: "soon"}
+	bad := map[sandchat.Kind]string{sandchat.KindBoolean: "maybe", sandchat.KindWholeNumber: "ten", sandchat.KindSize: "lots", sandchat.KindDuration: "soon"}
 	parse := func(t *testing.T, args ...string) error {
 		var cfg Config
 		fs := newFlagSet("serve", "", io.Discard)
@@ -112,23 +115,23 @@ func TestSettingsTable(t *testing.T) {
 		}
 		return finish()
 	}
-	seen := map[kind]bool{}
+	seen := map[sandchat.Kind]bool{}
 	for _, s := range settings() {
-		value, ok := bad[s.into.kind]
+		value, ok := bad[s.Kind]
 		if !ok {
 			continue
 		}
-		seen[s.into.kind] = true
-		want := fmt.Sprintf("SANDCHAT_%s: %q is not ", s.env, value)
-		t.Run(s.env+" by flag", func(t *testing.T) {
-			if err := parse(t, "-"+s.flagName()+"="+value); err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("-%s=%s: %v, want an error containing %q", s.flagName(), value, err, want)
+		seen[s.Kind] = true
+		want := fmt.Sprintf("SANDCHAT_%s: %q is not ", s.Env, value)
+		t.Run(s.Env+" by flag", func(t *testing.T) {
+			if err := parse(t, "-"+s.FlagName()+"="+value); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("-%s=%s: %v, want an error containing %q", s.FlagName(), value, err, want)
 			}
 		})
-		t.Run(s.env+" by variable", func(t *testing.T) {
-			t.Setenv("SANDCHAT_"+s.env, value)
+		t.Run(s.Env+" by variable", func(t *testing.T) {
+			t.Setenv("SANDCHAT_"+s.Env, value)
 			if err := parse(t); err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("SANDCHAT_%s=%s: %v, want an error containing %q", s.env, value, err, want)
+				t.Fatalf("SANDCHAT_%s=%s: %v, want an error containing %q", s.Env, value, err, want)
 			}
 		})
 	}
@@ -142,4 +145,37 @@ func TestSettingsTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestSettingsInREADME: every setting has its row in the README's configuration table
+// (where "…_X" in a row stands for the row's first variable's group, SANDCHAT_SANDBOX_X).
+func TestSettingsInREADME(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	name := regexp.MustCompile("`((?:SANDCHAT|…)_[A-Z0-9_]+)`")
+	group := regexp.MustCompile(`^SANDCHAT_[A-Z]+`)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "| `SANDCHAT_") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		g := ""
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			v := m[1]
+			if strings.HasPrefix(v, "…") {
+				v = g + strings.TrimPrefix(v, "…")
+			} else if g == "" {
+				g = group.FindString(v)
+			}
+			listed[v] = true
+		}
+	}
+	for _, s := range settings() {
+		if !listed["SANDCHAT_"+s.Env] {
+			t.Errorf("SANDCHAT_%s has no row in the README's configuration table", s.Env)
+		}
+	}
 }
