@@ -114,7 +114,7 @@ func TestCLI(t *testing.T) {
 		want string
 	}{
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
-		{"bad duration", append(safe, "--event-retention", "soon"), `SANDCHAT_EVENT_RETENTION: "soon" is not a positive duration`},
+		{"bad duration", append(safe, "--event-retention", "soon"), `SANDCHAT_EVENT_RETENTION: "soon" is not a duration`},
 		{"bad origin", append(safe, "--allowed-origins", "evil"), `SANDCHAT_ALLOWED_ORIGINS: "evil" is not an origin`},
 		{"bad log level", append(safe, "--log-level", "loud"), `SANDCHAT_LOG_LEVEL: "loud" is not debug, info, warn or error`},
 		{"bad database url", append(safe, "--database-url", "mysql://x"), "SANDCHAT_DATABASE_URL: not a postgres:// URL"},
